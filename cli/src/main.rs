@@ -1,0 +1,5 @@
+//! `ferry`: the one binary.
+
+fn main() {
+    println!("ferry");
+}

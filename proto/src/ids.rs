@@ -1,0 +1,137 @@
+//! Typed identifiers. Every ID in Ferry is one of these, never a bare string.
+
+/// Declares a string-backed identifier type with validation of its characters.
+///
+/// IDs appear in URLs, routing tables and logs, so they are restricted to
+/// `[A-Za-z0-9._-]`, 1..=64 bytes.
+#[macro_export]
+macro_rules! typed_id {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Parses and validates an ID.
+            pub fn new(s: impl Into<String>) -> Result<Self, $crate::ids::IdError> {
+                let s = s.into();
+                $crate::ids::validate(&s)?;
+                Ok(Self(s))
+            }
+
+            /// The ID as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}({})", stringify!($name), self.0)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = $crate::ids::IdError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::new(s)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = $crate::ids::IdError;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                Self::new(s)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+    };
+}
+
+/// Why a string is not a valid ID.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdError {
+    /// The ID is empty.
+    #[error("id is empty")]
+    Empty,
+    /// The ID is longer than 64 bytes.
+    #[error("id is longer than 64 bytes")]
+    TooLong,
+    /// The ID holds a character outside `[A-Za-z0-9._-]`.
+    #[error("id holds {0:?}; only A-Z a-z 0-9 . _ - are allowed")]
+    BadChar(char),
+}
+
+/// Checks the ID alphabet and length.
+pub fn validate(s: &str) -> Result<(), IdError> {
+    if s.is_empty() {
+        return Err(IdError::Empty);
+    }
+    if s.len() > 64 {
+        return Err(IdError::TooLong);
+    }
+    match s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        Some(c) => Err(IdError::BadChar(c)),
+        None => Ok(()),
+    }
+}
+
+typed_id!(
+    /// A media session: one peer connection of a publisher or a viewer.
+    SessionId
+);
+typed_id!(
+    /// A cluster node (`node-a`).
+    NodeId
+);
+typed_id!(
+    /// A stream name as it appears in `/whip/{stream}`.
+    StreamId
+);
+typed_id!(
+    /// One media track of a stream (its publisher-side `mid`).
+    TrackId
+);
+typed_id!(
+    /// One migration of one session.
+    MigrationId
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_validate_alphabet_and_length() {
+        assert!(SessionId::new("abc-DEF_0.9").is_ok());
+        assert_eq!(SessionId::new(""), Err(IdError::Empty));
+        assert_eq!(StreamId::new("a/b"), Err(IdError::BadChar('/')));
+        assert_eq!(NodeId::new("x".repeat(65)), Err(IdError::TooLong));
+    }
+
+    #[test]
+    fn ids_round_trip_through_json() {
+        let id = NodeId::new("node-a").unwrap();
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, "\"node-a\"");
+        let back: NodeId = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, id);
+        assert!(serde_json::from_str::<NodeId>("\"bad id\"").is_err());
+    }
+}

@@ -1,0 +1,10 @@
+//! Wire and state types shared by every Ferry crate.
+//!
+//! State types are protobuf messages (via `prost` derive, no code generation):
+//! unknown fields are ignored and missing fields take their defaults, so a
+//! node at version N+1 restores a snapshot written by version N.
+
+pub mod ids;
+pub mod state;
+
+pub use ids::{IdError, MigrationId, NodeId, SessionId, StreamId, TrackId};

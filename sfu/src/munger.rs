@@ -1,0 +1,416 @@
+//! The munger: per subscriber and track, maps the source's (SSRC, seq, ts)
+//! onto one continuous outgoing stream on 64-bit extended counters.
+//!
+//! Any switch of source (publisher reconnect, migration, layer change) looks
+//! to the receiver like one stream: the outgoing sequence continues at +1,
+//! the timestamp advances by the wall time that elapsed, and VP8 picture ids
+//! continue. After a switch (and at the start) the munger drops packets until
+//! a keyframe starts, so the receiver never gets a delta frame whose
+//! reference it lacks.
+
+use std::time::{Duration, Instant};
+
+use ferry_proto::state::media::{MungerState, SeqSegment};
+
+/// Segments of sequence mapping kept for answering NACKs.
+const MAX_SEGMENTS: usize = 8;
+
+/// What the munger needs to know of a source packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourcePacket {
+    /// Source SSRC.
+    pub ssrc: u32,
+    /// Source extended sequence number.
+    pub ext_seq: u64,
+    /// Source extended timestamp.
+    pub ext_ts: u64,
+    /// First packet of a keyframe (always true for audio).
+    pub keyframe_start: bool,
+    /// RTP clock rate.
+    pub clock_rate: u32,
+    /// VP8 picture id and TL0PICIDX, if the packet carries them.
+    pub vp8: Option<(u16, Option<u8>)>,
+}
+
+/// Why a packet is not forwarded. These are normal outcomes, not errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// Waiting for a keyframe after a start or a switch.
+    WaitingKeyframe,
+    /// Older than the start of the current mapping segment.
+    Late,
+}
+
+/// The munger's decision for one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Munged {
+    /// Forward with these outgoing values.
+    Forward {
+        /// Outgoing SSRC.
+        ssrc: u32,
+        /// Outgoing extended sequence number.
+        ext_seq: u64,
+        /// Outgoing timestamp.
+        ts: u32,
+        /// Add to the VP8 picture id (mod 2^15).
+        vp8_pic_delta: u16,
+        /// Add to the VP8 TL0PICIDX (mod 2^8).
+        vp8_tl0_delta: u8,
+    },
+    /// Do not forward.
+    Drop(DropReason),
+}
+
+/// Maps one source track onto one subscriber's outgoing stream.
+#[derive(Debug, Clone)]
+pub struct Munger {
+    out_ssrc: u32,
+    started: bool,
+    waiting_keyframe: bool,
+    src_ssrc: Option<u32>,
+    last_out_seq: u64,
+    last_out_ts: u64,
+    last_src_seq: u64,
+    ts_delta: u64,
+    last_forward: Option<Instant>,
+    segments: Vec<SeqSegment>,
+    vp8_pic_delta: u16,
+    vp8_tl0_delta: u8,
+    vp8_last: Option<(u16, Option<u8>)>,
+}
+
+impl Munger {
+    /// A munger that starts its outgoing stream at `initial_seq`/`initial_ts`
+    /// (random in production, so streams are not predictable).
+    pub fn new(out_ssrc: u32, initial_seq: u16, initial_ts: u32) -> Self {
+        Self {
+            out_ssrc,
+            started: false,
+            waiting_keyframe: true,
+            src_ssrc: None,
+            // The first outgoing packet is last + 1; start one cycle in so
+            // the value never underflows.
+            last_out_seq: (1 << 16) + u64::from(initial_seq) - 1,
+            last_out_ts: (1 << 32) + u64::from(initial_ts),
+            last_src_seq: 0,
+            ts_delta: 0,
+            last_forward: None,
+            segments: Vec::new(),
+            vp8_pic_delta: 0,
+            vp8_tl0_delta: 0,
+            vp8_last: None,
+        }
+    }
+
+    /// Outgoing SSRC.
+    pub fn out_ssrc(&self) -> u32 {
+        self.out_ssrc
+    }
+
+    /// Whether the munger is dropping until a keyframe.
+    pub fn waiting_keyframe(&self) -> bool {
+        self.waiting_keyframe
+    }
+
+    /// Highest outgoing extended sequence number sent.
+    pub fn last_out_seq(&self) -> Option<u64> {
+        self.started.then_some(self.last_out_seq)
+    }
+
+    /// Adds to an outgoing source timestamp: outgoing = source + delta (mod 2^32).
+    pub fn ts_delta(&self) -> u64 {
+        self.ts_delta
+    }
+
+    /// Forces a resynchronisation: the next packet forwarded is a keyframe
+    /// from whatever source comes next.
+    pub fn switch_source(&mut self) {
+        self.waiting_keyframe = true;
+        self.src_ssrc = None;
+    }
+
+    /// Decides the fate of one source packet.
+    pub fn process(&mut self, now: Instant, p: &SourcePacket) -> Munged {
+        // A packet of another source only takes over at a keyframe, so
+        // stragglers of an old source cannot flip the stream back and forth.
+        if self.waiting_keyframe || self.src_ssrc != Some(p.ssrc) {
+            if !p.keyframe_start {
+                return Munged::Drop(DropReason::WaitingKeyframe);
+            }
+            self.src_ssrc = Some(p.ssrc);
+            self.start_segment(now, p);
+        }
+        let Some(seg) = self.segments.last() else {
+            return Munged::Drop(DropReason::WaitingKeyframe);
+        };
+        if p.ext_seq < seg.src_start {
+            return Munged::Drop(DropReason::Late);
+        }
+        let ext_seq = seg.out_start + (p.ext_seq - seg.src_start);
+        let ts_ext = p.ext_ts.wrapping_add(self.ts_delta);
+        if ext_seq > self.last_out_seq {
+            self.last_out_seq = ext_seq;
+            self.last_src_seq = p.ext_seq;
+            self.last_out_ts = self.last_out_ts.max(ts_ext);
+            self.last_forward = Some(now);
+            if let Some((pic, tl0)) = p.vp8 {
+                self.vp8_last = Some((
+                    pic.wrapping_add(self.vp8_pic_delta) & 0x7fff,
+                    tl0.map(|t| t.wrapping_add(self.vp8_tl0_delta)),
+                ));
+            }
+        }
+        Munged::Forward {
+            ssrc: self.out_ssrc,
+            ext_seq,
+            ts: ts_ext as u32,
+            vp8_pic_delta: self.vp8_pic_delta,
+            vp8_tl0_delta: self.vp8_tl0_delta,
+        }
+    }
+
+    fn start_segment(&mut self, now: Instant, p: &SourcePacket) {
+        let out_start = self.last_out_seq + 1;
+        let out_ts = if self.started {
+            let elapsed = self
+                .last_forward
+                .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+            let ticks = (elapsed.as_micros() as u64 * u64::from(p.clock_rate)) / 1_000_000;
+            self.last_out_ts + ticks.max(1)
+        } else {
+            self.last_out_ts
+        };
+        self.ts_delta = out_ts.wrapping_sub(p.ext_ts);
+        if let Some((pic, tl0)) = p.vp8 {
+            match self.vp8_last {
+                Some((last_pic, last_tl0)) => {
+                    self.vp8_pic_delta = last_pic.wrapping_add(1).wrapping_sub(pic) & 0x7fff;
+                    self.vp8_tl0_delta = match (last_tl0, tl0) {
+                        (Some(l), Some(t)) => l.wrapping_add(1).wrapping_sub(t),
+                        _ => 0,
+                    };
+                }
+                None => {
+                    self.vp8_pic_delta = 0;
+                    self.vp8_tl0_delta = 0;
+                }
+            }
+        }
+        self.segments.push(SeqSegment {
+            src_ssrc: p.ssrc,
+            src_start: p.ext_seq,
+            out_start,
+        });
+        if self.segments.len() > MAX_SEGMENTS {
+            self.segments.remove(0);
+        }
+        self.started = true;
+        self.waiting_keyframe = false;
+        self.last_src_seq = p.ext_seq;
+    }
+
+    /// Extends a 16-bit outgoing sequence number from a NACK relative to the
+    /// highest sent.
+    pub fn extend_out_seq(&self, seq: u16) -> u64 {
+        crate::seq::SeqUnwrapper::from_highest(Some(self.last_out_seq)).peek(u64::from(seq))
+    }
+
+    /// Maps an outgoing extended sequence number back to (source SSRC,
+    /// source extended sequence number), for retransmission.
+    pub fn reverse(&self, out_ext: u64) -> Option<(u32, u64)> {
+        if !self.started || out_ext > self.last_out_seq {
+            return None;
+        }
+        let i = self.segments.iter().rposition(|s| s.out_start <= out_ext)?;
+        let s = &self.segments[i];
+        Some((s.src_ssrc, s.src_start + (out_ext - s.out_start)))
+    }
+
+    /// Exports the munger.
+    pub fn snapshot(&self, now: Instant) -> MungerState {
+        MungerState {
+            out_ssrc: self.out_ssrc,
+            started: self.started,
+            waiting_keyframe: self.waiting_keyframe,
+            src_ssrc: self.src_ssrc,
+            last_out_seq: self.last_out_seq,
+            last_out_ts: self.last_out_ts,
+            ts_delta: self.ts_delta,
+            last_forward_age_us: self
+                .last_forward
+                .map(|t| now.saturating_duration_since(t).as_micros() as u64),
+            segments: self.segments.clone(),
+            vp8_pic_delta: u32::from(self.vp8_pic_delta),
+            vp8_tl0_delta: u32::from(self.vp8_tl0_delta),
+            vp8_last_pic: self.vp8_last.map(|(p, _)| u32::from(p)),
+            vp8_last_tl0: self.vp8_last.and_then(|(_, t)| t).map(u32::from),
+            last_src_seq: self.last_src_seq,
+        }
+    }
+
+    /// Rebuilds a munger at `now`.
+    pub fn restore(s: &MungerState, now: Instant) -> Self {
+        Self {
+            out_ssrc: s.out_ssrc,
+            started: s.started,
+            waiting_keyframe: s.waiting_keyframe,
+            src_ssrc: s.src_ssrc,
+            last_out_seq: s.last_out_seq,
+            last_out_ts: s.last_out_ts,
+            last_src_seq: s.last_src_seq,
+            ts_delta: s.ts_delta,
+            last_forward: s
+                .last_forward_age_us
+                .map(|a| now.checked_sub(Duration::from_micros(a)).unwrap_or(now)),
+            segments: s
+                .segments
+                .iter()
+                .rev()
+                .take(MAX_SEGMENTS)
+                .rev()
+                .cloned()
+                .collect(),
+            vp8_pic_delta: (s.vp8_pic_delta & 0x7fff) as u16,
+            vp8_tl0_delta: s.vp8_tl0_delta as u8,
+            vp8_last: s
+                .vp8_last_pic
+                .map(|p| ((p & 0x7fff) as u16, s.vp8_last_tl0.map(|t| t as u8))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn pkt(ssrc: u32, ext_seq: u64, ext_ts: u64, key: bool) -> SourcePacket {
+        SourcePacket {
+            ssrc,
+            ext_seq,
+            ext_ts,
+            keyframe_start: key,
+            clock_rate: 90_000,
+            vp8: None,
+        }
+    }
+
+    fn fwd(m: Munged) -> (u64, u32) {
+        match m {
+            Munged::Forward { ext_seq, ts, .. } => (ext_seq, ts),
+            other => panic!("expected forward, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn drops_until_keyframe_then_continues_across_a_switch() {
+        let t0 = Instant::now();
+        let mut m = Munger::new(7, 1000, 5000);
+        assert_eq!(
+            m.process(t0, &pkt(1, 70_000, 1 << 32, false)),
+            Munged::Drop(DropReason::WaitingKeyframe)
+        );
+        let (s0, ts0) = fwd(m.process(t0, &pkt(1, 70_001, (1 << 32) + 10, true)));
+        assert_eq!(s0 as u16, 1000);
+        assert_eq!(ts0, 5000);
+        let (s1, ts1) = fwd(m.process(t0, &pkt(1, 70_002, (1 << 32) + 3010, false)));
+        assert_eq!((s1, ts1), (s0 + 1, 8000));
+        // A new source 100 ms later: drop its delta frames, resume at +1 on its keyframe.
+        let t1 = t0 + Duration::from_millis(100);
+        assert_eq!(
+            m.process(t1, &pkt(2, 500, 77, false)),
+            Munged::Drop(DropReason::WaitingKeyframe)
+        );
+        let (s2, ts2) = fwd(m.process(t1, &pkt(2, 501, 99, true)));
+        assert_eq!(s2, s1 + 1);
+        assert_eq!(
+            ts2,
+            8000 + 9000,
+            "timestamp advances by the 100 ms that elapsed"
+        );
+        // Late packets of the new segment's predecessor are dropped.
+        assert_eq!(
+            m.process(t1, &pkt(2, 400, 0, false)),
+            Munged::Drop(DropReason::Late)
+        );
+        // NACK mapping goes back to the right source packet.
+        assert_eq!(m.reverse(s1), Some((1, 70_002)));
+        assert_eq!(m.reverse(s2), Some((2, 501)));
+        assert_eq!(m.reverse(s2 + 1), None);
+        assert_eq!(m.extend_out_seq(s2 as u16), s2);
+    }
+
+    #[test]
+    fn vp8_picture_id_continues_across_a_switch() {
+        let t0 = Instant::now();
+        let mut m = Munger::new(7, 0, 0);
+        let mut p = pkt(1, 100, 0, true);
+        p.vp8 = Some((32000, Some(9)));
+        fwd(m.process(t0, &p));
+        m.switch_source();
+        let mut q = pkt(2, 7, 0, true);
+        q.vp8 = Some((5, Some(200)));
+        match m.process(t0, &q) {
+            Munged::Forward {
+                vp8_pic_delta,
+                vp8_tl0_delta,
+                ..
+            } => {
+                assert_eq!((5 + vp8_pic_delta) & 0x7fff, 32001);
+                assert_eq!(200u8.wrapping_add(vp8_tl0_delta), 10);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn snapshot_restore_continues_the_sequence() {
+        let t0 = Instant::now();
+        let mut m = Munger::new(9, 65530, 1);
+        for i in 0..10u64 {
+            fwd(m.process(t0, &pkt(3, 10 + i, 3000 * i, i == 0)));
+        }
+        let snap = m.snapshot(t0);
+        let mut r = Munger::restore(&snap, t0 + Duration::from_secs(5));
+        let a = fwd(m.process(t0, &pkt(3, 20, 30000, false)));
+        let b = fwd(r.process(t0, &pkt(3, 20, 30000, false)));
+        assert_eq!(a, b);
+        assert_eq!(
+            r.snapshot(t0 + Duration::from_secs(5)).segments,
+            snap.segments
+        );
+    }
+
+    proptest! {
+        /// Whatever the sources do (switches, reordering, keyframes at random),
+        /// the newest forwarded packets form a gap-free outgoing sequence with
+        /// non-decreasing timestamps.
+        #[test]
+        fn output_is_continuous_and_monotonic(ops in proptest::collection::vec((0u8..3, 0u8..10, any::<bool>()), 1..400)) {
+            let t0 = Instant::now();
+            let mut m = Munger::new(1, 65000, u32::MAX - 1000);
+            let mut src_seq = [1000u64, 50_000, 7];
+            let mut src_ts = [0u64, 1 << 31, 99];
+            let mut last: Option<(u64, u64)> = None;
+            let mut now = t0;
+            for (src, step, key) in ops {
+                let s = src as usize;
+                now += Duration::from_millis(u64::from(step));
+                src_seq[s] += 1;
+                src_ts[s] += 90 * u64::from(step);
+                if let Munged::Forward { ext_seq, ts, .. } = m.process(now, &pkt(s as u32, src_seq[s], src_ts[s], key)) {
+                    if let Some((ls, lts)) = last {
+                        if ext_seq > ls {
+                            prop_assert_eq!(ext_seq, ls + 1, "gap in outgoing sequence");
+                            let ext_ts = crate::seq::TsUnwrapper::from_highest(Some(lts)).peek(u64::from(ts));
+                            prop_assert!(ext_ts >= lts, "timestamp went back");
+                            last = Some((ext_seq, ext_ts));
+                        }
+                    } else {
+                        last = Some((ext_seq, (1u64 << 32) + u64::from(ts)));
+                    }
+                }
+            }
+        }
+    }
+}

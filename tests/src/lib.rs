@@ -1,0 +1,1 @@
+//! Helpers for Ferry's end-to-end tests.
