@@ -8,7 +8,11 @@
 pub mod cert;
 pub mod codec;
 pub mod dtls;
+pub mod ice;
+pub mod metrics;
 pub mod munger;
 pub mod nack;
 pub mod seq;
+pub mod signal;
+pub mod stun;
 pub mod time;

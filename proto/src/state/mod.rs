@@ -4,6 +4,7 @@
 //! `snapshot()` and is rebuilt from it with `restore()`. Times are stored as
 //! ages relative to the snapshot instant, never as clock readings.
 
+pub mod ice;
 pub mod media;
 
 /// Snapshot format version written by this build. Readers accept this

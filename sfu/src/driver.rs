@@ -1,0 +1,192 @@
+//! The tokio driver: one task owns the [`Node`] core and its UDP socket.
+//! It is boring on purpose — read socket → `handle_datagram` → drain
+//! `poll_transmit` → write socket; arm the timer from `poll_timeout`; serve
+//! commands from the HTTP layer over a channel.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ferry_proto::state::SessionSnapshot;
+use ferry_proto::{SessionId, StreamId};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::node::Node;
+use crate::signal::{PatchOutcome, SessionAnswer, SessionInfo, SignalError};
+
+/// Datagrams read per wake-up before the loop drains its output.
+const RECV_BATCH: usize = 64;
+/// Receive buffer: the largest datagram we accept plus room for SRTP work.
+const RECV_BUF: usize = 2048;
+
+type Reply<T> = oneshot::Sender<Result<T, SignalError>>;
+
+enum Command {
+    Publish(StreamId, String, Reply<SessionAnswer>),
+    View(StreamId, String, Reply<SessionAnswer>),
+    Patch(SessionId, String, Option<String>, Reply<PatchOutcome>),
+    Delete(SessionId, Reply<()>),
+    Sessions(Reply<Vec<SessionInfo>>),
+    Metrics(Reply<String>),
+    Snapshot(SessionId, Reply<SessionSnapshot>),
+    Restore(Box<SessionSnapshot>, Reply<SessionId>),
+}
+
+/// A cheap, cloneable handle to a running node.
+#[derive(Clone, Debug)]
+pub struct NodeHandle {
+    tx: mpsc::Sender<Command>,
+    udp: SocketAddr,
+}
+
+impl NodeHandle {
+    /// The node's media address.
+    pub fn udp_addr(&self) -> SocketAddr {
+        self.udp
+    }
+
+    async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, SignalError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(make(tx))
+            .await
+            .map_err(|_| SignalError::Unavailable)?;
+        rx.await.map_err(|_| SignalError::Unavailable)?
+    }
+
+    /// WHIP: a publisher's offer.
+    pub async fn publish(&self, stream: StreamId, offer: String) -> Result<SessionAnswer, SignalError> {
+        self.call(|r| Command::Publish(stream, offer, r)).await
+    }
+
+    /// WHEP: a viewer's offer.
+    pub async fn view(&self, stream: StreamId, offer: String) -> Result<SessionAnswer, SignalError> {
+        self.call(|r| Command::View(stream, offer, r)).await
+    }
+
+    /// Trickle or ICE restart.
+    pub async fn patch(
+        &self,
+        session: SessionId,
+        frag: String,
+        if_match: Option<String>,
+    ) -> Result<PatchOutcome, SignalError> {
+        self.call(|r| Command::Patch(session, frag, if_match, r)).await
+    }
+
+    /// Ends a session.
+    pub async fn delete(&self, session: SessionId) -> Result<(), SignalError> {
+        self.call(|r| Command::Delete(session, r)).await
+    }
+
+    /// Lists sessions.
+    pub async fn sessions(&self) -> Result<Vec<SessionInfo>, SignalError> {
+        self.call(Command::Sessions).await
+    }
+
+    /// Prometheus text of the node's counters.
+    pub async fn metrics_text(&self) -> Result<String, SignalError> {
+        self.call(Command::Metrics).await
+    }
+
+    /// Exports a session's state.
+    pub async fn snapshot(&self, session: SessionId) -> Result<SessionSnapshot, SignalError> {
+        self.call(|r| Command::Snapshot(session, r)).await
+    }
+
+    /// Installs a session from a snapshot.
+    pub async fn restore(&self, snapshot: SessionSnapshot) -> Result<SessionId, SignalError> {
+        self.call(|r| Command::Restore(Box::new(snapshot), r)).await
+    }
+}
+
+/// Binds the media socket and starts the node's task.
+pub async fn spawn(node: Node, udp_bind: SocketAddr) -> std::io::Result<NodeHandle> {
+    let socket = UdpSocket::bind(udp_bind).await?;
+    spawn_on(node, socket)
+}
+
+/// Starts the node's task on an already bound socket.
+pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
+    let udp = socket.local_addr()?;
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(run(node, Arc::new(socket), rx));
+    Ok(NodeHandle { tx, udp })
+}
+
+async fn run(mut node: Node, socket: Arc<UdpSocket>, mut rx: mpsc::Receiver<Command>) {
+    let mut buf = vec![0u8; RECV_BUF];
+    loop {
+        flush(&mut node, &socket).await;
+        let deadline = node.poll_timeout();
+        let sleep = async {
+            match deadline {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = socket.recv_from(&mut buf) => {
+                let Ok((n, from)) = r else { continue };
+                let now = Instant::now();
+                node.handle_datagram(now, from, &mut buf[..n]);
+                for _ in 1..RECV_BATCH {
+                    match socket.try_recv_from(&mut buf) {
+                        Ok((n, from)) => node.handle_datagram(now, from, &mut buf[..n]),
+                        Err(_) => break,
+                    }
+                }
+            }
+            cmd = rx.recv() => {
+                let Some(cmd) = cmd else { break };
+                command(&mut node, cmd);
+            }
+            () = sleep => node.handle_timeout(Instant::now()),
+        }
+    }
+}
+
+fn command(node: &mut Node, cmd: Command) {
+    let now = Instant::now();
+    // A dropped reply only means the HTTP client went away.
+    match cmd {
+        Command::Publish(stream, offer, r) => {
+            let _ = r.send(node.publish(now, &stream, &offer));
+        }
+        Command::View(stream, offer, r) => {
+            let _ = r.send(node.view(now, &stream, &offer));
+        }
+        Command::Patch(id, frag, if_match, r) => {
+            let _ = r.send(node.patch(now, &id, &frag, if_match.as_deref()));
+        }
+        Command::Delete(id, r) => {
+            let _ = r.send(node.delete(now, &id));
+        }
+        Command::Sessions(r) => {
+            let _ = r.send(Ok(node.sessions()));
+        }
+        Command::Metrics(r) => {
+            let _ = r.send(Ok(node.metrics().to_prometheus()));
+        }
+        Command::Snapshot(id, r) => {
+            let _ = r.send(node.snapshot_session(now, &id));
+        }
+        Command::Restore(snap, r) => {
+            let _ = r.send(node.restore_session(now, *snap));
+        }
+    }
+}
+
+async fn flush(node: &mut Node, socket: &UdpSocket) {
+    while let Some(t) = node.poll_transmit() {
+        match socket.try_send_to(&t.data, t.to) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let _ = socket.send_to(&t.data, t.to).await;
+            }
+            Err(_) => node.metrics_mut().send_errors += 1,
+        }
+        node.recycle(t.data);
+    }
+}

@@ -1,0 +1,287 @@
+//! WHIP (RFC 9725) and WHEP endpoints of one node, with CORS so a player page
+//! from another origin can publish and play.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use ferry_proto::{SessionId, StreamId};
+use tower_http::cors::{Any, CorsLayer};
+
+use crate::driver::NodeHandle;
+use crate::signal::{PatchOutcome, SessionKind, SignalError};
+
+const SDP: &str = "application/sdp";
+const SDPFRAG: &str = "application/trickle-ice-sdpfrag";
+/// Largest accepted SDP body.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// An ICE server announced in `Link: rel="ice-server"` headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IceServer {
+    /// `stun:host:port` or `turn:host:port?transport=udp`.
+    pub url: String,
+    /// TURN username.
+    pub username: Option<String>,
+    /// TURN credential.
+    pub credential: Option<String>,
+}
+
+impl IceServer {
+    fn link(&self) -> String {
+        let mut s = format!("<{}>; rel=\"ice-server\"", self.url);
+        if let (Some(u), Some(c)) = (&self.username, &self.credential) {
+            s.push_str(&format!(
+                "; username=\"{u}\"; credential=\"{c}\"; credential-type=\"password\""
+            ));
+        }
+        s
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    node: NodeHandle,
+    ice_servers: Vec<IceServer>,
+}
+
+/// The node's HTTP routes: WHIP, WHEP, health, sessions and metrics.
+pub fn router(node: NodeHandle, ice_servers: Vec<IceServer>) -> Router {
+    let cors = CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods([
+            Method::GET,
+            Method::POST,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+        ])
+        .allow_headers([header::CONTENT_TYPE, header::IF_MATCH, header::AUTHORIZATION])
+        .expose_headers([
+            header::LOCATION,
+            header::ETAG,
+            header::LINK,
+            HeaderName::from_static("accept-patch"),
+        ]);
+    Router::new()
+        .route("/whip/{stream}", post(whip_post).options(options))
+        .route("/whep/{stream}", post(whep_post).options(options))
+        .route(
+            "/whip/{stream}/{session}",
+            axum::routing::patch(patch_session)
+                .delete(delete_session)
+                .options(options),
+        )
+        .route(
+            "/whep/{stream}/{session}",
+            axum::routing::patch(patch_session)
+                .delete(delete_session)
+                .options(options),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/v1/sessions", get(sessions))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(cors)
+        .with_state(AppState { node, ice_servers })
+}
+
+fn error(status: StatusCode, reason: impl Into<String>) -> Response {
+    let mut reason = reason.into();
+    reason.push('\n');
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        reason,
+    )
+        .into_response()
+}
+
+fn signal_error(e: SignalError) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut r = error(status, e.to_string());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    }
+    r
+}
+
+fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
+}
+
+fn body_text(body: &Bytes) -> Result<&str, Response> {
+    std::str::from_utf8(body).map_err(|_| error(StatusCode::BAD_REQUEST, "body is not UTF-8"))
+}
+
+fn parse_stream(s: &str) -> Result<StreamId, Response> {
+    StreamId::new(s).map_err(|e| error(StatusCode::BAD_REQUEST, format!("stream name: {e}")))
+}
+
+async fn whip_post(
+    state: State<AppState>,
+    Path(stream): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    create(state, SessionKind::Publish, stream, headers, body).await
+}
+
+async fn whep_post(
+    state: State<AppState>,
+    Path(stream): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    create(state, SessionKind::View, stream, headers, body).await
+}
+
+async fn create(
+    State(st): State<AppState>,
+    kind: SessionKind,
+    stream: String,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !content_type_is(&headers, SDP) {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/sdp",
+        );
+    }
+    let stream = match parse_stream(&stream) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let offer = match body_text(&body) {
+        Ok(s) => s.to_owned(),
+        Err(r) => return r,
+    };
+    let result = match kind {
+        SessionKind::Publish => st.node.publish(stream.clone(), offer).await,
+        SessionKind::View => st.node.view(stream.clone(), offer).await,
+    };
+    match result {
+        Ok(answer) => {
+            let location = format!("/{}/{}/{}", kind.path(), stream, answer.session);
+            let mut r = (StatusCode::CREATED, answer.sdp).into_response();
+            let h = r.headers_mut();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(SDP));
+            insert(h, header::LOCATION, &location);
+            insert(h, header::ETAG, &answer.etag);
+            h.insert(
+                HeaderName::from_static("accept-patch"),
+                HeaderValue::from_static(SDPFRAG),
+            );
+            for s in &st.ice_servers {
+                append(h, header::LINK, &s.link());
+            }
+            r
+        }
+        Err(e) => signal_error(e),
+    }
+}
+
+fn insert(h: &mut HeaderMap, name: HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        h.insert(name, v);
+    }
+}
+
+fn append(h: &mut HeaderMap, name: HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        h.append(name, v);
+    }
+}
+
+async fn options(State(st): State<AppState>) -> Response {
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    let h = r.headers_mut();
+    h.insert(
+        HeaderName::from_static("accept-post"),
+        HeaderValue::from_static(SDP),
+    );
+    h.insert(
+        HeaderName::from_static("accept-patch"),
+        HeaderValue::from_static(SDPFRAG),
+    );
+    for s in &st.ice_servers {
+        append(h, header::LINK, &s.link());
+    }
+    r
+}
+
+async fn patch_session(
+    State(st): State<AppState>,
+    Path((_stream, session)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !content_type_is(&headers, SDPFRAG) {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/trickle-ice-sdpfrag",
+        );
+    }
+    let Ok(session) = SessionId::new(session.clone()) else {
+        return signal_error(SignalError::SessionNotFound(session));
+    };
+    let if_match = match headers.get(header::IF_MATCH).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(v)) => Some(v.to_owned()),
+        Some(Err(_)) => return error(StatusCode::BAD_REQUEST, "If-Match is not ASCII"),
+    };
+    let frag = match body_text(&body) {
+        Ok(s) => s.to_owned(),
+        Err(r) => return r,
+    };
+    match st.node.patch(session, frag, if_match).await {
+        Ok(PatchOutcome::Trickled) => StatusCode::NO_CONTENT.into_response(),
+        Ok(PatchOutcome::Restarted { sdpfrag, etag }) => {
+            let mut r = (StatusCode::OK, sdpfrag).into_response();
+            let h = r.headers_mut();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(SDPFRAG));
+            insert(h, header::ETAG, &etag);
+            r
+        }
+        Err(e) => signal_error(e),
+    }
+}
+
+async fn delete_session(
+    State(st): State<AppState>,
+    Path((_stream, session)): Path<(String, String)>,
+) -> Response {
+    let Ok(id) = SessionId::new(session.clone()) else {
+        return signal_error(SignalError::SessionNotFound(session));
+    };
+    match st.node.delete(id).await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => signal_error(e),
+    }
+}
+
+async fn sessions(State(st): State<AppState>) -> Response {
+    match st.node.sessions().await {
+        Ok(list) => axum::Json(list).into_response(),
+        Err(e) => signal_error(e),
+    }
+}
+
+async fn metrics(State(st): State<AppState>) -> Response {
+    match st.node.metrics_text().await {
+        Ok(text) => (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            text,
+        )
+            .into_response(),
+        Err(e) => signal_error(e),
+    }
+}
