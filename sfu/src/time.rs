@@ -37,18 +37,8 @@ impl WallClock {
 
     /// 64-bit NTP timestamp at `now`.
     pub fn ntp(&self, now: Instant) -> u64 {
-        ntp_from_unix(self.unix(now))
+        crate::rtcp::ntp_from_unix(self.unix(now))
     }
-}
-
-/// Seconds between 1900-01-01 (NTP era 0) and 1970-01-01.
-const NTP_UNIX_OFFSET: u64 = 2_208_988_800;
-
-/// 64-bit NTP timestamp (32.32 fixed point) for a Unix time.
-pub fn ntp_from_unix(unix: Duration) -> u64 {
-    let secs = unix.as_secs() + NTP_UNIX_OFFSET;
-    let frac = (u64::from(unix.subsec_nanos()) << 32) / 1_000_000_000;
-    (secs << 32) | frac
 }
 
 /// Adds a duration to a 64-bit NTP timestamp.

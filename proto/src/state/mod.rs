@@ -6,6 +6,7 @@
 
 pub mod ice;
 pub mod media;
+pub mod srtp;
 
 /// Snapshot format version written by this build. Readers accept this
 /// version and every older one (protobuf keeps unknown fields harmless and
@@ -33,4 +34,74 @@ pub struct DtlsState {
     /// Negotiated SRTP protection profile id (0 before the handshake).
     #[prost(uint32, tag = "6")]
     pub srtp_profile: u32,
+}
+
+/// A header extension in use: id and URI.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExtMapEntry {
+    /// Extension id (1–255).
+    #[prost(uint32, tag = "1")]
+    pub id: u32,
+    /// Extension URI.
+    #[prost(string, tag = "2")]
+    pub uri: String,
+}
+
+/// One negotiated m-line.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MediaLineState {
+    /// `a=mid`.
+    #[prost(string, tag = "1")]
+    pub mid: String,
+    /// Video (else audio).
+    #[prost(bool, tag = "2")]
+    pub video: bool,
+    /// Accepted (else rejected with port 0).
+    #[prost(bool, tag = "3")]
+    pub accepted: bool,
+    /// Codec (1 opus, 2 VP8, 3 H264).
+    #[prost(uint32, tag = "4")]
+    pub codec: u32,
+    /// Payload type.
+    #[prost(uint32, tag = "5")]
+    pub pt: u32,
+    /// RTX payload type.
+    #[prost(uint32, optional, tag = "6")]
+    pub rtx_pt: Option<u32>,
+    /// Answered fmtp parameters.
+    #[prost(string, tag = "7")]
+    pub fmtp: String,
+    /// Generic NACK.
+    #[prost(bool, tag = "8")]
+    pub nack: bool,
+    /// PLI.
+    #[prost(bool, tag = "9")]
+    pub pli: bool,
+    /// FIR.
+    #[prost(bool, tag = "10")]
+    pub fir: bool,
+    /// REMB.
+    #[prost(bool, tag = "11")]
+    pub remb: bool,
+    /// Header extensions in use.
+    #[prost(message, repeated, tag = "12")]
+    pub extmap: Vec<ExtMapEntry>,
+    /// Publisher's declared media SSRCs.
+    #[prost(uint32, repeated, tag = "13")]
+    pub remote_ssrcs: Vec<u32>,
+    /// RTX SSRC paired with each media SSRC (0 = none).
+    #[prost(uint32, repeated, tag = "14")]
+    pub remote_rtx_ssrcs: Vec<u32>,
+    /// Simulcast rids.
+    #[prost(string, repeated, tag = "15")]
+    pub rids: Vec<String>,
+    /// Viewer: outgoing SSRC.
+    #[prost(uint32, tag = "16")]
+    pub local_ssrc: u32,
+    /// Viewer: outgoing RTX SSRC.
+    #[prost(uint32, optional, tag = "17")]
+    pub local_rtx_ssrc: Option<u32>,
+    /// Viewer: index of the publisher's m-line it plays.
+    #[prost(uint32, optional, tag = "18")]
+    pub source: Option<u32>,
 }

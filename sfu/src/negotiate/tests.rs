@@ -1,0 +1,210 @@
+use super::*;
+
+const CHROME: &str = include_str!("../sdp/testdata/chrome_offer.sdp");
+const SIMULCAST: &str = include_str!("../sdp/testdata/chrome_simulcast_offer.sdp");
+
+fn params<'a>(ice: &'a IceCredentials, cands: &'a [SocketAddr]) -> AnswerParams<'a> {
+    AnswerParams {
+        local_ice: ice,
+        fingerprint: &[0xAB; 32],
+        candidates: cands,
+        origin_id: 42,
+        stream: "cam",
+    }
+}
+
+fn ice() -> IceCredentials {
+    IceCredentials {
+        ufrag: "srv1".into(),
+        pwd: "serverpassword0123456789".into(),
+    }
+}
+
+fn as_viewer(offer: &str) -> String {
+    offer
+        .replace("a=sendrecv", "a=recvonly")
+        .replace("a=sendonly", "a=recvonly")
+}
+
+#[test]
+fn publish_answers_chrome_with_opus_and_vp8() {
+    let ice = ice();
+    let cands = ["127.0.0.1:5000".parse().unwrap()];
+    let n = negotiate_publish(CHROME, &params(&ice, &cands)).unwrap();
+    assert_eq!(n.dtls_role, DtlsRole::Client);
+    assert_eq!(n.remote_ice.ufrag, "Kx7q");
+    assert_eq!(n.remote_fingerprint.len(), 32);
+    let (a, v) = (&n.media[0], &n.media[1]);
+    assert!(a.accepted && v.accepted);
+    assert_eq!(
+        (a.codec, a.pt, a.nack, a.rtx_pt),
+        (Codec::Opus, 111, false, None)
+    );
+    assert_eq!(a.fmtp, "minptime=10;useinbandfec=1");
+    assert_eq!((v.codec, v.pt, v.rtx_pt), (Codec::Vp8, 96, Some(97)));
+    assert!(v.nack && v.pli && v.fir && v.remb);
+    assert_eq!(v.ext_id(EXT_ABS_SEND_TIME), Some(2));
+    assert_eq!(v.ext_id(EXT_MID), Some(4));
+    assert_eq!(v.ext_id(EXT_RID), Some(10));
+    assert!(
+        !v.extmap.iter().any(|(_, u)| u.contains("transport-wide")),
+        "we send no transport-cc feedback, so we do not take its extension"
+    );
+    assert_eq!(a.remote_ssrcs, vec![(1203943516, None)]);
+
+    let answer = SessionDescription::parse(&n.answer).unwrap();
+    assert!(answer.ice_lite());
+    assert_eq!(answer.group_bundle(), Some(vec!["0".into(), "1".into()]));
+    let av = answer.media_view(1).unwrap();
+    assert_eq!(av.direction(), Direction::RecvOnly);
+    assert_eq!(av.setup(), Some(Setup::Active));
+    assert_eq!(av.ice_ufrag(), Some("srv1"));
+    assert_eq!(av.payload_types(), vec![96, 97]);
+    assert_eq!(av.rtx_for(96), Some(97));
+    assert_eq!(av.candidates()[0].port, 5000);
+    assert!(av.end_of_candidates());
+    assert!(n.answer.contains("a=extmap-allow-mixed\r\n"));
+    assert!(!n.answer.contains("transport-cc"));
+}
+
+#[test]
+fn publish_takes_h264_when_preferred_and_skips_packetization_mode_0() {
+    // Put H.264 (pm=0 first, then pm=1) ahead of VP8.
+    let offer = CHROME.replace(
+        "m=video 9 UDP/TLS/RTP/SAVPF 96 97 102",
+        "m=video 9 UDP/TLS/RTP/SAVPF 104 102 96 97",
+    );
+    let ice = ice();
+    let n = negotiate_publish(&offer, &params(&ice, &[])).unwrap();
+    let v = &n.media[1];
+    assert_eq!(v.codec, Codec::H264);
+    assert!(v.fmtp.contains("packetization-mode=1"), "{}", v.fmtp);
+}
+
+#[test]
+fn view_plays_the_publishers_codecs_with_its_own_payload_types() {
+    let ice = ice();
+    let publisher = negotiate_publish(CHROME, &params(&ice, &[])).unwrap();
+    let offer = as_viewer(CHROME)
+        .replace("a=rtpmap:96 VP8/90000", "a=rtpmap:96 VP9/90000")
+        .replace("a=rtpmap:98 VP9/90000", "a=rtpmap:98 VP8/90000")
+        .replace(
+            "a=fmtp:98 profile-id=0",
+            "a=fmtp:98 x-google-start-bitrate=1",
+        );
+    let mut next = 1000u32;
+    let mut next_ssrc = || {
+        next += 1;
+        next
+    };
+    let n = negotiate_view(&offer, &publisher.media, &params(&ice, &[]), &mut next_ssrc).unwrap();
+    let v = &n.media[1];
+    assert!(v.accepted);
+    assert_eq!((v.codec, v.pt, v.source), (Codec::Vp8, 98, Some(1)));
+    assert_eq!(v.local_rtx_ssrc.is_some(), v.rtx_pt.is_some());
+    let answer = SessionDescription::parse(&n.answer).unwrap();
+    let av = answer.media_view(1).unwrap();
+    assert_eq!(av.direction(), Direction::SendOnly);
+    assert!(
+        av.ssrcs()
+            .iter()
+            .any(|s| s.ssrc == v.local_ssrc && s.attribute == "cname")
+    );
+    assert_eq!(n.media[0].source, Some(0));
+}
+
+#[test]
+fn view_matches_the_h264_profile() {
+    let ice = ice();
+    let pub_offer = CHROME.replace(
+        "m=video 9 UDP/TLS/RTP/SAVPF 96 97 102",
+        "m=video 9 UDP/TLS/RTP/SAVPF 106 102 96 97",
+    );
+    let publisher = negotiate_publish(&pub_offer, &params(&ice, &[])).unwrap();
+    assert_eq!(publisher.media[1].codec, Codec::H264);
+    let want = h264_profile(&publisher.media[1].fmtp);
+    let n = negotiate_view(
+        &as_viewer(CHROME),
+        &publisher.media,
+        &params(&ice, &[]),
+        &mut || 7,
+    )
+    .unwrap();
+    let v = &n.media[1];
+    assert_eq!(v.codec, Codec::H264);
+    assert_eq!(h264_profile(&v.fmtp), want);
+}
+
+#[test]
+fn view_without_the_streams_codec_is_unprocessable() {
+    let ice = ice();
+    let publisher = negotiate_publish(CHROME, &params(&ice, &[])).unwrap();
+    let audio_only_pcmu = "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0\r\n\
+        m=audio 9 UDP/TLS/RTP/SAVPF 0\r\nc=IN IP4 0.0.0.0\r\na=mid:0\r\na=recvonly\r\na=rtcp-mux\r\n\
+        a=ice-ufrag:abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\n\
+        a=fingerprint:sha-256 7D:2B:19:A4:E0:5C:88:F1:36:0B:9E:C2:4A:D7:13:6F:A0:52:BB:E9:04:3C:7E:91:D8:25:6A:F3:0C:B4:48:1E\r\n\
+        a=setup:actpass\r\na=rtpmap:0 PCMU/8000\r\n";
+    let e = negotiate_view(
+        audio_only_pcmu,
+        &publisher.media,
+        &params(&ice, &[]),
+        &mut || 1,
+    )
+    .unwrap_err();
+    assert_eq!(e.status(), 422);
+    assert!(e.to_string().contains("opus"), "{e}");
+}
+
+#[test]
+fn simulcast_rids_are_accepted() {
+    let ice = ice();
+    let n = negotiate_publish(SIMULCAST, &params(&ice, &[])).unwrap();
+    assert_eq!(n.media[1].rids, vec!["q", "h", "f"]);
+    assert!(n.answer.contains("a=simulcast:recv q;h;f\r\n"));
+    assert!(n.answer.contains("a=rid:f recv\r\n"));
+}
+
+#[test]
+fn bad_offers_get_specific_errors() {
+    let ice = ice();
+    let p = params(&ice, &[]);
+    let status = |offer: &str| {
+        let e = negotiate_publish(offer, &p).unwrap_err();
+        (e.status(), e.to_string())
+    };
+    let (s, r) = status("hello world");
+    assert_eq!(s, 400, "{r}");
+    let plain = "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
+    let (s, r) = status(plain);
+    assert_eq!(s, 422);
+    assert!(r.contains("ICE"), "{r}");
+    let (s, r) = status(
+        &CHROME
+            .replace("a=group:BUNDLE 0 1\r\n", "")
+            .replace("a=group:BUNDLE 0 1\n", ""),
+    );
+    assert_eq!(s, 422);
+    assert!(r.contains("BUNDLE"), "{r}");
+    let (s, r) = status(
+        &CHROME
+            .replace("a=rtcp-mux\r\n", "")
+            .replace("a=rtcp-mux\n", ""),
+    );
+    assert_eq!(s, 422);
+    assert!(r.contains("rtcp-mux"), "{r}");
+    let (s, r) = status(&as_viewer(CHROME));
+    assert_eq!(s, 422);
+    assert!(r.contains("no supported media"), "{r}");
+    let (s, r) = status(&CHROME.replace("UDP/TLS/RTP/SAVPF", "RTP/AVP"));
+    assert_eq!(s, 422);
+    assert!(r.contains("SAVPF"), "{r}");
+}
+
+#[test]
+fn media_lines_round_trip_through_state() {
+    let ice = ice();
+    let n = negotiate_publish(SIMULCAST, &params(&ice, &[])).unwrap();
+    for m in &n.media {
+        assert_eq!(&MediaLine::from_state(&m.to_state()).unwrap(), m);
+    }
+}
