@@ -56,12 +56,20 @@ impl NodeHandle {
     }
 
     /// WHIP: a publisher's offer.
-    pub async fn publish(&self, stream: StreamId, offer: String) -> Result<SessionAnswer, SignalError> {
+    pub async fn publish(
+        &self,
+        stream: StreamId,
+        offer: String,
+    ) -> Result<SessionAnswer, SignalError> {
         self.call(|r| Command::Publish(stream, offer, r)).await
     }
 
     /// WHEP: a viewer's offer.
-    pub async fn view(&self, stream: StreamId, offer: String) -> Result<SessionAnswer, SignalError> {
+    pub async fn view(
+        &self,
+        stream: StreamId,
+        offer: String,
+    ) -> Result<SessionAnswer, SignalError> {
         self.call(|r| Command::View(stream, offer, r)).await
     }
 
@@ -72,7 +80,8 @@ impl NodeHandle {
         frag: String,
         if_match: Option<String>,
     ) -> Result<PatchOutcome, SignalError> {
-        self.call(|r| Command::Patch(session, frag, if_match, r)).await
+        self.call(|r| Command::Patch(session, frag, if_match, r))
+            .await
     }
 
     /// Ends a session.

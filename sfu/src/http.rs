@@ -1,6 +1,9 @@
 //! WHIP (RFC 9725) and WHEP endpoints of one node, with CORS so a player page
 //! from another origin can publish and play.
 
+// Handlers short-circuit with a ready `Response` as their error value.
+#![allow(clippy::result_large_err)]
+
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -58,7 +61,11 @@ pub fn router(node: NodeHandle, ice_servers: Vec<IceServer>) -> Router {
             Method::DELETE,
             Method::OPTIONS,
         ])
-        .allow_headers([header::CONTENT_TYPE, header::IF_MATCH, header::AUTHORIZATION])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            header::IF_MATCH,
+            header::AUTHORIZATION,
+        ])
         .expose_headers([
             header::LOCATION,
             header::ETAG,
@@ -277,11 +284,7 @@ async fn sessions(State(st): State<AppState>) -> Response {
 
 async fn metrics(State(st): State<AppState>) -> Response {
     match st.node.metrics_text().await {
-        Ok(text) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            text,
-        )
-            .into_response(),
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         Err(e) => signal_error(e),
     }
 }

@@ -7,16 +7,22 @@
 
 pub mod cert;
 pub mod codec;
+pub mod driver;
 pub mod dtls;
+pub mod egress;
+pub mod http;
 pub mod ice;
+pub mod ingest;
 pub mod metrics;
 pub mod munger;
 pub mod nack;
 pub mod negotiate;
+pub mod node;
 pub mod rtcp;
 pub mod rtp;
 pub mod sdp;
 pub mod seq;
+pub mod session;
 pub mod signal;
 pub mod srtp;
 pub mod stun;

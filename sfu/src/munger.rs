@@ -61,6 +61,25 @@ pub enum Munged {
     Drop(DropReason),
 }
 
+/// How to rebuild an earlier outgoing packet from the source cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retransmit {
+    /// Source SSRC of the packet.
+    pub src_ssrc: u32,
+    /// Source extended sequence number.
+    pub src_ext_seq: u64,
+    /// Outgoing SSRC.
+    pub out_ssrc: u32,
+    /// Outgoing extended sequence number.
+    pub out_ext_seq: u64,
+    /// Timestamp delta in force for the packet.
+    pub ts_delta: u64,
+    /// VP8 picture-id delta in force for the packet.
+    pub vp8_pic_delta: u16,
+    /// VP8 TL0PICIDX delta in force for the packet.
+    pub vp8_tl0_delta: u8,
+}
+
 /// Maps one source track onto one subscriber's outgoing stream.
 #[derive(Debug, Clone)]
 pub struct Munger {
@@ -115,6 +134,11 @@ impl Munger {
     /// Highest outgoing extended sequence number sent.
     pub fn last_out_seq(&self) -> Option<u64> {
         self.started.then_some(self.last_out_seq)
+    }
+
+    /// Highest outgoing extended timestamp sent.
+    pub fn last_out_ts(&self) -> u64 {
+        self.last_out_ts
     }
 
     /// Adds to an outgoing source timestamp: outgoing = source + delta (mod 2^32).
@@ -200,6 +224,9 @@ impl Munger {
             src_ssrc: p.ssrc,
             src_start: p.ext_seq,
             out_start,
+            ts_delta: self.ts_delta,
+            vp8_pic_delta: u32::from(self.vp8_pic_delta),
+            vp8_tl0_delta: u32::from(self.vp8_tl0_delta),
         });
         if self.segments.len() > MAX_SEGMENTS {
             self.segments.remove(0);
@@ -215,15 +242,23 @@ impl Munger {
         crate::seq::SeqUnwrapper::from_highest(Some(self.last_out_seq)).peek(u64::from(seq))
     }
 
-    /// Maps an outgoing extended sequence number back to (source SSRC,
-    /// source extended sequence number), for retransmission.
-    pub fn reverse(&self, out_ext: u64) -> Option<(u32, u64)> {
+    /// Maps an outgoing extended sequence number back to the source packet
+    /// it carried, with the rewrite that was applied, for retransmission.
+    pub fn reverse(&self, out_ext: u64) -> Option<Retransmit> {
         if !self.started || out_ext > self.last_out_seq {
             return None;
         }
         let i = self.segments.iter().rposition(|s| s.out_start <= out_ext)?;
         let s = &self.segments[i];
-        Some((s.src_ssrc, s.src_start + (out_ext - s.out_start)))
+        Some(Retransmit {
+            src_ssrc: s.src_ssrc,
+            src_ext_seq: s.src_start + (out_ext - s.out_start),
+            out_ssrc: self.out_ssrc,
+            out_ext_seq: out_ext,
+            ts_delta: s.ts_delta,
+            vp8_pic_delta: (s.vp8_pic_delta & 0x7fff) as u16,
+            vp8_tl0_delta: s.vp8_tl0_delta as u8,
+        })
     }
 
     /// Exports the munger.
@@ -334,8 +369,12 @@ mod tests {
             Munged::Drop(DropReason::Late)
         );
         // NACK mapping goes back to the right source packet.
-        assert_eq!(m.reverse(s1), Some((1, 70_002)));
-        assert_eq!(m.reverse(s2), Some((2, 501)));
+        let r1 = m.reverse(s1).unwrap();
+        assert_eq!((r1.src_ssrc, r1.src_ext_seq), (1, 70_002));
+        assert_eq!(((1u64 << 32) + 3010).wrapping_add(r1.ts_delta) as u32, ts1);
+        let r2 = m.reverse(s2).unwrap();
+        assert_eq!((r2.src_ssrc, r2.src_ext_seq), (2, 501));
+        assert_eq!(99u64.wrapping_add(r2.ts_delta) as u32, ts2);
         assert_eq!(m.reverse(s2 + 1), None);
         assert_eq!(m.extend_out_seq(s2 as u16), s2);
     }

@@ -176,6 +176,11 @@ impl NackGenerator {
         }
     }
 
+    /// Highest extended sequence number received.
+    pub fn highest(&self) -> Option<u64> {
+        self.seq.highest()
+    }
+
     /// Packets given up on so far.
     pub fn gave_up(&self) -> u64 {
         self.gave_up

@@ -73,6 +73,15 @@ pub struct SeqSegment {
     /// The outgoing extended sequence number it maps to.
     #[prost(uint64, tag = "3")]
     pub out_start: u64,
+    /// Timestamp delta of the segment (outgoing = source + delta, mod 2^64).
+    #[prost(uint64, tag = "4")]
+    pub ts_delta: u64,
+    /// VP8 picture-id delta of the segment.
+    #[prost(uint32, tag = "5")]
+    pub vp8_pic_delta: u32,
+    /// VP8 TL0PICIDX delta of the segment.
+    #[prost(uint32, tag = "6")]
+    pub vp8_tl0_delta: u32,
 }
 
 /// A subscriber's munger: maps the source's (SSRC, seq, ts) onto one
@@ -219,4 +228,7 @@ pub struct OutgoingStreamState {
     /// Packets retransmitted.
     #[prost(uint64, tag = "6")]
     pub retransmitted: u64,
+    /// Index of the subscriber's m-line.
+    #[prost(uint32, tag = "7")]
+    pub index: u32,
 }

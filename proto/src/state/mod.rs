@@ -105,3 +105,77 @@ pub struct MediaLineState {
     #[prost(uint32, optional, tag = "18")]
     pub source: Option<u32>,
 }
+
+/// A published track (one accepted m-line) on the receive side.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct IncomingTrackState {
+    /// Index of its m-line.
+    #[prost(uint32, tag = "1")]
+    pub index: u32,
+    /// Its RTP streams (simulcast layers).
+    #[prost(message, repeated, tag = "2")]
+    pub streams: Vec<media::IncomingStreamState>,
+    /// Index of the forwarded stream.
+    #[prost(uint32, optional, tag = "3")]
+    pub selected: Option<u32>,
+    /// Age of the last keyframe request, in ms.
+    #[prost(uint64, optional, tag = "4")]
+    pub last_pli_age_ms: Option<u64>,
+    /// FIR sequence number.
+    #[prost(uint32, tag = "5")]
+    pub fir_seq: u32,
+    /// A keyframe request is pending.
+    #[prost(bool, tag = "6")]
+    pub keyframe_wanted: bool,
+}
+
+/// Everything a node knows about one session: enough to restore it on
+/// another node and continue exactly where it was (DESIGN §3).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SessionSnapshot {
+    /// Format version ([`SNAPSHOT_VERSION`] when written).
+    #[prost(uint32, tag = "1")]
+    pub version: u32,
+    /// Session id.
+    #[prost(string, tag = "2")]
+    pub session_id: String,
+    /// Stream name.
+    #[prost(string, tag = "3")]
+    pub stream: String,
+    /// Publisher (else viewer).
+    #[prost(bool, tag = "4")]
+    pub publisher: bool,
+    /// ICE-lite agent.
+    #[prost(message, optional, tag = "5")]
+    pub ice: Option<ice::IceState>,
+    /// DTLS outcome and identity.
+    #[prost(message, optional, tag = "6")]
+    pub dtls: Option<DtlsState>,
+    /// SRTP context we encrypt with.
+    #[prost(message, optional, tag = "7")]
+    pub srtp_tx: Option<srtp::SrtpContextState>,
+    /// SRTP context we decrypt with.
+    #[prost(message, optional, tag = "8")]
+    pub srtp_rx: Option<srtp::SrtpContextState>,
+    /// Negotiated m-lines.
+    #[prost(message, repeated, tag = "9")]
+    pub media: Vec<MediaLineState>,
+    /// Publisher tracks.
+    #[prost(message, repeated, tag = "10")]
+    pub incoming: Vec<IncomingTrackState>,
+    /// Viewer tracks.
+    #[prost(message, repeated, tag = "11")]
+    pub outgoing: Vec<media::OutgoingStreamState>,
+    /// SSRC the node sends RTCP from.
+    #[prost(uint32, tag = "12")]
+    pub rtcp_ssrc: u32,
+    /// The SDP answer given to the peer.
+    #[prost(string, tag = "13")]
+    pub answer_sdp: String,
+    /// Age of the session, in ms.
+    #[prost(uint64, tag = "14")]
+    pub age_ms: u64,
+    /// Current REMB estimate towards a publisher.
+    #[prost(uint64, tag = "15")]
+    pub remb_bps: u64,
+}

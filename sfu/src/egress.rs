@@ -1,0 +1,223 @@
+//! The send side of a viewer's tracks: munging forwarded packets into the
+//! viewer's continuous outgoing streams (sequence, timestamp, SSRC, payload
+//! type, header-extension ids, VP8 picture ids), and rebuilding earlier
+//! packets from the publisher's cache when the viewer NACKs (RTX when
+//! negotiated).
+
+use std::time::Instant;
+
+use ferry_proto::state::media::OutgoingStreamState;
+
+use crate::codec::{self, Codec};
+use crate::munger::{DropReason, Munged, Munger, Retransmit, SourcePacket};
+use crate::negotiate::MediaLine;
+use crate::rtcp::{SenderReportData, write_sdes_cname, write_sender_report};
+use crate::rtp::{self, ExtensionIdMap, RtpHeader, RtpPacketMut};
+
+/// One outgoing track of a viewer.
+#[derive(Debug)]
+pub struct OutgoingTrack {
+    /// Index of the viewer's m-line.
+    pub index: usize,
+    /// Negotiated parameters (outgoing SSRCs, payload types, extensions).
+    pub line: MediaLine,
+    /// The munger.
+    pub munger: Munger,
+    ext_map: ExtensionIdMap,
+    rtx_seq: u16,
+    /// Packets sent (for SR).
+    pub packets_sent: u64,
+    /// Payload octets sent (for SR).
+    pub octets_sent: u64,
+    /// Packets retransmitted.
+    pub retransmitted: u64,
+}
+
+impl OutgoingTrack {
+    /// A track whose outgoing stream starts at `initial_seq`/`initial_ts`.
+    pub fn new(
+        index: usize,
+        line: MediaLine,
+        initial_seq: u16,
+        initial_ts: u32,
+        rtx_seq: u16,
+    ) -> Self {
+        Self {
+            munger: Munger::new(line.local_ssrc, initial_seq, initial_ts),
+            index,
+            line,
+            ext_map: [0; 256],
+            rtx_seq,
+            packets_sent: 0,
+            octets_sent: 0,
+            retransmitted: 0,
+        }
+    }
+
+    /// The publisher m-line index this track plays.
+    pub fn source(&self) -> Option<usize> {
+        self.line.source
+    }
+
+    /// Maps the publisher's header-extension ids onto ours (by URI);
+    /// extensions we did not negotiate become padding.
+    pub fn set_source_extmap(&mut self, publisher: &[(u8, String)]) {
+        self.ext_map = [0; 256];
+        for (id, uri) in publisher {
+            if let Some(ours) = self.line.ext_id(uri) {
+                self.ext_map[usize::from(*id)] = ours;
+            }
+        }
+    }
+
+    fn rewrite(&self, buf: &mut [u8], ssrc: u32, seq: u16, ts: u32, pic: u16, tl0: u8) -> bool {
+        let Ok(mut p) = RtpPacketMut::new(buf) else {
+            return false;
+        };
+        p.set_sequence(seq);
+        p.set_timestamp(ts);
+        p.set_ssrc(ssrc);
+        p.set_payload_type(self.line.pt);
+        if p.remap_extension_ids(&self.ext_map).is_err() {
+            // An id we cannot express in this header form: drop them all.
+            let _ = p.remap_extension_ids(&[0; 256]);
+        }
+        if self.line.codec == Codec::Vp8 && (pic != 0 || tl0 != 0) {
+            codec::vp8_rewrite(p.payload_mut(), pic, tl0);
+        }
+        true
+    }
+
+    /// Munges a forwarded packet into `out` (replacing its contents).
+    /// Returns the plaintext length, or why it is not sent.
+    pub fn forward(
+        &mut self,
+        now: Instant,
+        pkt: &[u8],
+        src: &SourcePacket,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, DropReason> {
+        let (ssrc, ext_seq, ts, vp8_pic_delta, vp8_tl0_delta) = match self.munger.process(now, src)
+        {
+            Munged::Forward {
+                ssrc,
+                ext_seq,
+                ts,
+                vp8_pic_delta,
+                vp8_tl0_delta,
+            } => (ssrc, ext_seq, ts, vp8_pic_delta, vp8_tl0_delta),
+            Munged::Drop(reason) => return Err(reason),
+        };
+        out.clear();
+        out.extend_from_slice(pkt);
+        if !self.rewrite(out, ssrc, ext_seq as u16, ts, vp8_pic_delta, vp8_tl0_delta) {
+            return Err(DropReason::Late);
+        }
+        self.packets_sent += 1;
+        let payload = RtpHeader::parse(pkt).map_or(0, |h| h.payload_range.len());
+        self.octets_sent += payload as u64;
+        Ok(pkt.len())
+    }
+
+    /// Which earlier packet an outgoing sequence number from a NACK was.
+    pub fn lookup_nack(&self, seq: u16) -> Option<Retransmit> {
+        self.munger.reverse(self.munger.extend_out_seq(seq))
+    }
+
+    /// Rebuilds a packet for retransmission into `out` from the cached
+    /// source packet; wraps it in RTX when negotiated. Returns its length.
+    pub fn retransmit(
+        &mut self,
+        r: &Retransmit,
+        cached: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<usize> {
+        let h = RtpHeader::parse(cached).ok()?;
+        out.clear();
+        out.extend_from_slice(cached);
+        let ts = u64::from(h.timestamp).wrapping_add(r.ts_delta) as u32;
+        if !self.rewrite(
+            out,
+            r.out_ssrc,
+            r.out_ext_seq as u16,
+            ts,
+            r.vp8_pic_delta,
+            r.vp8_tl0_delta,
+        ) {
+            return None;
+        }
+        let mut len = out.len();
+        if let (Some(rtx_pt), Some(rtx_ssrc)) = (self.line.rtx_pt, self.line.local_rtx_ssrc) {
+            out.resize(len + 2, 0);
+            len = rtp::rtx_wrap(out, len, rtx_pt, rtx_ssrc, self.rtx_seq).ok()?;
+            self.rtx_seq = self.rtx_seq.wrapping_add(1);
+        }
+        out.truncate(len);
+        self.retransmitted += 1;
+        Some(len)
+    }
+
+    /// Writes this track's SR (+ SDES CNAME) into `buf`; `mapping` is the
+    /// (NTP, source extended RTP timestamp) of the source at `now`, or
+    /// `None` to extrapolate from our own last packet.
+    pub fn write_report(
+        &self,
+        buf: &mut [u8],
+        ntp_now: u64,
+        mapping: Option<(u64, u64)>,
+        cname: &str,
+    ) -> usize {
+        if self.munger.last_out_seq().is_none() {
+            return 0;
+        }
+        let (ntp, rtp_ts) = match mapping {
+            Some((ntp, src_ts)) => (ntp, src_ts.wrapping_add(self.munger.ts_delta()) as u32),
+            None => (ntp_now, self.munger.last_out_ts() as u32),
+        };
+        let sr = SenderReportData {
+            ssrc: self.line.local_ssrc,
+            ntp,
+            rtp_ts,
+            packet_count: self.packets_sent as u32,
+            octet_count: self.octets_sent as u32,
+        };
+        let Ok(n) = write_sender_report(buf, &sr, &[]) else {
+            return 0;
+        };
+        match write_sdes_cname(&mut buf[n..], self.line.local_ssrc, cname) {
+            Ok(m) => n + m,
+            Err(_) => n,
+        }
+    }
+
+    /// Exports the track.
+    pub fn snapshot(&self, now: Instant) -> OutgoingStreamState {
+        OutgoingStreamState {
+            munger: Some(self.munger.snapshot(now)),
+            rtx_ssrc: self.line.local_rtx_ssrc,
+            rtx_seq: u32::from(self.rtx_seq),
+            packets_sent: self.packets_sent,
+            octets_sent: self.octets_sent,
+            retransmitted: self.retransmitted,
+            index: self.index as u32,
+        }
+    }
+
+    /// Rebuilds a track.
+    pub fn restore(s: &OutgoingStreamState, line: MediaLine, now: Instant) -> Self {
+        let munger = match &s.munger {
+            Some(m) => Munger::restore(m, now),
+            None => Munger::new(line.local_ssrc, 0, 0),
+        };
+        Self {
+            index: s.index as usize,
+            line,
+            munger,
+            ext_map: [0; 256],
+            rtx_seq: s.rtx_seq as u16,
+            packets_sent: s.packets_sent,
+            octets_sent: s.octets_sent,
+            retransmitted: s.retransmitted,
+        }
+    }
+}

@@ -1,0 +1,1068 @@
+//! The media node core: every session of one node, the demultiplexing of
+//! its single UDP port, and forwarding from publishers to viewers.
+//!
+//! Drive it like any Ferry core:
+//!
+//! ```text
+//! loop {
+//!     node.handle_datagram(now, from, &mut buf[..n]);   // or handle_timeout(now), or a signalling call
+//!     while let Some(t) = node.poll_transmit() { socket.send_to(&t.data, t.to); node.recycle(t.data); }
+//!     sleep_until(node.poll_timeout());
+//! }
+//! ```
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dimpl::DtlsCertificate;
+use ferry_proto::state::SessionSnapshot;
+use ferry_proto::{NodeId, SessionId, StreamId};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+use crate::dtls::{self, DtlsRole, DtlsTransport};
+use crate::egress::OutgoingTrack;
+use crate::ice::{IceCredentials, IceEvent, IceLite};
+use crate::ingest::{IncomingTrack, IngestDrop};
+use crate::metrics::NodeMetrics;
+use crate::munger::DropReason;
+use crate::nack::NackConfig;
+use crate::negotiate::{self, AnswerParams, MediaLine};
+use crate::rtcp::{RtcpIter, RtcpPacket};
+use crate::rtp::{self, RtpHeader};
+use crate::sdp::{IceRestartAnswer, MediaDescription, MediaKind, SdpFrag};
+use crate::session::{CloseReason, Event, Outbox, Phase, Role, Session, SessionConfig, Transmit};
+use crate::signal::{PatchOutcome, SessionAnswer, SessionInfo, SignalError};
+use crate::srtp::SrtpError;
+use crate::stun::{self, StunMessage};
+use crate::time::WallClock;
+
+/// Largest datagram the node accepts.
+pub const MAX_DATAGRAM: usize = 1500;
+
+/// Settings of one node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node.
+    pub node_id: NodeId,
+    /// Host candidates announced in answers (the media socket's addresses).
+    pub candidates: Vec<SocketAddr>,
+    /// Seed of all the core's randomness (ICE credentials, ids, SSRCs,
+    /// initial sequence numbers). The driver draws it from the OS.
+    pub seed: [u8; 32],
+    /// Seed DTLS from `seed` too (simulations only: in production DTLS draws
+    /// its own secrets).
+    pub deterministic_dtls: bool,
+    /// Wall clock mapping for NTP timestamps.
+    pub wall: WallClock,
+    /// Sessions the node accepts before answering 503.
+    pub max_sessions: usize,
+    /// NACK pacing towards publishers.
+    pub nack: NackConfig,
+    /// Packets cached per published stream for retransmission.
+    pub nack_cache: usize,
+    /// Minimum interval between keyframe requests per track.
+    pub pli_throttle: Duration,
+    /// REMB bounds towards publishers.
+    pub remb_min_bps: u64,
+    /// REMB upper bound.
+    pub remb_max_bps: u64,
+}
+
+impl NodeConfig {
+    /// Defaults for everything but identity, addresses, seed and clock.
+    pub fn new(
+        node_id: NodeId,
+        candidates: Vec<SocketAddr>,
+        seed: [u8; 32],
+        wall: WallClock,
+    ) -> Self {
+        Self {
+            node_id,
+            candidates,
+            seed,
+            deterministic_dtls: false,
+            wall,
+            max_sessions: 2000,
+            nack: NackConfig::default(),
+            nack_cache: 1000,
+            pli_throttle: Duration::from_millis(300),
+            remb_min_bps: 150_000,
+            remb_max_bps: 3_000_000,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct StreamEntry {
+    publisher: Option<usize>,
+    viewers: Vec<usize>,
+}
+
+/// One media node.
+#[derive(Debug)]
+pub struct Node {
+    config: NodeConfig,
+    scfg: SessionConfig,
+    cert: Arc<DtlsCertificate>,
+    fingerprint: [u8; 32],
+    rng: ChaCha20Rng,
+    sessions: Vec<Option<Session>>,
+    free: Vec<usize>,
+    by_id: HashMap<SessionId, usize>,
+    by_ufrag: HashMap<String, usize>,
+    by_addr: HashMap<SocketAddr, usize>,
+    streams: HashMap<StreamId, StreamEntry>,
+    out: Outbox,
+    next_timeout: Option<Instant>,
+    epoch: Instant,
+}
+
+fn random_token(rng: &mut ChaCha20Rng, len: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    (0..len)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
+}
+
+impl Node {
+    /// A node with no sessions.
+    pub fn new(config: NodeConfig, cert: Arc<DtlsCertificate>, now: Instant) -> Self {
+        let scfg = SessionConfig {
+            nack: config.nack,
+            cache: config.nack_cache,
+            pli_throttle: config.pli_throttle,
+            remb_min_bps: config.remb_min_bps,
+            remb_max_bps: config.remb_max_bps,
+        };
+        Self {
+            rng: ChaCha20Rng::from_seed(config.seed),
+            fingerprint: crate::cert::fingerprint(&cert.certificate),
+            cert,
+            config,
+            scfg,
+            sessions: Vec::new(),
+            free: Vec::new(),
+            by_id: HashMap::new(),
+            by_ufrag: HashMap::new(),
+            by_addr: HashMap::new(),
+            streams: HashMap::new(),
+            out: Outbox::default(),
+            next_timeout: None,
+            epoch: now,
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> &NodeId {
+        &self.config.node_id
+    }
+
+    /// Sets the host candidates announced from now on.
+    pub fn set_candidates(&mut self, candidates: Vec<SocketAddr>) {
+        self.config.candidates = candidates;
+    }
+
+    /// Counters.
+    pub fn metrics(&self) -> &NodeMetrics {
+        &self.out.metrics
+    }
+
+    /// Counters, for the driver's own.
+    pub fn metrics_mut(&mut self) -> &mut NodeMetrics {
+        &mut self.out.metrics
+    }
+
+    /// Next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.out.queue.pop_front()
+    }
+
+    /// Next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.out.events.pop_front()
+    }
+
+    /// Hands a sent buffer back for reuse.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.out.recycle(buf);
+    }
+
+    /// When to call [`Node::handle_timeout`] next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.next_timeout
+    }
+
+    /// Sessions on this node.
+    pub fn sessions(&self) -> Vec<SessionInfo> {
+        self.sessions.iter().flatten().map(Session::info).collect()
+    }
+
+    /// A session by id (tests and diagnostics).
+    pub fn session(&self, id: &SessionId) -> Option<&Session> {
+        self.by_id.get(id).and_then(|&k| self.sessions[k].as_ref())
+    }
+
+    fn dtls_config(&mut self) -> Arc<dimpl::Config> {
+        let seed = self
+            .config
+            .deterministic_dtls
+            .then(|| self.rng.random::<u64>());
+        dtls::engine_config(seed)
+    }
+
+    fn note_deadline(&mut self, key: usize) {
+        let t = self.sessions[key]
+            .as_ref()
+            .and_then(|s| s.poll_timeout(&self.scfg));
+        if let Some(t) = t {
+            self.next_timeout = Some(self.next_timeout.map_or(t, |n| n.min(t)));
+        }
+    }
+
+    fn insert(&mut self, session: Session) -> usize {
+        let key = match self.free.pop() {
+            Some(k) => k,
+            None => {
+                self.sessions.push(None);
+                self.sessions.len() - 1
+            }
+        };
+        self.by_id.insert(session.id.clone(), key);
+        self.by_ufrag.insert(session.ice.local().ufrag.clone(), key);
+        if let Some(addr) = session.ice.selected() {
+            self.by_addr.insert(addr, key);
+        }
+        let entry = self.streams.entry(session.stream.clone()).or_default();
+        match session.role {
+            Role::Publisher(_) => entry.publisher = Some(key),
+            Role::Viewer(_) => entry.viewers.push(key),
+        }
+        self.sessions[key] = Some(session);
+        self.out.metrics.sessions_created += 1;
+        self.note_deadline(key);
+        key
+    }
+
+    fn new_local_ice(&mut self) -> IceCredentials {
+        IceCredentials {
+            ufrag: random_token(&mut self.rng, 8),
+            pwd: random_token(&mut self.rng, 24),
+        }
+    }
+
+    fn check_capacity(&self) -> Result<(), SignalError> {
+        if self.by_id.len() >= self.config.max_sessions {
+            return Err(SignalError::Full);
+        }
+        Ok(())
+    }
+
+    fn reject<T>(&mut self, e: SignalError) -> Result<T, SignalError> {
+        self.out.metrics.signal_rejected += 1;
+        Err(e)
+    }
+
+    /// WHIP: creates a publisher session for `stream` from an SDP offer.
+    pub fn publish(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        offer: &str,
+    ) -> Result<SessionAnswer, SignalError> {
+        if let Err(e) = self.check_capacity() {
+            return self.reject(e);
+        }
+        if self
+            .streams
+            .get(stream)
+            .is_some_and(|e| e.publisher.is_some())
+        {
+            return self.reject(SignalError::StreamBusy(stream.clone()));
+        }
+        let local = self.new_local_ice();
+        let origin_id = self.rng.random::<u32>().into();
+        let candidates = self.config.candidates.clone();
+        let params = AnswerParams {
+            local_ice: &local,
+            fingerprint: &self.fingerprint,
+            candidates: &candidates,
+            origin_id,
+            stream: stream.as_str(),
+        };
+        let neg = match negotiate::negotiate_publish(offer, &params) {
+            Ok(n) => n,
+            Err(e) => return self.reject(e),
+        };
+        let ice = IceLite::new(local, neg.remote_ice.clone());
+        let tracks = neg
+            .media
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.accepted)
+            .map(|(i, m)| IncomingTrack::new(i, m.clone(), self.scfg.nack, self.scfg.cache))
+            .collect();
+        let session = self.build_session(
+            now,
+            stream,
+            ice,
+            neg.dtls_role,
+            neg.remote_fingerprint,
+            neg.media,
+            Role::Publisher(tracks),
+            neg.answer.clone(),
+        );
+        let answer = SessionAnswer {
+            session: session.id.clone(),
+            sdp: neg.answer,
+            etag: session.etag.clone(),
+        };
+        self.insert(session);
+        Ok(answer)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build_session(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        ice: IceLite,
+        role: DtlsRole,
+        remote_fp: Vec<u8>,
+        media: Vec<MediaLine>,
+        tracks: Role,
+        answer: String,
+    ) -> Session {
+        let dtls_config = self.dtls_config();
+        let dtls = DtlsTransport::new(role, self.cert.clone(), remote_fp, dtls_config, now);
+        let id = loop {
+            let candidate = format!("{:016x}", self.rng.random::<u64>());
+            if let Ok(id) = SessionId::new(candidate)
+                && !self.by_id.contains_key(&id)
+            {
+                break id;
+            }
+        };
+        let rtcp_ssrc = self.rng.random();
+        Session::new(
+            id,
+            stream.clone(),
+            ice,
+            dtls,
+            media,
+            tracks,
+            rtcp_ssrc,
+            answer,
+            now,
+            &self.scfg,
+        )
+    }
+
+    /// WHEP: creates a viewer session for `stream` from an SDP offer.
+    pub fn view(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        offer: &str,
+    ) -> Result<SessionAnswer, SignalError> {
+        if let Err(e) = self.check_capacity() {
+            return self.reject(e);
+        }
+        let Some(pkey) = self.streams.get(stream).and_then(|e| e.publisher) else {
+            return self.reject(SignalError::StreamNotFound(stream.clone()));
+        };
+        let Some(publisher) = self.sessions[pkey].as_ref() else {
+            return self.reject(SignalError::StreamNotFound(stream.clone()));
+        };
+        let sources = publisher.media.clone();
+        let local = self.new_local_ice();
+        let origin_id = self.rng.random::<u32>().into();
+        let candidates = self.config.candidates.clone();
+        let rng = &mut self.rng;
+        let mut next_ssrc = || rng.random::<u32>();
+        let params = AnswerParams {
+            local_ice: &local,
+            fingerprint: &self.fingerprint,
+            candidates: &candidates,
+            origin_id,
+            stream: stream.as_str(),
+        };
+        let neg = match negotiate::negotiate_view(offer, &sources, &params, &mut next_ssrc) {
+            Ok(n) => n,
+            Err(e) => return self.reject(e),
+        };
+        let ice = IceLite::new(local, neg.remote_ice.clone());
+        let mut tracks = Vec::new();
+        for (i, m) in neg.media.iter().enumerate().filter(|(_, m)| m.accepted) {
+            let mut t = OutgoingTrack::new(
+                i,
+                m.clone(),
+                self.rng.random(),
+                self.rng.random(),
+                self.rng.random(),
+            );
+            if let Some(src) = m.source.and_then(|s| sources.get(s)) {
+                t.set_source_extmap(&src.extmap);
+            }
+            tracks.push(t);
+        }
+        let session = self.build_session(
+            now,
+            stream,
+            ice,
+            neg.dtls_role,
+            neg.remote_fingerprint,
+            neg.media,
+            Role::Viewer(tracks),
+            neg.answer.clone(),
+        );
+        let answer = SessionAnswer {
+            session: session.id.clone(),
+            sdp: neg.answer,
+            etag: session.etag.clone(),
+        };
+        self.insert(session);
+        Ok(answer)
+    }
+
+    /// PATCH: trickle (204) or ICE restart (200 with our new credentials).
+    pub fn patch(
+        &mut self,
+        _now: Instant,
+        id: &SessionId,
+        frag: &str,
+        if_match: Option<&str>,
+    ) -> Result<PatchOutcome, SignalError> {
+        let Some(&key) = self.by_id.get(id) else {
+            return self.reject(SignalError::SessionNotFound(id.to_string()));
+        };
+        let Some(if_match) = if_match else {
+            return self.reject(SignalError::PreconditionRequired);
+        };
+        let frag = match SdpFrag::parse(frag) {
+            Ok(f) => f,
+            Err(e) => return self.reject(SignalError::BadSdp(e.to_string())),
+        };
+        let media_attr = |name: &str| {
+            frag.media
+                .iter()
+                .find_map(|m| m.attr(name).and_then(|a| a.value.clone()))
+        };
+        let ufrag = frag
+            .ice_ufrag()
+            .map(str::to_owned)
+            .or_else(|| media_attr("ice-ufrag"));
+        let pwd = frag
+            .ice_pwd()
+            .map(str::to_owned)
+            .or_else(|| media_attr("ice-pwd"));
+        let Some(session) = self.sessions[key].as_mut() else {
+            return self.reject(SignalError::SessionNotFound(id.to_string()));
+        };
+        let if_match = if_match.trim();
+        let restart = ufrag
+            .as_ref()
+            .is_some_and(|u| *u != session.ice.remote().ufrag);
+        if !restart {
+            if if_match != session.etag && if_match != "*" {
+                return self.reject(SignalError::PreconditionFailed);
+            }
+            return Ok(PatchOutcome::Trickled);
+        }
+        if if_match != "*" && if_match != session.etag {
+            return self.reject(SignalError::PreconditionFailed);
+        }
+        let (Some(ufrag), Some(pwd)) = (ufrag, pwd) else {
+            return self.reject(SignalError::BadSdp(
+                "ICE restart needs a=ice-ufrag and a=ice-pwd".into(),
+            ));
+        };
+        if ufrag.len() < 4 || pwd.len() < 22 {
+            return self.reject(SignalError::BadSdp(
+                "ICE ufrag must be ≥ 4 and pwd ≥ 22 characters".into(),
+            ));
+        }
+        let local = self.new_local_ice();
+        let Some(session) = self.sessions[key].as_mut() else {
+            return self.reject(SignalError::SessionNotFound(id.to_string()));
+        };
+        self.by_ufrag.remove(&session.ice.local().ufrag);
+        session
+            .ice
+            .restart(local.clone(), IceCredentials { ufrag, pwd });
+        session.etag = crate::session::etag_for(&local);
+        self.by_ufrag.insert(local.ufrag.clone(), key);
+        let first = session.media.iter().find(|m| m.accepted);
+        let media = first.map(|m| {
+            let kind = if m.video {
+                MediaKind::Video
+            } else {
+                MediaKind::Audio
+            };
+            (
+                MediaDescription::new(kind, 9, "UDP/TLS/RTP/SAVPF", [m.pt.to_string()]),
+                m.mid.clone(),
+            )
+        });
+        let candidates = self
+            .config
+            .candidates
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let line = format!(
+                    "{} 1 udp {} {} {} typ host",
+                    i + 1,
+                    (126u32 << 24) | ((65535 - i as u32) << 8) | 255,
+                    c.ip(),
+                    c.port()
+                );
+                crate::sdp::Candidate::parse(&line).ok()
+            })
+            .collect();
+        let answer = IceRestartAnswer {
+            ice_lite: true,
+            ice_options: Vec::new(),
+            ufrag: local.ufrag,
+            pwd: local.pwd,
+            bundle: None,
+            media,
+            candidates,
+            end_of_candidates: true,
+        };
+        Ok(PatchOutcome::Restarted {
+            sdpfrag: answer.into_frag().to_string(),
+            etag: session.etag.clone(),
+        })
+    }
+
+    /// DELETE: ends a session (and, for a publisher, its viewers).
+    pub fn delete(&mut self, _now: Instant, id: &SessionId) -> Result<(), SignalError> {
+        let Some(&key) = self.by_id.get(id) else {
+            return self.reject(SignalError::SessionNotFound(id.to_string()));
+        };
+        self.close(key, CloseReason::Deleted);
+        Ok(())
+    }
+
+    fn close(&mut self, key: usize, reason: CloseReason) {
+        let Some(mut session) = self.sessions[key].take() else {
+            return;
+        };
+        session.say_goodbye(&mut self.out);
+        self.free.push(key);
+        self.by_id.remove(&session.id);
+        self.by_ufrag.remove(&session.ice.local().ufrag);
+        self.by_addr.retain(|_, k| *k != key);
+        self.out.metrics.sessions_closed += 1;
+        if reason == CloseReason::ConsentExpired {
+            self.out.metrics.consent_expired += 1;
+        }
+        self.out
+            .events
+            .push_back(Event::Closed(session.id.clone(), reason));
+        let mut orphans = Vec::new();
+        if let Some(entry) = self.streams.get_mut(&session.stream) {
+            match session.role {
+                Role::Publisher(_) => {
+                    entry.publisher = None;
+                    orphans = std::mem::take(&mut entry.viewers);
+                }
+                Role::Viewer(_) => entry.viewers.retain(|k| *k != key),
+            }
+            if entry.publisher.is_none() && entry.viewers.is_empty() {
+                self.streams.remove(&session.stream);
+            }
+        }
+        for v in orphans {
+            self.close(v, CloseReason::PublisherGone);
+        }
+    }
+
+    /// Exports a session's state.
+    pub fn snapshot_session(
+        &self,
+        now: Instant,
+        id: &SessionId,
+    ) -> Result<SessionSnapshot, SignalError> {
+        self.session(id)
+            .map(|s| s.snapshot(now))
+            .ok_or_else(|| SignalError::SessionNotFound(id.to_string()))
+    }
+
+    /// Installs a session from a snapshot (taken on this or another node).
+    pub fn restore_session(
+        &mut self,
+        now: Instant,
+        snapshot: SessionSnapshot,
+    ) -> Result<SessionId, SignalError> {
+        let dtls_config = self.dtls_config();
+        let mut session = Session::restore(&snapshot, &self.scfg, dtls_config, now)
+            .map_err(|e| SignalError::Unsupported(format!("snapshot: {e}")))?;
+        if self.by_id.contains_key(&session.id) {
+            return self.reject(SignalError::Unsupported(format!(
+                "session {} already exists",
+                session.id
+            )));
+        }
+        let entry = self.streams.get(&session.stream);
+        match &mut session.role {
+            Role::Publisher(_) => {
+                if entry.is_some_and(|e| e.publisher.is_some()) {
+                    return self.reject(SignalError::StreamBusy(session.stream.clone()));
+                }
+            }
+            Role::Viewer(tracks) => {
+                let publisher = entry
+                    .and_then(|e| e.publisher)
+                    .and_then(|k| self.sessions[k].as_ref());
+                if let Some(p) = publisher {
+                    for t in tracks.iter_mut() {
+                        if let Some(src) = t.source().and_then(|s| p.media.get(s)) {
+                            t.set_source_extmap(&src.extmap);
+                        }
+                    }
+                }
+            }
+        }
+        let id = session.id.clone();
+        self.insert(session);
+        Ok(id)
+    }
+
+    /// Feeds one received datagram (processed in place).
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
+        let m = &mut self.out.metrics;
+        m.rx_datagrams += 1;
+        m.rx_bytes += data.len() as u64;
+        if data.len() > MAX_DATAGRAM {
+            m.dropped_oversize += 1;
+            return;
+        }
+        match data.first() {
+            Some(0..=3) => self.handle_stun(now, from, data),
+            Some(20..=63) => self.handle_dtls(now, from, data),
+            Some(128..=191) => self.handle_srtp(now, from, data),
+            _ => self.out.metrics.dropped_unknown_protocol += 1,
+        }
+    }
+
+    fn handle_stun(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        let Ok(msg) = StunMessage::parse(data) else {
+            self.out.metrics.stun_errors += 1;
+            return;
+        };
+        let key = msg
+            .username()
+            .and_then(|u| u.split(':').next())
+            .and_then(|local| self.by_ufrag.get(local))
+            .copied();
+        let Some(key) = key else {
+            self.out.metrics.stun_errors += 1;
+            return;
+        };
+        let Some(session) = self.sessions[key].as_mut() else {
+            return;
+        };
+        let mut buf = self.out.buffer();
+        buf.resize(stun::MAX_MESSAGE_LEN, 0);
+        match session
+            .ice
+            .handle_binding_request(now, from, &msg, &mut buf)
+        {
+            Ok((n, event)) => {
+                buf.truncate(n);
+                self.out.send(from, buf);
+                if !self.by_addr.contains_key(&from) && session.ice.selected().is_none() {
+                    // A check before nomination: let the peer's DTLS reach us.
+                    self.by_addr.insert(from, key);
+                }
+                match event {
+                    Some(IceEvent::Connected(addr)) => {
+                        self.by_addr.insert(addr, key);
+                        let session = self.sessions[key].as_mut();
+                        if let Some(s) = session
+                            && s.phase == Phase::New
+                        {
+                            s.phase = Phase::Connecting;
+                            if s.dtls.role() == DtlsRole::Client {
+                                s.dtls.start(now);
+                            }
+                            if let Some(r) = s.flush_dtls(&mut self.out) {
+                                self.close(key, r);
+                                return;
+                            }
+                        }
+                    }
+                    Some(IceEvent::PathSwitched { from: old, to }) => {
+                        self.out.metrics.ice_path_switches += 1;
+                        if self.by_addr.get(&old) == Some(&key) {
+                            self.by_addr.remove(&old);
+                        }
+                        self.by_addr.insert(to, key);
+                    }
+                    None => {}
+                }
+                self.note_deadline(key);
+            }
+            Err(e) => {
+                self.out.metrics.stun_errors += 1;
+                match e.response {
+                    Some(n) => {
+                        buf.truncate(n);
+                        self.out.send(from, buf);
+                    }
+                    None => self.out.recycle(buf),
+                }
+            }
+        }
+    }
+
+    fn handle_dtls(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        let Some(&key) = self.by_addr.get(&from) else {
+            self.out.metrics.dropped_unknown_source += 1;
+            return;
+        };
+        let Some(s) = self.sessions[key].as_mut() else {
+            return;
+        };
+        s.dtls.handle_packet(now, data);
+        if let Some(r) = s.flush_dtls(&mut self.out) {
+            self.close(key, r);
+            return;
+        }
+        self.note_deadline(key);
+    }
+
+    fn handle_srtp(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
+        let Some(&key) = self.by_addr.get(&from) else {
+            self.out.metrics.dropped_unknown_source += 1;
+            return;
+        };
+        let Some(s) = self.sessions[key].as_mut() else {
+            return;
+        };
+        let Some(rx) = s.srtp_rx.as_mut() else {
+            self.out.metrics.dropped_before_dtls += 1;
+            return;
+        };
+        let is_rtcp = rtp::is_rtcp(data);
+        let r = if is_rtcp {
+            rx.unprotect_rtcp(data)
+        } else {
+            rx.unprotect_rtp(data)
+        };
+        let len = match r {
+            Ok(n) => n,
+            Err(SrtpError::Replayed | SrtpError::TooOld) => {
+                self.out.metrics.srtp_replays += 1;
+                return;
+            }
+            Err(_) => {
+                self.out.metrics.srtp_auth_failures += 1;
+                return;
+            }
+        };
+        if is_rtcp {
+            self.handle_rtcp(now, key, &data[..len]);
+        } else {
+            self.handle_rtp(now, key, data, len);
+        }
+        self.note_deadline(key);
+    }
+
+    fn handle_rtp(&mut self, now: Instant, key: usize, data: &mut [u8], len: usize) {
+        let Ok(h) = RtpHeader::parse(&data[..len]) else {
+            self.out.metrics.rtp_parse_errors += 1;
+            return;
+        };
+        let epoch = self.epoch;
+        let Some(s) = self.sessions[key].as_mut() else {
+            return;
+        };
+        let Role::Publisher(tracks) = &mut s.role else {
+            // Viewers send no media.
+            self.out.metrics.rtp_unknown_stream += 1;
+            return;
+        };
+        let mid_ok = |t: &IncomingTrack| {
+            h.payload_type == t.line.pt || Some(h.payload_type) == t.line.rtx_pt
+        };
+        let Some(ti) = tracks
+            .iter()
+            .position(|t| {
+                t.stream(h.ssrc).is_some() || t.streams.iter().any(|st| st.rtx_ssrc == Some(h.ssrc))
+            })
+            .or_else(|| tracks.iter().position(mid_ok))
+        else {
+            self.out.metrics.rtp_unknown_stream += 1;
+            return;
+        };
+        let ing = match tracks[ti].ingest(now, epoch, data, len, h) {
+            Ok(i) => i,
+            Err(IngestDrop::UnknownStream) => {
+                self.out.metrics.rtp_unknown_stream += 1;
+                return;
+            }
+            Err(IngestDrop::Malformed) => {
+                self.out.metrics.rtp_parse_errors += 1;
+                return;
+            }
+            Err(IngestDrop::Duplicate) => return,
+        };
+        self.out.metrics.rtp_received += 1;
+        if tracks[ti].keyframe_wanted {
+            s.send_keyframe_requests(now, &self.scfg, &mut self.out);
+        }
+        if !ing.forward {
+            return;
+        }
+        let stream = s.stream.clone();
+        let pkt = &data[..ing.len];
+        let mut want_keyframe = false;
+        let Some(entry) = self.streams.get(&stream) else {
+            return;
+        };
+        for &vk in &entry.viewers {
+            let Some(v) = self.sessions[vk].as_mut() else {
+                continue;
+            };
+            if v.phase != Phase::Connected {
+                continue;
+            }
+            let Role::Viewer(vtracks) = &mut v.role else {
+                continue;
+            };
+            let Some(t) = vtracks.iter_mut().find(|t| t.source() == Some(ing.line)) else {
+                continue;
+            };
+            let mut buf = self.out.buffer();
+            match t.forward(now, pkt, &ing.src, &mut buf) {
+                Ok(n) => {
+                    if v.send_rtp(&mut self.out, buf, n) {
+                        self.out.metrics.rtp_forwarded += 1;
+                    }
+                }
+                Err(reason) => {
+                    self.out.recycle(buf);
+                    if reason == DropReason::WaitingKeyframe {
+                        self.out.metrics.dropped_waiting_keyframe += 1;
+                        want_keyframe = true;
+                    }
+                }
+            }
+        }
+        if want_keyframe {
+            self.request_keyframe(now, &stream, ing.line);
+        }
+    }
+
+    fn request_keyframe(&mut self, now: Instant, stream: &StreamId, line: usize) {
+        let Some(pk) = self.streams.get(stream).and_then(|e| e.publisher) else {
+            return;
+        };
+        let Some(p) = self.sessions[pk].as_mut() else {
+            return;
+        };
+        if let Role::Publisher(tracks) = &mut p.role
+            && let Some(t) = tracks.iter_mut().find(|t| t.index == line)
+        {
+            t.keyframe_wanted = true;
+        }
+        p.send_keyframe_requests(now, &self.scfg, &mut self.out);
+        self.note_deadline(pk);
+    }
+
+    fn handle_rtcp(&mut self, now: Instant, key: usize, data: &[u8]) {
+        let Some(s) = self.sessions[key].as_mut() else {
+            return;
+        };
+        let stream = s.stream.clone();
+        let mut nacks: Vec<(usize, u16)> = Vec::new();
+        let mut keyframes: Vec<usize> = Vec::new();
+        for p in RtcpIter::new(data) {
+            let p = match p {
+                Ok(p) => p,
+                Err(_) => {
+                    self.out.metrics.rtcp_parse_errors += 1;
+                    break;
+                }
+            };
+            match (&mut s.role, p) {
+                (Role::Publisher(tracks), RtcpPacket::SenderReport(sr)) => {
+                    for t in tracks.iter_mut() {
+                        if t.handle_sender_report(now, sr.info.ssrc, sr.info.ntp, sr.info.rtp_ts) {
+                            break;
+                        }
+                    }
+                }
+                (Role::Viewer(tracks), RtcpPacket::Nack(n)) => {
+                    if let Some(ti) = tracks
+                        .iter()
+                        .position(|t| t.line.local_ssrc == n.media_ssrc)
+                    {
+                        for seq in n.lost() {
+                            nacks.push((ti, seq));
+                        }
+                    }
+                }
+                (Role::Viewer(tracks), RtcpPacket::Pli { media_ssrc, .. }) => {
+                    if let Some(t) = tracks.iter().find(|t| t.line.local_ssrc == media_ssrc) {
+                        keyframes.extend(t.source());
+                    }
+                }
+                (Role::Viewer(tracks), RtcpPacket::Fir(f)) => {
+                    for (ssrc, _) in f.entries() {
+                        if let Some(t) = tracks.iter().find(|t| t.line.local_ssrc == ssrc) {
+                            keyframes.extend(t.source());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.out.metrics.keyframe_requests_received += keyframes.len() as u64;
+        for line in keyframes {
+            self.request_keyframe(now, &stream, line);
+        }
+        if !nacks.is_empty() {
+            self.retransmit(key, &stream, &nacks);
+        }
+    }
+
+    /// Answers a viewer's NACKs from the publisher's cache.
+    fn retransmit(&mut self, vkey: usize, stream: &StreamId, nacks: &[(usize, u16)]) {
+        self.out.metrics.nacks_received += nacks.len() as u64;
+        let Some(pk) = self.streams.get(stream).and_then(|e| e.publisher) else {
+            self.out.metrics.retransmissions_missed += nacks.len() as u64;
+            return;
+        };
+        for &(ti, seq) in nacks {
+            // Look the packet up on the viewer side, copy it from the publisher's cache.
+            let Some(Role::Viewer(vt)) = self.sessions[vkey].as_ref().map(|s| &s.role) else {
+                return;
+            };
+            let Some(track) = vt.get(ti) else { continue };
+            let (Some(r), Some(line)) = (track.lookup_nack(seq), track.source()) else {
+                self.out.metrics.retransmissions_missed += 1;
+                continue;
+            };
+            let mut src = self.out.buffer();
+            let found = match self.sessions[pk].as_ref().map(|p| &p.role) {
+                Some(Role::Publisher(pt)) => pt
+                    .iter()
+                    .find(|t| t.index == line)
+                    .and_then(|t| t.stream(r.src_ssrc))
+                    .and_then(|st| st.cached(r.src_ext_seq))
+                    .map(|pkt| src.extend_from_slice(pkt))
+                    .is_some(),
+                _ => false,
+            };
+            if !found {
+                self.out.recycle(src);
+                self.out.metrics.retransmissions_missed += 1;
+                continue;
+            }
+            let Some(v) = self.sessions[vkey].as_mut() else {
+                return;
+            };
+            let Role::Viewer(vt) = &mut v.role else {
+                return;
+            };
+            let mut buf = self.out.buffer();
+            let n = vt
+                .get_mut(ti)
+                .and_then(|t| t.retransmit(&r, &src, &mut buf));
+            self.out.recycle(src);
+            match n {
+                Some(n) => {
+                    if v.send_rtp(&mut self.out, buf, n) {
+                        self.out.metrics.retransmissions_sent += 1;
+                    }
+                }
+                None => {
+                    self.out.recycle(buf);
+                    self.out.metrics.retransmissions_missed += 1;
+                }
+            }
+        }
+    }
+
+    /// Drives every timer that is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let mut next: Option<Instant> = None;
+        for key in 0..self.sessions.len() {
+            let Some(s) = self.sessions[key].as_ref() else {
+                continue;
+            };
+            let due = s.poll_timeout(&self.scfg).is_some_and(|t| t <= now);
+            if due {
+                self.session_timeout(now, key);
+            }
+            if let Some(t) = self.sessions[key]
+                .as_ref()
+                .and_then(|s| s.poll_timeout(&self.scfg))
+            {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        self.next_timeout = next;
+    }
+
+    fn session_timeout(&mut self, now: Instant, key: usize) {
+        let Some(s) = self.sessions[key].as_mut() else {
+            return;
+        };
+        s.dtls.handle_timeout(now);
+        if let Some(r) = s.flush_dtls(&mut self.out) {
+            self.close(key, r);
+            return;
+        }
+        match s.phase {
+            Phase::New | Phase::Connecting => {
+                if now >= s.created + crate::session::CONNECT_TIMEOUT {
+                    self.close(key, CloseReason::ConnectTimeout);
+                }
+                return;
+            }
+            Phase::Connected => {}
+        }
+        if s.ice.is_expired(now) {
+            self.close(key, CloseReason::ConsentExpired);
+            return;
+        }
+        match &s.role {
+            Role::Publisher(_) => s.publisher_timeout(now, &self.scfg, &mut self.out),
+            Role::Viewer(tracks) => {
+                if now < s.next_report {
+                    return;
+                }
+                let stream = s.stream.clone();
+                let sources: Vec<Option<usize>> = tracks.iter().map(|t| t.source()).collect();
+                let projections: Vec<Option<(u64, u64)>> = {
+                    let publisher = self
+                        .streams
+                        .get(&stream)
+                        .and_then(|e| e.publisher)
+                        .and_then(|k| self.sessions[k].as_ref());
+                    sources
+                        .iter()
+                        .map(|src| match (publisher.map(|p| &p.role), src) {
+                            (Some(Role::Publisher(pt)), Some(line)) => pt
+                                .iter()
+                                .find(|t| t.index == *line)
+                                .and_then(|t| t.sr_projection(now)),
+                            _ => None,
+                        })
+                        .collect()
+                };
+                let ntp_now = self.config.wall.ntp(now);
+                if let Some(s) = self.sessions[key].as_mut() {
+                    s.viewer_report(now, ntp_now, &projections, &mut self.out);
+                }
+            }
+        }
+    }
+}

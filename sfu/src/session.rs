@@ -1,0 +1,623 @@
+//! One peer connection on the node: its transport (ICE-lite, DTLS, SRTP)
+//! and its tracks, as a publisher (receiving) or a viewer (sending).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dimpl::DtlsCertificate;
+use ferry_proto::state::{SNAPSHOT_VERSION, SessionSnapshot};
+use ferry_proto::{SessionId, StreamId};
+
+use crate::dtls::{DtlsPhase, DtlsTransport, SrtpKeys};
+use crate::egress::OutgoingTrack;
+use crate::ice::{IceCredentials, IceLite};
+use crate::ingest::IncomingTrack;
+use crate::metrics::NodeMetrics;
+use crate::nack::NackConfig;
+use crate::negotiate::MediaLine;
+use crate::rtcp::{self, ReportBlock};
+use crate::signal::{SessionInfo, SessionKind};
+use crate::srtp::{SrtpContext, SrtpProfile};
+
+/// How long a session may take to connect (ICE + DTLS) before it is dropped.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// RTCP report interval.
+pub const REPORT_INTERVAL: Duration = Duration::from_secs(1);
+/// Buffers kept for reuse.
+const POOL_MAX: usize = 4096;
+/// Capacity of a packet buffer: an MTU plus SRTP and RTX overhead.
+pub const BUF_CAPACITY: usize = 1600;
+
+/// A datagram to send.
+#[derive(Debug)]
+pub struct Transmit {
+    /// Destination.
+    pub to: SocketAddr,
+    /// Bytes (a pooled buffer: hand it back with `Node::recycle`).
+    pub data: Vec<u8>,
+}
+
+/// Something that happened to a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// ICE and DTLS are up; media flows.
+    Connected(SessionId),
+    /// The session ended.
+    Closed(SessionId, CloseReason),
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// DELETE on its resource.
+    Deleted,
+    /// Its stream's publisher went away.
+    PublisherGone,
+    /// ICE consent expired.
+    ConsentExpired,
+    /// It never connected.
+    ConnectTimeout,
+    /// DTLS failed.
+    DtlsFailed,
+    /// The peer closed DTLS.
+    PeerClosed,
+}
+
+/// The node's outbound side: queued datagrams, the buffer pool, counters
+/// and events. Sessions write into it; the driver drains it.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    pool: Vec<Vec<u8>>,
+    /// Datagrams waiting for the driver.
+    pub queue: VecDeque<Transmit>,
+    /// Events waiting for the driver.
+    pub events: VecDeque<Event>,
+    /// Node counters.
+    pub metrics: NodeMetrics,
+}
+
+impl Outbox {
+    /// An empty buffer with room for one packet.
+    pub fn buffer(&mut self) -> Vec<u8> {
+        let mut b = self
+            .pool
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BUF_CAPACITY));
+        b.clear();
+        b
+    }
+
+    /// Returns a buffer to the pool.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.pool.len() < POOL_MAX && buf.capacity() >= BUF_CAPACITY {
+            self.pool.push(buf);
+        }
+    }
+
+    /// Queues a datagram.
+    pub fn send(&mut self, to: SocketAddr, data: Vec<u8>) {
+        self.metrics.tx_datagrams += 1;
+        self.metrics.tx_bytes += data.len() as u64;
+        self.queue.push_back(Transmit { to, data });
+    }
+}
+
+/// Where a session is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for ICE.
+    New,
+    /// ICE up, DTLS handshaking.
+    Connecting,
+    /// SRTP keyed.
+    Connected,
+}
+
+/// The tracks of a session.
+#[derive(Debug)]
+pub enum Role {
+    /// Receives media.
+    Publisher(Vec<IncomingTrack>),
+    /// Sends media.
+    Viewer(Vec<OutgoingTrack>),
+}
+
+/// One peer connection.
+#[derive(Debug)]
+pub struct Session {
+    /// Its id.
+    pub id: SessionId,
+    /// Its stream.
+    pub stream: StreamId,
+    /// ICE-lite agent.
+    pub ice: IceLite,
+    /// DTLS association.
+    pub dtls: DtlsTransport,
+    /// Encrypts what we send.
+    pub srtp_tx: Option<SrtpContext>,
+    /// Decrypts what we receive.
+    pub srtp_rx: Option<SrtpContext>,
+    /// Negotiated m-lines.
+    pub media: Vec<MediaLine>,
+    /// Tracks.
+    pub role: Role,
+    /// Entity tag of the ICE state.
+    pub etag: String,
+    /// SSRC we send RTCP from.
+    pub rtcp_ssrc: u32,
+    /// Lifecycle.
+    pub phase: Phase,
+    /// When it was created.
+    pub created: Instant,
+    /// Next RTCP report.
+    pub next_report: Instant,
+    last_report: Instant,
+    remb_bps: u64,
+    /// The SDP answer we gave.
+    pub answer: String,
+}
+
+/// Settings sessions need from the node.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionConfig {
+    /// NACK pacing.
+    pub nack: NackConfig,
+    /// NACK cache size per stream.
+    pub cache: usize,
+    /// Minimum time between keyframe requests per track.
+    pub pli_throttle: Duration,
+    /// REMB bounds.
+    pub remb_min_bps: u64,
+    /// REMB upper bound.
+    pub remb_max_bps: u64,
+}
+
+impl Session {
+    /// A new session from a negotiation.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: SessionId,
+        stream: StreamId,
+        ice: IceLite,
+        dtls: DtlsTransport,
+        media: Vec<MediaLine>,
+        role: Role,
+        rtcp_ssrc: u32,
+        answer: String,
+        now: Instant,
+        cfg: &SessionConfig,
+    ) -> Self {
+        let etag = etag_for(ice.local());
+        Self {
+            id,
+            stream,
+            ice,
+            dtls,
+            srtp_tx: None,
+            srtp_rx: None,
+            media,
+            role,
+            etag,
+            rtcp_ssrc,
+            phase: Phase::New,
+            created: now,
+            next_report: now + REPORT_INTERVAL,
+            last_report: now,
+            remb_bps: cfg.remb_max_bps,
+            answer,
+        }
+    }
+
+    /// Publish or view.
+    pub fn kind(&self) -> SessionKind {
+        match self.role {
+            Role::Publisher(_) => SessionKind::Publish,
+            Role::Viewer(_) => SessionKind::View,
+        }
+    }
+
+    /// Where we send: the nominated address, else the last that passed a check.
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.ice.selected().or(self.ice.candidate())
+    }
+
+    /// Listing entry.
+    pub fn info(&self) -> SessionInfo {
+        SessionInfo {
+            id: self.id.clone(),
+            stream: self.stream.clone(),
+            kind: self.kind(),
+            state: match self.phase {
+                Phase::New => "new",
+                Phase::Connecting => "connecting",
+                Phase::Connected => "connected",
+            },
+        }
+    }
+
+    /// Installs SRTP from the DTLS-exported keys.
+    pub fn install_srtp(&mut self, keys: &SrtpKeys) -> bool {
+        let Some(profile) = SrtpProfile::from_dtls_id(keys.profile) else {
+            return false;
+        };
+        match (
+            SrtpContext::new(profile, &keys.local_key, &keys.local_salt),
+            SrtpContext::new(profile, &keys.remote_key, &keys.remote_salt),
+        ) {
+            (Ok(tx), Ok(rx)) => {
+                self.srtp_tx = Some(tx);
+                self.srtp_rx = Some(rx);
+                self.phase = Phase::Connected;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Moves DTLS output (records, events) along. Returns a close reason
+    /// if DTLS failed or the peer closed it.
+    pub fn flush_dtls(&mut self, out: &mut Outbox) -> Option<CloseReason> {
+        let to = self.remote_addr();
+        while let Some(rec) = self.dtls.poll_transmit() {
+            if let Some(to) = to {
+                out.send(to, rec);
+            }
+        }
+        let mut reason = None;
+        while let Some(ev) = self.dtls.poll_event() {
+            match ev {
+                crate::dtls::DtlsEvent::Connected(keys) => {
+                    if self.install_srtp(&keys) {
+                        out.metrics.sessions_connected += 1;
+                        out.events.push_back(Event::Connected(self.id.clone()));
+                    } else {
+                        reason = Some(CloseReason::DtlsFailed);
+                    }
+                }
+                crate::dtls::DtlsEvent::Failed(_) => {
+                    out.metrics.dtls_failures += 1;
+                    reason = Some(CloseReason::DtlsFailed);
+                }
+                crate::dtls::DtlsEvent::Closed => reason = Some(CloseReason::PeerClosed),
+            }
+        }
+        reason
+    }
+
+    /// Encrypts `buf[..len]` as SRTP and queues it.
+    pub fn send_rtp(&mut self, out: &mut Outbox, mut buf: Vec<u8>, len: usize) -> bool {
+        let (Some(to), Some(tx)) = (self.remote_addr(), self.srtp_tx.as_mut()) else {
+            out.recycle(buf);
+            return false;
+        };
+        buf.resize(len + tx.profile().rtp_overhead(), 0);
+        match tx.protect_rtp(&mut buf, len) {
+            Ok(n) => {
+                buf.truncate(n);
+                out.send(to, buf);
+                true
+            }
+            Err(_) => {
+                out.recycle(buf);
+                false
+            }
+        }
+    }
+
+    /// Builds an RTCP compound with `build` (which returns its length, 0 to
+    /// send nothing), encrypts it as SRTCP and queues it.
+    pub fn send_rtcp(&mut self, out: &mut Outbox, build: impl FnOnce(&mut [u8]) -> usize) {
+        let (Some(to), Some(tx)) = (self.remote_addr(), self.srtp_tx.as_mut()) else {
+            return;
+        };
+        let mut buf = out.buffer();
+        buf.resize(1400, 0);
+        let n = build(&mut buf[..1200]);
+        if n == 0 {
+            out.recycle(buf);
+            return;
+        }
+        match tx.protect_rtcp(&mut buf, n) {
+            Ok(m) => {
+                buf.truncate(m);
+                out.send(to, buf);
+            }
+            Err(_) => out.recycle(buf),
+        }
+    }
+
+    /// Sends pending keyframe requests (PLI, or FIR where only that was
+    /// negotiated) that the throttle allows.
+    pub fn send_keyframe_requests(&mut self, now: Instant, cfg: &SessionConfig, out: &mut Outbox) {
+        let Role::Publisher(tracks) = &mut self.role else {
+            return;
+        };
+        let mut due = Vec::new();
+        for t in tracks.iter_mut() {
+            if let Some(req) = t.take_keyframe_request(now, cfg.pli_throttle) {
+                due.push(req);
+            }
+        }
+        let sender = self.rtcp_ssrc;
+        for (ssrc, fir, seq) in due {
+            out.metrics.plis_sent += 1;
+            self.send_rtcp(out, |b| {
+                let n = rtcp::write_receiver_report(b, sender, &[]).unwrap_or(0);
+                let m = if fir {
+                    rtcp::write_fir(&mut b[n..], sender, &[(ssrc, seq)])
+                } else {
+                    rtcp::write_pli(&mut b[n..], sender, ssrc)
+                };
+                m.map_or(0, |m| n + m)
+            });
+        }
+    }
+
+    /// Timer work of a publisher: NACKs, keyframe requests, reports.
+    pub fn publisher_timeout(&mut self, now: Instant, cfg: &SessionConfig, out: &mut Outbox) {
+        let sender = self.rtcp_ssrc;
+        let mut lists = Vec::new();
+        if let Role::Publisher(tracks) = &mut self.role {
+            let mut gave_up = 0;
+            for t in tracks.iter_mut() {
+                gave_up += t.poll_nacks(now, &mut lists);
+            }
+            out.metrics.nack_gave_up += gave_up as u64;
+        }
+        for (ssrc, seqs) in lists {
+            out.metrics.nacks_sent += seqs.len() as u64;
+            for chunk in seqs.chunks(64) {
+                self.send_rtcp(out, |b| {
+                    let n = rtcp::write_receiver_report(b, sender, &[]).unwrap_or(0);
+                    rtcp::write_nack(&mut b[n..], sender, ssrc, chunk).map_or(0, |m| n + m)
+                });
+            }
+        }
+        self.send_keyframe_requests(now, cfg, out);
+        if now >= self.next_report {
+            self.publisher_report(now, cfg, out);
+        }
+    }
+
+    fn publisher_report(&mut self, now: Instant, cfg: &SessionConfig, out: &mut Outbox) {
+        let interval = now.saturating_duration_since(self.last_report);
+        self.last_report = now;
+        self.next_report = now + REPORT_INTERVAL;
+        let Role::Publisher(tracks) = &mut self.role else {
+            return;
+        };
+        let mut blocks: Vec<ReportBlock> = Vec::new();
+        let mut video_bps = 0;
+        let mut worst_loss = 0u8;
+        let mut remb_ssrcs = Vec::new();
+        let mut remb = false;
+        for t in tracks.iter_mut() {
+            let first = blocks.len();
+            t.report(now, interval, &mut blocks);
+            if t.line.video {
+                video_bps += t.bitrate_bps();
+                worst_loss = blocks[first..]
+                    .iter()
+                    .map(|b| b.fraction_lost)
+                    .fold(worst_loss, u8::max);
+                remb_ssrcs.extend(t.streams.iter().map(|s| s.ssrc));
+            }
+            remb |= t.line.remb;
+        }
+        let loss = f64::from(worst_loss) / 256.0;
+        self.remb_bps = if loss > 0.10 {
+            ((video_bps as f64 * (1.0 - loss / 2.0)) as u64).max(cfg.remb_min_bps)
+        } else if loss < 0.02 {
+            (self.remb_bps + self.remb_bps / 12)
+                .max(video_bps * 3 / 2)
+                .min(cfg.remb_max_bps)
+        } else {
+            self.remb_bps
+        };
+        let sender = self.rtcp_ssrc;
+        let remb_bps = self.remb_bps;
+        blocks.truncate(31);
+        self.send_rtcp(out, |b| {
+            let Ok(n) = rtcp::write_receiver_report(b, sender, &blocks) else {
+                return 0;
+            };
+            if remb && !remb_ssrcs.is_empty() {
+                n + rtcp::write_remb(&mut b[n..], sender, remb_bps, &remb_ssrcs).unwrap_or(0)
+            } else {
+                n
+            }
+        });
+    }
+
+    /// Timer work of a viewer: sender reports. `projection(i)` gives the
+    /// source (NTP, extended RTP timestamp) for the viewer's track `i`.
+    pub fn viewer_report(
+        &mut self,
+        now: Instant,
+        ntp_now: u64,
+        projections: &[Option<(u64, u64)>],
+        out: &mut Outbox,
+    ) {
+        self.last_report = now;
+        self.next_report = now + REPORT_INTERVAL;
+        let Role::Viewer(tracks) = &self.role else {
+            return;
+        };
+        let cname = format!("ferry-{}", self.stream);
+        let mut buf = [0u8; 1200];
+        let mut n = 0;
+        for (i, t) in tracks.iter().enumerate() {
+            let p = projections.get(i).copied().flatten();
+            n += t.write_report(&mut buf[n..], ntp_now, p, &cname);
+            if n > 1000 {
+                break;
+            }
+        }
+        if n > 0 {
+            self.send_rtcp(out, |b| {
+                b[..n].copy_from_slice(&buf[..n]);
+                n
+            });
+        }
+    }
+
+    /// Sends RTCP BYE for the SSRCs we send and close_notify.
+    pub fn say_goodbye(&mut self, out: &mut Outbox) {
+        if self.phase == Phase::Connected {
+            let ssrcs: Vec<u32> = match &self.role {
+                Role::Viewer(tracks) => tracks.iter().map(|t| t.line.local_ssrc).collect(),
+                Role::Publisher(_) => vec![self.rtcp_ssrc],
+            };
+            let sender = self.rtcp_ssrc;
+            self.send_rtcp(out, |b| {
+                let n = rtcp::write_receiver_report(b, sender, &[]).unwrap_or(0);
+                rtcp::write_bye(&mut b[n..], &ssrcs).map_or(0, |m| n + m)
+            });
+        }
+        self.dtls.close();
+        let _ = self.flush_dtls(out);
+    }
+
+    /// When this session next needs `handle_timeout`.
+    pub fn poll_timeout(&self, cfg: &SessionConfig) -> Option<Instant> {
+        let mut t = self.dtls.poll_timeout();
+        let mut min = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |y| y.min(x)));
+            }
+        };
+        match self.phase {
+            Phase::New | Phase::Connecting => min(Some(self.created + CONNECT_TIMEOUT)),
+            Phase::Connected => {
+                min(Some(self.next_report));
+                min(self.ice.poll_timeout());
+                if let Role::Publisher(tracks) = &self.role {
+                    for tr in tracks {
+                        min(tr.nack_deadline());
+                        min(tr.keyframe_deadline(cfg.pli_throttle));
+                    }
+                }
+            }
+        }
+        t
+    }
+
+    /// Exports the whole session.
+    pub fn snapshot(&self, now: Instant) -> SessionSnapshot {
+        let (incoming, outgoing) = match &self.role {
+            Role::Publisher(t) => (t.iter().map(|t| t.snapshot(now)).collect(), Vec::new()),
+            Role::Viewer(t) => (Vec::new(), t.iter().map(|t| t.snapshot(now)).collect()),
+        };
+        SessionSnapshot {
+            version: SNAPSHOT_VERSION,
+            session_id: self.id.to_string(),
+            stream: self.stream.to_string(),
+            publisher: matches!(self.role, Role::Publisher(_)),
+            ice: Some(self.ice.snapshot(now)),
+            dtls: Some(self.dtls.snapshot()),
+            srtp_tx: self.srtp_tx.as_ref().map(SrtpContext::snapshot),
+            srtp_rx: self.srtp_rx.as_ref().map(SrtpContext::snapshot),
+            media: self.media.iter().map(MediaLine::to_state).collect(),
+            incoming,
+            outgoing,
+            rtcp_ssrc: self.rtcp_ssrc,
+            answer_sdp: self.answer.clone(),
+            age_ms: crate::time::age_ms(now, self.created),
+            remb_bps: self.remb_bps,
+        }
+    }
+
+    /// Rebuilds a session from a snapshot taken anywhere.
+    pub fn restore(
+        s: &SessionSnapshot,
+        cfg: &SessionConfig,
+        dtls_config: Arc<dimpl::Config>,
+        now: Instant,
+    ) -> Result<Self, String> {
+        if s.version > SNAPSHOT_VERSION {
+            return Err(format!(
+                "snapshot version {} is newer than this node's {}",
+                s.version, SNAPSHOT_VERSION
+            ));
+        }
+        let id = SessionId::new(s.session_id.clone()).map_err(|e| e.to_string())?;
+        let stream = StreamId::new(s.stream.clone()).map_err(|e| e.to_string())?;
+        let ice = IceLite::restore(s.ice.as_ref().ok_or("snapshot has no ICE state")?, now);
+        let dtls_state = s.dtls.as_ref().ok_or("snapshot has no DTLS state")?;
+        let dtls = DtlsTransport::restore(dtls_state, dtls_config, now);
+        let media = s
+            .media
+            .iter()
+            .map(MediaLine::from_state)
+            .collect::<Result<Vec<_>, _>>()?;
+        let line = |i: usize| {
+            media
+                .get(i)
+                .cloned()
+                .ok_or(format!("track refers to m-line {i}"))
+        };
+        let role = if s.publisher {
+            let mut tracks = Vec::new();
+            for t in &s.incoming {
+                let l = line(t.index as usize)?;
+                tracks.push(IncomingTrack::restore(t, l, cfg.nack, cfg.cache, now));
+            }
+            Role::Publisher(tracks)
+        } else {
+            let mut tracks = Vec::new();
+            for t in &s.outgoing {
+                let l = line(t.index as usize)?;
+                tracks.push(OutgoingTrack::restore(t, l, now));
+            }
+            Role::Viewer(tracks)
+        };
+        let srtp = |c: &Option<ferry_proto::state::srtp::SrtpContextState>| {
+            c.as_ref()
+                .map(|c| SrtpContext::restore(c).map_err(|e| e.to_string()))
+                .transpose()
+        };
+        let srtp_tx = srtp(&s.srtp_tx)?;
+        let srtp_rx = srtp(&s.srtp_rx)?;
+        let phase =
+            if srtp_tx.is_some() && srtp_rx.is_some() && dtls.phase() == DtlsPhase::Connected {
+                Phase::Connected
+            } else if ice.selected().is_some() {
+                Phase::Connecting
+            } else {
+                Phase::New
+            };
+        let etag = etag_for(ice.local());
+        Ok(Self {
+            id,
+            stream,
+            ice,
+            dtls,
+            srtp_tx,
+            srtp_rx,
+            media,
+            role,
+            etag,
+            rtcp_ssrc: s.rtcp_ssrc,
+            phase,
+            created: crate::time::from_age_ms(now, s.age_ms),
+            next_report: now + REPORT_INTERVAL,
+            last_report: now,
+            remb_bps: if s.remb_bps == 0 {
+                cfg.remb_max_bps
+            } else {
+                s.remb_bps
+            },
+            answer: s.answer_sdp.clone(),
+        })
+    }
+}
+
+/// The entity tag of a session's ICE state: changes exactly on ICE restart.
+pub fn etag_for(local: &IceCredentials) -> String {
+    format!("\"{}\"", local.ufrag)
+}
+
+/// A certificate shared by the node's sessions.
+pub type SharedCert = Arc<DtlsCertificate>;
