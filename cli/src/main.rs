@@ -1,5 +1,105 @@
-//! `ferry`: the one binary.
+//! `ferry`: the one binary. `ferry dev` runs a local setup with the demo
+//! page; `ferry node` runs one media node; `ferry bench` measures.
 
-fn main() {
-    println!("ferry");
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use ferry_proto::NodeId;
+use ferry_sfu::driver::{self, NodeOptions};
+use ferry_sfu::http::IceServer;
+
+mod bench;
+mod dev;
+
+#[derive(Parser, Debug)]
+#[command(name = "ferry", version, about = "Ferry WebRTC media-server cluster")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Local setup on loopback: gateway + demo page on :8080, node-a on :8081.
+    Dev(dev::DevArgs),
+    /// Run one media node.
+    Node(NodeArgs),
+    /// Benchmarks that print a table and write JSON under target/bench/.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+#[derive(clap::Args, Debug)]
+struct NodeArgs {
+    /// Node id.
+    #[arg(long, default_value = "node-a")]
+    id: String,
+    /// HTTP (WHIP/WHEP) listen address.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    http: SocketAddr,
+    /// Media UDP listen address (port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    udp: SocketAddr,
+    /// IP announced in ICE candidates (needed when binding 0.0.0.0).
+    #[arg(long)]
+    announce: Option<std::net::IpAddr>,
+    /// ICE server announced in `Link: rel="ice-server"` (repeatable), e.g. stun:stun.example.org:3478.
+    #[arg(long = "ice-server")]
+    ice_servers: Vec<String>,
+    /// Packets cached per published stream for retransmission.
+    #[arg(long, default_value_t = 1000)]
+    nack_cache: usize,
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_tracing();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    rt.block_on(async move {
+        match cli.command {
+            Command::Dev(args) => dev::run(args).await,
+            Command::Node(args) => run_node(args).await,
+            Command::Bench(cmd) => bench::run(cmd).await,
+        }
+    })
+}
+
+async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    let node = driver::start(NodeOptions {
+        id: NodeId::new(args.id.clone()).context("--id")?,
+        http: args.http,
+        udp: args.udp,
+        announce: args.announce,
+        ice_servers: args
+            .ice_servers
+            .into_iter()
+            .map(|url| IceServer {
+                url,
+                username: None,
+                credential: None,
+            })
+            .collect(),
+        nack_cache: args.nack_cache,
+    })
+    .await
+    .context("starting node")?;
+    println!(
+        "node {} http http://{} media udp {} (candidate {})",
+        args.id, node.http, node.udp, node.candidate
+    );
+    tokio::select! {
+        r = node.server => r.context("http server")?.context("http server")?,
+        _ = tokio::signal::ctrl_c() => println!("shutting down"),
+    }
+    Ok(())
 }

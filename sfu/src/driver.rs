@@ -129,6 +129,7 @@ async fn run(mut node: Node, socket: Arc<UdpSocket>, mut rx: mpsc::Receiver<Comm
     loop {
         flush(&mut node, &socket).await;
         let deadline = node.poll_timeout();
+        tracing::trace!(?deadline, "node loop");
         let sleep = async {
             match deadline {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -198,4 +199,78 @@ async fn flush(node: &mut Node, socket: &UdpSocket) {
         }
         node.recycle(t.data);
     }
+}
+
+/// What [`start`] needs to run one node.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// Node id.
+    pub id: ferry_proto::NodeId,
+    /// HTTP (WHIP/WHEP) listen address.
+    pub http: SocketAddr,
+    /// Media UDP listen address.
+    pub udp: SocketAddr,
+    /// Address announced in candidates (default: the bound one; loopback if unspecified).
+    pub announce: Option<std::net::IpAddr>,
+    /// ICE servers for `Link` headers.
+    pub ice_servers: Vec<crate::http::IceServer>,
+    /// NACK cache per stream.
+    pub nack_cache: usize,
+}
+
+/// A node started by [`start`].
+#[derive(Debug)]
+pub struct RunningNode {
+    /// Handle to the node task.
+    pub handle: NodeHandle,
+    /// Where HTTP listens.
+    pub http: SocketAddr,
+    /// Where media listens.
+    pub udp: SocketAddr,
+    /// The announced candidate.
+    pub candidate: SocketAddr,
+    /// The HTTP server task.
+    pub server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// Binds sockets, makes a certificate and starts the node and its HTTP API.
+pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
+    use rand::RngExt;
+
+    let socket = UdpSocket::bind(opts.udp).await?;
+    let udp = socket.local_addr()?;
+    let ip = match (opts.announce, udp.ip()) {
+        (Some(ip), _) => ip,
+        (None, ip) if ip.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
+        (None, ip) => ip,
+    };
+    let candidate = SocketAddr::new(ip, udp.port());
+    let mut rng = rand::rng();
+    let cert = loop {
+        if let Ok(c) = crate::cert::generate(rng.random()) {
+            break c;
+        }
+    };
+    let now = Instant::now();
+    let wall = crate::time::WallClock {
+        base: now,
+        unix_at_base: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default(),
+    };
+    let mut config = crate::node::NodeConfig::new(opts.id, vec![candidate], rng.random(), wall);
+    config.nack_cache = opts.nack_cache;
+    let node = Node::new(config, Arc::new(cert), now);
+    let handle = spawn_on(node, socket)?;
+    let listener = tokio::net::TcpListener::bind(opts.http).await?;
+    let http = listener.local_addr()?;
+    let app = crate::http::router(handle.clone(), opts.ice_servers);
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(RunningNode {
+        handle,
+        http,
+        udp,
+        candidate,
+        server,
+    })
 }

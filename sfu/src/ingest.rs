@@ -187,6 +187,8 @@ pub enum IngestDrop {
     UnknownStream,
     /// Already received.
     Duplicate,
+    /// An RTX packet that only carries padding (bandwidth probing).
+    Padding,
 }
 
 /// One published track (one accepted m-line).
@@ -383,6 +385,9 @@ impl IncomingTrack {
             .classify(&h, &buf[..len])
             .ok_or(IngestDrop::UnknownStream)?;
         let (len, h) = if is_rtx {
+            if h.payload_range.is_empty() {
+                return Err(IngestDrop::Padding);
+            }
             let ssrc = self.streams[si].ssrc;
             let n =
                 rtp::rtx_unwrap(buf, len, self.line.pt, ssrc).map_err(|_| IngestDrop::Malformed)?;

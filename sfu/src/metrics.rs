@@ -49,6 +49,8 @@ metrics! {
     rtcp_parse_errors,
     /// RTP packets from a publisher that match no negotiated track.
     rtp_unknown_stream,
+    /// Padding-only RTX packets (bandwidth probes) dropped.
+    padding_dropped,
     /// RTP packets received from publishers.
     rtp_received,
     /// RTP packets forwarded to viewers.

@@ -811,6 +811,10 @@ impl Node {
                 return;
             }
             Err(IngestDrop::Duplicate) => return,
+            Err(IngestDrop::Padding) => {
+                self.out.metrics.padding_dropped += 1;
+                return;
+            }
         };
         self.out.metrics.rtp_received += 1;
         if tracks[ti].keyframe_wanted {
