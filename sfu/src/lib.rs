@@ -10,6 +10,8 @@ pub mod codec;
 pub mod driver;
 pub mod dtls;
 pub mod egress;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
 pub mod http;
 pub mod ice;
 pub mod ingest;

@@ -1,0 +1,104 @@
+//! Fuzz target bodies (feature `fuzzing`): every network parser of the node,
+//! plus the node itself fed arbitrary signalling and datagrams. The
+//! `fuzz/` crate wraps each in a libFuzzer target; the bodies compile with
+//! the crate so they cannot rot.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_proto::{NodeId, SessionId, StreamId};
+
+pub use crate::rtcp::fuzz_rtcp;
+pub use crate::rtp::fuzz_rtp;
+pub use crate::sdp::fuzz_sdp;
+pub use crate::srtp::fuzz_unprotect;
+pub use crate::stun::fuzz_stun;
+
+use crate::node::{Node, NodeConfig};
+use crate::time::WallClock;
+
+const OFFER: &str = include_str!("sdp/testdata/chrome_offer.sdp");
+
+fn node(now: Instant) -> Option<Node> {
+    static CERT: std::sync::OnceLock<Option<Arc<dimpl::DtlsCertificate>>> =
+        std::sync::OnceLock::new();
+    let cert = CERT
+        .get_or_init(|| crate::cert::generate([7; 32]).ok().map(Arc::new))
+        .clone()?;
+    let wall = WallClock {
+        base: now,
+        unix_at_base: Duration::from_secs(1_700_000_000),
+    };
+    let addr: SocketAddr = "127.0.0.1:5000".parse().ok()?;
+    let mut config = NodeConfig::new(NodeId::new("fuzz").ok()?, vec![addr], [1; 32], wall);
+    config.deterministic_dtls = true;
+    Some(Node::new(config, cert, now))
+}
+
+/// Signalling with arbitrary bodies: as a WHIP offer, a WHEP offer and a
+/// PATCH fragment (with and without a valid ETag). Must never panic.
+pub fn fuzz_signal(data: &[u8]) {
+    let now = Instant::now();
+    let Some(mut node) = node(now) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(stream) = StreamId::new("s") else {
+        return;
+    };
+    let _ = node.publish(now, &stream, text);
+    let Ok(other) = StreamId::new("t") else {
+        return;
+    };
+    if let Ok(answer) = node.publish(now, &other, OFFER) {
+        let _ = node.view(now, &other, text);
+        let _ = node.patch(now, &answer.session, text, Some(&answer.etag));
+        let _ = node.patch(now, &answer.session, text, Some("*"));
+        let _ = node.patch(now, &answer.session, text, None);
+    }
+    if let Ok(id) = SessionId::new("unknown") {
+        let _ = node.patch(now, &id, text, Some("*"));
+    }
+}
+
+/// Arbitrary datagrams at a node with a publisher, from the address a
+/// client would use. Must never panic.
+pub fn fuzz_datagram(data: &[u8]) {
+    let now = Instant::now();
+    let Some(mut node) = node(now) else { return };
+    let Ok(stream) = StreamId::new("s") else {
+        return;
+    };
+    let _ = node.publish(now, &stream, OFFER);
+    let Ok(from) = "127.0.0.1:6000".parse::<SocketAddr>() else {
+        return;
+    };
+    let mut buf = data.to_vec();
+    node.handle_datagram(now, from, &mut buf);
+    node.handle_timeout(now + Duration::from_secs(1));
+    while node.poll_transmit().is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn signalling_and_datagrams_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+            super::fuzz_signal(&data);
+            super::fuzz_datagram(&data);
+        }
+
+        #[test]
+        fn mutated_offers_never_panic(cut in 0usize..4000, byte in any::<u8>()) {
+            let mut offer = super::OFFER.as_bytes().to_vec();
+            let i = cut % offer.len();
+            offer[i] = byte;
+            super::fuzz_signal(&offer);
+        }
+    }
+}
