@@ -1,9 +1,11 @@
 //! Headless Chromium, one process per page.
 //!
 //! Each [`Browser`] is a fresh Chromium process with its own throw-away profile, a fake camera and
-//! microphone, and permission prompts auto-accepted. It runs in its own process group so that
-//! dropping it kills every helper process (zygotes, renderers, GPU and network services) and then
-//! removes the profile: no Chromium outlives the test that opened it.
+//! microphone, and permission prompts auto-accepted. Dropping it kills every process it started
+//! and then removes the profile: no Chromium outlives the test that opened it. Most helpers
+//! (zygotes, renderers, GPU, network, audio and capture services) share the browser's process
+//! group; the crash handler daemonizes out of it, but its command line names the crash database,
+//! which lives in our temp dir because `XDG_CONFIG_HOME` points there.
 
 use std::env;
 use std::fs::{self, File};
@@ -13,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use rustix::process::{Pid, Signal, kill_process_group, test_kill_process_group};
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 
 /// Environment variable naming the Chromium binary; otherwise `chromium` is looked up on `PATH`.
 pub const CHROMIUM_ENV: &str = "FERRY_CHROMIUM";
@@ -44,7 +46,7 @@ const FLAGS: &[&str] = &[
     "--enable-logging=stderr",
 ];
 
-/// How long `Drop` waits for the process group to disappear after SIGKILL.
+/// How long `Drop` waits for Chromium's processes to disappear after SIGKILL.
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Log lines `Drop` prints: the page's console and the browser's last words.
@@ -54,7 +56,8 @@ const LOG_TAIL_LINES: usize = 40;
 #[derive(Debug)]
 pub struct Browser {
     child: Child,
-    /// Holds `profile/` (the `--user-data-dir`) and `chromium.log`; removed on drop.
+    /// Holds `profile/` (the `--user-data-dir`), `config/` (`XDG_CONFIG_HOME`, where the crash
+    /// handler keeps its database) and `chromium.log`; removed on drop.
     dir: PathBuf,
     url: String,
 }
@@ -68,7 +71,10 @@ impl Browser {
         let binary = chromium_binary()?;
         let dir = fresh_dir()?;
         let profile = dir.join("profile");
-        fs::create_dir(&profile).with_context(|| format!("creating {}", profile.display()))?;
+        let config = dir.join("config");
+        for sub in [&profile, &config] {
+            fs::create_dir(sub).with_context(|| format!("creating {}", sub.display()))?;
+        }
         let log = File::create(dir.join("chromium.log")).context("creating the Chromium log")?;
 
         let mut command = Command::new(&binary);
@@ -76,6 +82,7 @@ impl Browser {
             .args(FLAGS)
             .arg(format!("--user-data-dir={}", profile.display()))
             .arg(url)
+            .env("XDG_CONFIG_HOME", &config)
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("duplicating the log handle")?)
             .stderr(log);
@@ -98,6 +105,12 @@ impl Browser {
     /// The page this browser was opened on.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The temp dir holding this browser's profile and log; every Chromium process of this
+    /// browser names it on its command line. Removed on drop.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The browser's process id, which is also its process group id.
@@ -130,10 +143,22 @@ impl Drop for Browser {
         let _ = kill_process_group(group, Signal::KILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // Helpers are reaped by init, not by us; wait until the group is gone so that `pgrep`
-        // after the tests finds nothing and nobody writes into the profile we remove next.
+        // Helpers are not our children: wait until none is alive, so that nothing outlives the
+        // test and nobody writes into the directory we remove next. Reaping the dead is init's
+        // business, and some inits take their time.
         let deadline = Instant::now() + REAP_TIMEOUT;
-        while test_kill_process_group(group).is_ok() && Instant::now() < deadline {
+        loop {
+            let strays = live_processes(group, &self.dir);
+            if strays.is_empty() {
+                break;
+            }
+            for &pid in &strays {
+                let _ = kill_process(pid, Signal::KILL);
+            }
+            if Instant::now() >= deadline {
+                eprintln!("chromium processes still running after SIGKILL: {strays:?}");
+                break;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         // libtest captures this and shows it only when the test fails.
@@ -144,6 +169,32 @@ impl Drop for Browser {
         );
         let _ = fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Live (not zombie) processes in process group `group` or whose command line mentions `dir`
+/// (a unique temp dir: only this browser's processes can).
+fn live_processes(group: Pid, dir: &Path) -> Vec<Pid> {
+    let group = group.as_raw_pid().to_string();
+    let needle = dir.as_os_str().as_encoded_bytes();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = Pid::from_raw(entry.file_name().to_str()?.parse().ok()?)?;
+            let stat = fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            let (state, pgrp) = (fields.next()?, fields.nth(1)?);
+            if state == "Z" || state == "X" {
+                return None;
+            }
+            let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let ours = pgrp == group || cmdline.windows(needle.len()).any(|w| w == needle);
+            ours.then_some(pid)
+        })
+        .collect()
 }
 
 /// `$FERRY_CHROMIUM`, else `chromium` on `PATH`.
