@@ -20,9 +20,8 @@ use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 /// Environment variable naming the Chromium binary; otherwise `chromium` is looked up on `PATH`.
 pub const CHROMIUM_ENV: &str = "FERRY_CHROMIUM";
 
-/// Flags for every page. The first block is the fixed headless/fake-media set; the second keeps a
-/// page that nobody looks at running at full speed (no timer throttling, no renderer
-/// backgrounding) and lets muted `<video>` elements play without a user gesture.
+/// Flags for every page: the fixed headless and fake-media set, then what keeps a page that nobody
+/// looks at running at full speed, then logging.
 const FLAGS: &[&str] = &[
     "--headless=new",
     "--no-sandbox",
@@ -37,7 +36,7 @@ const FLAGS: &[&str] = &[
     "--disable-sync",
     "--disable-quic",
     "--no-first-run",
-    //
+    // Unwatched pages run at full speed; muted media plays without a gesture.
     "--autoplay-policy=no-user-gesture-required",
     "--disable-renderer-backgrounding",
     "--disable-background-timer-throttling",
@@ -142,10 +141,10 @@ impl Drop for Browser {
         let group = Pid::from_child(&self.child);
         let _ = kill_process_group(group, Signal::KILL);
         let _ = self.child.kill();
-        let _ = self.child.wait();
         // Helpers are not our children: wait until none is alive, so that nothing outlives the
         // test and nobody writes into the directory we remove next. Reaping the dead is init's
-        // business, and some inits take their time.
+        // business, and some inits take their time. The browser itself is reaped only after
+        // that: until then its pid, hence the group id, cannot be reused by someone else.
         let deadline = Instant::now() + REAP_TIMEOUT;
         loop {
             let strays = live_processes(group, &self.dir);
@@ -161,6 +160,7 @@ impl Drop for Browser {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let _ = self.child.wait();
         // libtest captures this and shows it only when the test fails.
         eprintln!(
             "--- chromium log for {} ---\n{}\n---",
