@@ -15,7 +15,8 @@
 //! let _page = Browser::open(&collector.page_url("loopback.html", &[("id", "L")]))?;
 //! collector
 //!     .wait_until(Duration::from_secs(30), |reports| {
-//!         num(&reports["L"], "/receiver/inbound/video/framesDecoded") > 60.0
+//!         let frames = |l| num(l, "/receiver/inbound/video/framesDecoded");
+//!         reports.get("L").is_some_and(|l| frames(l) > 60.0)
 //!     })
 //!     .await?;
 //! # Ok(())
