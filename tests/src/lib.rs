@@ -1,1 +1,24 @@
-//! Helpers for Ferry's end-to-end tests.
+//! Helpers for Ferry's end-to-end tests: real browsers against real sockets.
+//!
+//! - [`Browser`] launches headless Chromium on one page (fake camera and microphone) and kills it,
+//!   helpers and all, on drop.
+//! - [`Collector`] serves the test pages in `tests/pages/` and collects the JSON reports they post
+//!   every second; a test waits on them with [`Collector::wait_until`].
+//!
+//! The pages (all take `id=`, the name their reports are filed under):
+//!
+//! | page | query | what it does |
+//! |---|---|---|
+//! | `publish.html` | `whip=URL&codec=vp8\|h264&audio=1` | publishes the fake camera (640x360@30) and microphone over WHIP |
+//! | `view.html` | `whep=URL` | plays a stream over WHEP into a muted `<video>` |
+//! | `loopback.html` | | two peer connections in one page, no server: checks the harness itself |
+//!
+//! `publish.html` and `view.html` also take `trickle=1` (send candidates with `PATCH`) and obey
+//! the commands `delete` and `close` (see [`Collector::command`]). Report fields are documented
+//! at the top of each page.
+
+mod chromium;
+mod collector;
+
+pub use chromium::{Browser, CHROMIUM_ENV};
+pub use collector::{Collector, Reports, num};
