@@ -2,6 +2,7 @@
 //!
 //! - [`Browser`] launches headless Chromium on one page (fake camera and microphone) and kills it,
 //!   helpers and all, on drop.
+//! - [`FerryNode`] runs a real `ferry node` process; [`http`] is a bare HTTP/1.1 client.
 //! - [`Collector`] serves the test pages in `tests/pages/` and collects the JSON reports they post
 //!   every second; a test waits on them with [`Collector::wait_until`].
 //!
@@ -19,6 +20,8 @@
 
 mod chromium;
 mod collector;
+mod node;
 
 pub use chromium::{Browser, CHROMIUM_ENV};
 pub use collector::{Collector, Reports, num};
+pub use node::{FERRY_BIN_ENV, FerryNode, Response, ferry_bin, http};

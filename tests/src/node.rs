@@ -1,0 +1,182 @@
+//! A real `ferry` process for end-to-end tests, and a minimal HTTP/1.1
+//! client to talk to it (status, headers and body, nothing hidden).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+/// Environment variable naming the `ferry` binary (default: next to the test binary).
+pub const FERRY_BIN_ENV: &str = "FERRY_BIN";
+
+/// The `ferry` binary built in the same target dir as the running test.
+pub fn ferry_bin() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(FERRY_BIN_ENV) {
+        return Ok(PathBuf::from(p));
+    }
+    // target/<profile>/deps/<test> → target/<profile>/ferry
+    let exe = std::env::current_exe().context("current_exe")?;
+    let bin = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join("ferry"))
+        .context("locating the ferry binary")?;
+    if !bin.exists() {
+        bail!(
+            "{} not found: build it first (cargo build --release -p ferry) or set {FERRY_BIN_ENV}",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// A running `ferry node`, killed on drop.
+#[derive(Debug)]
+pub struct FerryNode {
+    child: Child,
+    /// `http://127.0.0.1:PORT` of its WHIP/WHEP API.
+    pub http: String,
+    /// Its media UDP address.
+    pub udp: SocketAddr,
+}
+
+impl FerryNode {
+    /// Starts `ferry node` on ephemeral ports with `extra` arguments and
+    /// waits for it to print its addresses.
+    pub fn spawn(extra: &[&str]) -> Result<FerryNode> {
+        let mut child = Command::new(ferry_bin()?)
+            .args(["node", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("spawning ferry node")?;
+        let stdout = child.stdout.take().context("node stdout")?;
+        let mut line = String::new();
+        let mut reader = BufReader::new(stdout);
+        reader
+            .read_line(&mut line)
+            .context("reading the node's first line")?;
+        // Keep draining its stdout (logs) so the node never writes into a closed pipe.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
+                eprint!("[node] {sink}");
+                sink.clear();
+            }
+        });
+        // "node node-a http http://127.0.0.1:PORT media udp 127.0.0.1:PORT (candidate ...)"
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let after = |key: &str| {
+            words
+                .windows(2)
+                .find(|w| w[0] == key)
+                .map(|w| w[1].to_owned())
+        };
+        let http = after("http").context(format!("no http address in {line:?}"))?;
+        let udp = after("udp")
+            .and_then(|u| u.parse().ok())
+            .context(format!("no udp address in {line:?}"))?;
+        Ok(FerryNode { child, http, udp })
+    }
+
+    /// Sends `data` to the node's media port from a fresh socket.
+    pub fn send_udp(&self, data: &[u8]) -> Result<()> {
+        let s = UdpSocket::bind("127.0.0.1:0")?;
+        s.send_to(data, self.udp)?;
+        Ok(())
+    }
+
+    /// The value of counter `ferry_node_{name}_total`.
+    pub fn metric(&self, name: &str) -> Result<u64> {
+        let r = http(&format!("{}/metrics", self.http), "GET", &[], b"")?;
+        let key = format!("ferry_node_{name}_total ");
+        r.body
+            .lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .and_then(|v| v.trim().parse().ok())
+            .context(format!("metric {name} not found"))
+    }
+}
+
+impl Drop for FerryNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Header (lower-cased name, value) pairs in order.
+    pub headers: Vec<(String, String)>,
+    /// Body as text.
+    pub body: String,
+}
+
+impl Response {
+    /// First header value by (case-insensitive) name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of a header.
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+/// One HTTP/1.1 request to `url` (`http://host:port/path`), `Connection: close`.
+pub fn http(url: &str, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Response> {
+    let rest = url.strip_prefix("http://").context("only http:// URLs")?;
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let mut s = TcpStream::connect(host).with_context(|| format!("connecting {host}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").context("no header end")?;
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .context("status line")?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Ok(Response {
+        status,
+        headers,
+        body: body.to_owned(),
+    })
+}
