@@ -1,0 +1,210 @@
+//! A real `ferry node` answers bad input with the specific error — an HTTP
+//! status with a reason, or a dropped datagram with a counter — and keeps
+//! serving. Also checks the WHIP/WHEP headers (RFC 9725) and CORS.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use ferry_tests::{FerryNode, Response, http};
+
+const OFFER: &str = include_str!("../../sfu/src/sdp/testdata/chrome_offer.sdp");
+const SDP: (&str, &str) = ("Content-Type", "application/sdp");
+const FRAG: (&str, &str) = ("Content-Type", "application/trickle-ice-sdpfrag");
+
+fn expect(r: &Response, status: u16, reason: &str) -> Result<()> {
+    ensure!(
+        r.status == status && r.body.contains(reason),
+        "expected {status} containing {reason:?}, got {} {:?}",
+        r.status,
+        r.body
+    );
+    Ok(())
+}
+
+fn wait_metric(node: &FerryNode, name: &str, at_least: u64) -> Result<u64> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let v = node.metric(name)?;
+        if v >= at_least || Instant::now() > deadline {
+            return Ok(v);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn signalling_errors_are_specific() -> Result<()> {
+    let node = FerryNode::spawn(&["--ice-server", "stun:stun.example.org:3478"])?;
+    let url = |p: &str| format!("{}{p}", node.http);
+
+    let r = http(&url("/whip/cam"), "POST", &[SDP], b"this is not sdp")?;
+    expect(&r, 400, "bad SDP")?;
+    let r = http(
+        &url("/whip/cam"),
+        "POST",
+        &[("Content-Type", "text/plain")],
+        OFFER.as_bytes(),
+    )?;
+    expect(&r, 415, "application/sdp")?;
+    let plain = "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
+    let r = http(&url("/whip/cam"), "POST", &[SDP], plain.as_bytes())?;
+    expect(&r, 422, "not a WebRTC offer")?;
+    let r = http(&url("/whip/bad%20name"), "POST", &[SDP], OFFER.as_bytes())?;
+    expect(&r, 400, "stream name")?;
+    let big = vec![b'a'; 70 * 1024];
+    let r = http(&url("/whip/cam"), "POST", &[SDP], &big)?;
+    ensure!(r.status == 413, "oversized body: {}", r.status);
+    let r = http(&url("/whep/nobody"), "POST", &[SDP], OFFER.as_bytes())?;
+    expect(&r, 404, "no publisher")?;
+
+    // A publisher: 201 with the RFC 9725 headers.
+    let r = http(
+        &url("/whip/cam"),
+        "POST",
+        &[SDP, ("Origin", "http://player.example")],
+        OFFER.as_bytes(),
+    )?;
+    ensure!(r.status == 201, "{} {}", r.status, r.body);
+    let location = r.header("location").context("Location")?.to_owned();
+    let etag = r.header("etag").context("ETag")?.to_owned();
+    ensure!(location.starts_with("/whip/cam/"), "{location}");
+    ensure!(r.header("content-type") == Some("application/sdp"));
+    ensure!(r.header("accept-patch") == Some("application/trickle-ice-sdpfrag"));
+    ensure!(
+        r.all("link").iter().any(|l| l.contains("<stun:stun.example.org:3478>") && l.contains("rel=\"ice-server\"")),
+        "Link: {:?}",
+        r.all("link")
+    );
+    ensure!(r.header("access-control-allow-origin") == Some("*"));
+    let exposed = r
+        .header("access-control-expose-headers")
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    for h in ["location", "etag", "link", "accept-patch"] {
+        ensure!(exposed.contains(h), "{h} not exposed: {exposed}");
+    }
+    ensure!(r.body.starts_with("v=0"), "answer: {}", r.body);
+
+    let r = http(&url("/whip/cam"), "POST", &[SDP], OFFER.as_bytes())?;
+    expect(&r, 409, "already has a publisher")?;
+
+    // CORS preflight from another origin.
+    let r = http(
+        &url("/whip/cam"),
+        "OPTIONS",
+        &[
+            ("Origin", "http://player.example"),
+            ("Access-Control-Request-Method", "POST"),
+            ("Access-Control-Request-Headers", "content-type"),
+        ],
+        b"",
+    )?;
+    ensure!((200..300).contains(&r.status), "preflight {}", r.status);
+    ensure!(r.header("access-control-allow-origin") == Some("*"));
+
+    // PATCH rules.
+    let session = url(&location);
+    let trickle = "a=ice-ufrag:Kx7q\r\na=ice-pwd:3hF9tLm2QwErTy8UiOpAsDfG\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:0\r\na=candidate:1 1 udp 2122260223 127.0.0.1 40000 typ host\r\n";
+    let r = http(
+        &url("/whip/cam/0000000000000000"),
+        "PATCH",
+        &[FRAG, ("If-Match", "*")],
+        trickle.as_bytes(),
+    )?;
+    expect(&r, 404, "no session")?;
+    let r = http(&session, "PATCH", &[FRAG], trickle.as_bytes())?;
+    expect(&r, 428, "If-Match")?;
+    let r = http(
+        &session,
+        "PATCH",
+        &[FRAG, ("If-Match", "\"stale\"")],
+        trickle.as_bytes(),
+    )?;
+    expect(&r, 412, "ETag")?;
+    let r = http(
+        &session,
+        "PATCH",
+        &[SDP, ("If-Match", &etag)],
+        trickle.as_bytes(),
+    )?;
+    expect(&r, 415, "trickle-ice-sdpfrag")?;
+    let r = http(&session, "PATCH", &[FRAG, ("If-Match", &etag)], b"garbage")?;
+    expect(&r, 400, "bad SDP")?;
+    let r = http(
+        &session,
+        "PATCH",
+        &[FRAG, ("If-Match", &etag)],
+        trickle.as_bytes(),
+    )?;
+    ensure!(r.status == 204, "trickle: {} {}", r.status, r.body);
+    let restart = "a=ice-ufrag:Nw9z\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:0\r\n";
+    let r = http(
+        &session,
+        "PATCH",
+        &[FRAG, ("If-Match", "*")],
+        restart.as_bytes(),
+    )?;
+    ensure!(r.status == 200, "restart: {} {}", r.status, r.body);
+    let new_etag = r.header("etag").context("new ETag")?;
+    ensure!(new_etag != etag, "ETag changes on ICE restart");
+    ensure!(
+        r.body.contains("a=ice-ufrag:") && r.body.contains("a=ice-pwd:"),
+        "{}",
+        r.body
+    );
+    ensure!(r.header("content-type") == Some("application/trickle-ice-sdpfrag"));
+    let r = http(
+        &session,
+        "PATCH",
+        &[FRAG, ("If-Match", &etag)],
+        restart.as_bytes(),
+    )?;
+    ensure!(
+        r.status == 204 || r.status == 412,
+        "old ETag after restart: {}",
+        r.status
+    );
+
+    let r = http(&session, "DELETE", &[], b"")?;
+    ensure!(r.status == 200, "DELETE {}", r.status);
+    let r = http(&session, "DELETE", &[], b"")?;
+    expect(&r, 404, "no session")?;
+    ensure!(
+        node.metric("signal_rejected")? >= 10,
+        "rejections are counted"
+    );
+    let r = http(&url("/healthz"), "GET", &[], b"")?;
+    ensure!(r.status == 200);
+    Ok(())
+}
+
+#[test]
+fn bad_datagrams_are_dropped_and_counted() -> Result<()> {
+    let node = FerryNode::spawn(&[])?;
+    // Larger than any datagram we accept (STUN or RTP sized).
+    let mut stun_like = vec![0u8; 2000];
+    stun_like[4..8].copy_from_slice(&0x2112_A442u32.to_be_bytes());
+    node.send_udp(&stun_like)?;
+    let mut rtp_like = vec![0x80u8; 1800];
+    rtp_like[1] = 96;
+    node.send_udp(&rtp_like)?;
+    ensure!(
+        wait_metric(&node, "dropped_oversize", 2)? == 2,
+        "oversize counted"
+    );
+    node.send_udp(&[0xff; 40])?;
+    ensure!(wait_metric(&node, "dropped_unknown_protocol", 1)? == 1);
+    // A STUN header with a broken body, and a binding request for an unknown ufrag.
+    let mut bad_stun = vec![0, 1, 0, 8];
+    bad_stun.extend_from_slice(&0x2112_A442u32.to_be_bytes());
+    bad_stun.extend_from_slice(&[7; 12]);
+    bad_stun.extend_from_slice(&[0, 6, 0, 40, 1, 2, 3, 4]);
+    node.send_udp(&bad_stun)?;
+    ensure!(wait_metric(&node, "stun_errors", 1)? >= 1);
+    // SRTP from an address that belongs to no session.
+    node.send_udp(&rtp_like[..200])?;
+    ensure!(wait_metric(&node, "dropped_unknown_source", 1)? == 1);
+    let r = http(&format!("{}/healthz", node.http), "GET", &[], b"")?;
+    ensure!(r.status == 200, "node still serves");
+    Ok(())
+}
