@@ -76,10 +76,12 @@ fn bench(c: &mut Criterion) {
     )]);
     let mut out = Vec::with_capacity(1600);
     let mut n = 0u32;
+    let mut pkt = packet(0, 0);
     g.bench_function("forward_rewrite", |b| {
         b.iter(|| {
             n += 1;
-            let pkt = packet(n as u16, n * 3000);
+            pkt[2..4].copy_from_slice(&(n as u16).to_be_bytes());
+            pkt[4..8].copy_from_slice(&(n * 3000).to_be_bytes());
             let src = SourcePacket {
                 ssrc: 0x1111_2222,
                 ext_seq: (1 << 16) + u64::from(n),
