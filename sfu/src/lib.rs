@@ -18,6 +18,7 @@ pub mod rtp;
 pub mod sdp;
 pub mod seq;
 pub mod signal;
+pub mod sim;
 pub mod srtp;
 pub mod stun;
 pub mod time;
