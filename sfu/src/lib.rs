@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod munger;
 pub mod nack;
 pub mod negotiate;
+pub mod peer;
 pub mod rtcp;
 pub mod rtp;
 pub mod sdp;
