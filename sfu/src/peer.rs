@@ -35,6 +35,10 @@ mod recv;
 mod send;
 mod stats;
 
+#[cfg(test)]
+mod fixture;
+#[cfg(test)]
+mod tests;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
