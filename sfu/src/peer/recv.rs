@@ -333,6 +333,7 @@ impl Receiver {
         let codec = s.stats.codec;
         let video = codec.is_some_and(Codec::is_video);
         let keyframe = codec.is_some_and(|c| c.is_keyframe_start(payload));
+        let frame_start = codec.is_some_and(|c| is_frame_start(c, payload));
         if s.stats.first_packet_keyframe.is_none() {
             s.stats.first_packet_keyframe = Some(keyframe || !video);
             if video && !keyframe {
@@ -340,7 +341,10 @@ impl Receiver {
             }
         }
         if video && keyframe {
-            s.stats.keyframes += 1;
+            // An H.264 keyframe starts twice (STAP-A, then the IDR's first FU-A): count frames.
+            if frame_start {
+                s.stats.keyframes += 1;
+            }
             s.waiting_key = false;
         }
         let ext_ts = s.ts.unwrap(u64::from(h.timestamp));
@@ -365,7 +369,7 @@ impl Receiver {
             .latency
             .record(u64::try_from(latency).unwrap_or(u64::MAX));
         if video {
-            s.track_frame(stamp.frame, ext, is_frame_start(codec, payload), h.marker);
+            s.track_frame(stamp.frame, ext, frame_start, h.marker);
         }
         if let Some(sr) = s.stats.last_sr {
             let rate = i128::from(codec.clock_rate());

@@ -300,8 +300,12 @@ fn sender_reports_map_ntp_to_the_packets_rtp_timestamps() {
 
 /// Publisher 0 → fixture 0 → fixture 1 (relay) → viewer 1.
 fn viewing(seed: u64, tweak: impl FnOnce(&mut World)) -> World {
+    viewing_codec(Codec::Vp8, seed, tweak)
+}
+
+fn viewing_codec(codec: Codec, seed: u64, tweak: impl FnOnce(&mut World)) -> World {
     let mut w = World::new(seed);
-    let cfg = w.config(publisher(Codec::Vp8), seed, 4000);
+    let cfg = w.config(publisher(codec), seed, 4000);
     w.connect(cfg, None);
     w.run_for(Duration::from_millis(5));
     let mut cfg = w.config(PeerRole::Viewer, seed + 1, 4001);
@@ -399,6 +403,19 @@ fn viewer_repairs_random_downlink_loss_completely() {
         video.recovered > 10 && video.frames_completed >= 70,
         "{video:?}"
     );
+}
+
+#[test]
+fn h264_viewer_counts_each_keyframe_once_and_completes_frames() {
+    let mut w = viewing_codec(Codec::H264, 60, |_| {});
+    w.run_for(Duration::from_millis(1500));
+    let st = w.peers[1].stats();
+    let video = st.video().next().unwrap();
+    assert_eq!(video.codec, Some(Codec::H264));
+    assert_eq!(video.first_packet_keyframe, Some(true));
+    assert_eq!(video.keyframes, 1, "STAP-A and IDR FU-A are one keyframe");
+    assert!(video.frames_completed + 1 >= video.frames_seen && video.frames_completed > 30);
+    assert_eq!(video.received.missing(), 0);
 }
 
 #[test]
