@@ -3,7 +3,7 @@
 //! The core is a pure state machine: it never reads the clock, never touches
 //! a socket, never spawns a task and never draws unseeded randomness. The
 //! driver (tokio) feeds it datagrams and timeouts and carries out what it
-//! returns.
+//! returns. [`node`] holds the drive-loop contract; `docs/sfu.md` the design.
 
 pub mod cert;
 pub mod codec;
@@ -20,12 +20,14 @@ pub mod munger;
 pub mod nack;
 pub mod negotiate;
 pub mod node;
+pub mod peer;
 pub mod rtcp;
 pub mod rtp;
 pub mod sdp;
 pub mod seq;
 pub mod session;
 pub mod signal;
+pub mod sim;
 pub mod srtp;
 pub mod stun;
 pub mod time;

@@ -1,0 +1,373 @@
+//! What a [`super::Peer`] measured: plain data, cheap to clone, for assertions and bench tables.
+
+use crate::codec::Codec;
+use crate::rtcp::SenderReportData;
+
+/// A set of extended sequence numbers as sorted, disjoint, non-adjacent inclusive ranges: a
+/// gap-free stream is one range however long it runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeqRanges {
+    ranges: Vec<(u64, u64)>,
+}
+
+impl SeqRanges {
+    /// Adds `x`; returns false if it was already there.
+    pub fn insert(&mut self, x: u64) -> bool {
+        // First range starting after x; the one before it may contain or touch x.
+        let i = self.ranges.partition_point(|&(start, _)| start <= x);
+        if i > 0 && self.ranges[i - 1].1 >= x {
+            return false;
+        }
+        let joins_prev = i > 0 && self.ranges[i - 1].1 + 1 == x;
+        let joins_next = i < self.ranges.len() && self.ranges[i].0 == x + 1;
+        match (joins_prev, joins_next) {
+            (true, true) => {
+                self.ranges[i - 1].1 = self.ranges[i].1;
+                self.ranges.remove(i);
+            }
+            (true, false) => self.ranges[i - 1].1 = x,
+            (false, true) => self.ranges[i].0 = x,
+            (false, false) => self.ranges.insert(i, (x, x)),
+        }
+        true
+    }
+
+    /// Whether `x` is in the set.
+    pub fn contains(&self, x: u64) -> bool {
+        let i = self.ranges.partition_point(|&(start, _)| start <= x);
+        i > 0 && self.ranges[i - 1].1 >= x
+    }
+
+    /// The inclusive ranges, ascending.
+    pub fn ranges(&self) -> &[(u64, u64)] {
+        &self.ranges
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> u64 {
+        self.ranges.iter().map(|(a, b)| b - a + 1).sum()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Smallest member.
+    pub fn first(&self) -> Option<u64> {
+        self.ranges.first().map(|r| r.0)
+    }
+
+    /// Largest member.
+    pub fn last(&self) -> Option<u64> {
+        self.ranges.last().map(|r| r.1)
+    }
+
+    /// The holes between the first and last member, as inclusive ranges.
+    pub fn holes(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.ranges.windows(2).map(|w| (w[0].1 + 1, w[1].0 - 1))
+    }
+
+    /// Members missing between the first and the last.
+    pub fn missing(&self) -> u64 {
+        self.holes().map(|(a, b)| b - a + 1).sum()
+    }
+
+    /// Length of the longest hole (0 when gap-free).
+    pub fn max_gap(&self) -> u64 {
+        self.holes().map(|(a, b)| b - a + 1).max().unwrap_or(0)
+    }
+}
+
+/// Histogram resolution: values below `2 * SUB` µs are exact, above that buckets are 1/`SUB`
+/// of their power of two wide (≤ 1.6 % error).
+const SUB: u64 = 64;
+
+fn bucket_of(us: u64) -> usize {
+    if us < 2 * SUB {
+        return us as usize;
+    }
+    let e = 63 - u64::from(us.leading_zeros());
+    let shift = e - 6;
+    (2 * SUB + (e - 7) * SUB + ((us >> shift) & (SUB - 1))) as usize
+}
+
+/// The middle of bucket `i`.
+fn value_of(i: usize) -> u64 {
+    let i = i as u64;
+    if i < 2 * SUB {
+        return i;
+    }
+    let k = i - 2 * SUB;
+    let shift = k / SUB + 1;
+    ((SUB + k % SUB) << shift) + (1 << shift) / 2
+}
+
+/// One-way latency from the payload stamps (receive time − capture time), in µs: exact count,
+/// sum, min and max, and a log-linear histogram for quantiles (a few KiB however long it runs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LatencyStats {
+    /// Samples taken.
+    pub count: u64,
+    /// Sum of all samples.
+    pub sum_us: u64,
+    /// Smallest sample.
+    pub min_us: Option<u64>,
+    /// Largest sample.
+    pub max_us: Option<u64>,
+    buckets: Vec<u32>,
+}
+
+impl LatencyStats {
+    pub(super) fn record(&mut self, us: u64) {
+        let i = bucket_of(us);
+        if i >= self.buckets.len() {
+            self.buckets.resize(i + 1, 0);
+        }
+        self.buckets[i] = self.buckets[i].saturating_add(1);
+        self.count += 1;
+        self.sum_us = self.sum_us.saturating_add(us);
+        self.min_us = Some(self.min_us.map_or(us, |m| m.min(us)));
+        self.max_us = Some(self.max_us.map_or(us, |m| m.max(us)));
+    }
+
+    /// Mean over all samples.
+    pub fn mean_us(&self) -> Option<u64> {
+        self.sum_us.checked_div(self.count)
+    }
+
+    /// The `p`-quantile (0.0..=1.0, nearest rank), within 1.6 % and inside `[min, max]`.
+    pub fn quantile_us(&self, p: f64) -> Option<u64> {
+        let (min, max) = (self.min_us?, self.max_us?);
+        let total: u64 = self.buckets.iter().map(|&c| u64::from(c)).sum();
+        let rank = ((p.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        // The extremes are known exactly.
+        if rank == 1 {
+            return Some(min);
+        }
+        if rank >= total {
+            return Some(max);
+        }
+        let mut seen = 0;
+        for (i, &c) in self.buckets.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= rank {
+                return Some(value_of(i).clamp(min, max));
+            }
+        }
+        Some(max)
+    }
+}
+
+/// One stream a publisher sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendStreamStats {
+    /// Media SSRC.
+    pub ssrc: u32,
+    /// RTX SSRC when RTX was negotiated.
+    pub rtx_ssrc: Option<u32>,
+    /// Codec.
+    pub codec: Codec,
+    /// Negotiated payload type.
+    pub pt: u8,
+    /// Media packets sent (first transmissions).
+    pub packets: u64,
+    /// Payload bytes of those.
+    pub bytes: u64,
+    /// Frames (audio: packets) sent.
+    pub frames: u64,
+    /// Keyframes sent (periodic and forced).
+    pub keyframes: u64,
+    /// Packets sent again in answer to NACKs (as RTX or plain).
+    pub retransmissions: u64,
+    /// Sequence number of the first packet.
+    pub first_seq: u16,
+}
+
+/// One stream a viewer receives (keyed by media SSRC; RTX arrivals are folded in).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvStreamStats {
+    /// Media SSRC.
+    pub ssrc: u32,
+    /// RTX SSRC, from the answer's FID group or first seen.
+    pub rtx_ssrc: Option<u32>,
+    /// Codec, from the payload type or the answer.
+    pub codec: Option<Codec>,
+    /// Unique media packets (first arrivals plus repairs).
+    pub packets: u64,
+    /// Payload bytes of those.
+    pub bytes: u64,
+    /// Packets that arrived again after a copy was already held.
+    pub duplicates: u64,
+    /// Packets that arrived as RTX (before de-duplication).
+    pub rtx_packets: u64,
+    /// Missing packets that arrived later (by retransmission or reordering).
+    pub recovered: u64,
+    /// Missing packets the NACK generator gave up on.
+    pub nack_gave_up: u64,
+    /// Every extended sequence number received; holes are what stays lost after repair.
+    pub received: SeqRanges,
+    /// Whether the first packet that arrived started a keyframe (`None` before any).
+    pub first_packet_keyframe: Option<bool>,
+    /// Keyframe starts received.
+    pub keyframes: u64,
+    /// Packets whose extended timestamp is below that of a packet with a lower extended
+    /// sequence number, or above one with a higher.
+    pub ts_regressions: u64,
+    /// Distinct frame numbers seen (stamped payloads only).
+    pub frames_seen: u64,
+    /// Frames with every packet from the frame start to the marker received.
+    pub frames_completed: u64,
+    /// Packets without a readable stamp.
+    pub unstamped: u64,
+    /// Receive time − capture time.
+    pub latency: LatencyStats,
+    /// Sender reports received for this SSRC.
+    pub sender_reports: u64,
+    /// The latest sender report.
+    pub last_sr: Option<SenderReportData>,
+    /// Largest |RTP timestamp − timestamp the latest SR predicts from the capture time| over
+    /// stamped packets, in clock ticks: 0–1 when the sender's (or the SFU's rewritten) NTP↔RTP
+    /// mapping is exact.
+    pub sr_max_deviation_ticks: Option<u64>,
+}
+
+impl RecvStreamStats {
+    pub(super) fn new(ssrc: u32, rtx_ssrc: Option<u32>, codec: Option<Codec>) -> Self {
+        RecvStreamStats {
+            ssrc,
+            rtx_ssrc,
+            codec,
+            packets: 0,
+            bytes: 0,
+            duplicates: 0,
+            rtx_packets: 0,
+            recovered: 0,
+            nack_gave_up: 0,
+            received: SeqRanges::default(),
+            first_packet_keyframe: None,
+            keyframes: 0,
+            ts_regressions: 0,
+            frames_seen: 0,
+            frames_completed: 0,
+            unstamped: 0,
+            latency: LatencyStats::default(),
+            sender_reports: 0,
+            last_sr: None,
+            sr_max_deviation_ticks: None,
+        }
+    }
+
+    /// Whether this is a video stream.
+    pub fn is_video(&self) -> bool {
+        self.codec.is_some_and(Codec::is_video)
+    }
+}
+
+/// Everything a peer counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    /// ICE and DTLS done, SRTP keyed, not closed.
+    pub connected: bool,
+    /// The DTLS handshake failed (bad fingerprint, protocol error).
+    pub dtls_failed: bool,
+    /// Datagrams handed to `poll_transmit`'s caller.
+    pub datagrams_sent: u64,
+    /// Datagrams fed to `handle_datagram`.
+    pub datagrams_received: u64,
+    /// Datagrams ignored: unknown source, unknown first byte, undecodable.
+    pub datagrams_dropped: u64,
+    /// SRTP/SRTCP packets that failed authentication or replay checks.
+    pub srtp_errors: u64,
+    /// ICE error responses received.
+    pub ice_errors: u64,
+    /// Publisher: streams sent.
+    pub sent: Vec<SendStreamStats>,
+    /// Viewer: streams received, in order of first arrival.
+    pub received: Vec<RecvStreamStats>,
+    /// Every SSRC seen on decrypted RTP (media and RTX), in order of first arrival.
+    pub ssrcs_seen: Vec<u32>,
+    /// NACK feedback messages sent.
+    pub nack_packets_sent: u64,
+    /// Sequence numbers asked for in them.
+    pub nacks_sent: u64,
+    /// Sequence numbers asked for in NACKs received.
+    pub nacks_received: u64,
+    /// PLIs sent.
+    pub plis_sent: u64,
+    /// PLIs received.
+    pub plis_received: u64,
+    /// FIRs received (new command sequence numbers only).
+    pub firs_received: u64,
+    /// Packets retransmitted in answer to NACKs.
+    pub retransmissions_sent: u64,
+    /// NACKed packets no longer in the send cache.
+    pub nack_misses: u64,
+    /// Keyframes sent.
+    pub keyframes_sent: u64,
+    /// Of those, forced by PLI/FIR.
+    pub forced_keyframes: u64,
+    /// Latest REMB estimate received.
+    pub remb_bps: Option<u64>,
+    /// Sender reports sent.
+    pub sender_reports_sent: u64,
+    /// Receiver reports sent (periodic ones and those in NACK/PLI compounds).
+    pub receiver_reports_sent: u64,
+}
+
+impl PeerStats {
+    /// The received stream with this media SSRC.
+    pub fn stream(&self, ssrc: u32) -> Option<&RecvStreamStats> {
+        self.received.iter().find(|s| s.ssrc == ssrc)
+    }
+
+    /// Received video streams.
+    pub fn video(&self) -> impl Iterator<Item = &RecvStreamStats> {
+        self.received.iter().filter(|s| s.is_video())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seq_ranges_merge_and_report_holes() {
+        let mut s = SeqRanges::default();
+        for x in [5, 7, 9, 6, 12] {
+            assert!(s.insert(x));
+        }
+        assert!(!s.insert(6));
+        assert_eq!(s.ranges(), &[(5, 7), (9, 9), (12, 12)]);
+        assert_eq!((s.missing(), s.max_gap(), s.len()), (3, 2, 5));
+        assert!(s.insert(8) && s.insert(10) && s.insert(11) && s.insert(4));
+        assert_eq!(s.ranges(), &[(4, 12)]);
+        assert_eq!((s.missing(), s.max_gap()), (0, 0));
+        assert!(s.contains(4) && !s.contains(13) && !s.contains(3));
+    }
+
+    #[test]
+    fn latency_quantiles_are_within_the_bucket_error() {
+        let mut l = LatencyStats::default();
+        for us in 1..=100_000u64 {
+            l.record(us);
+        }
+        assert_eq!(
+            (l.min_us, l.max_us, l.count),
+            (Some(1), Some(100_000), 100_000)
+        );
+        assert_eq!(l.mean_us(), Some(50_000));
+        for (p, want) in [(0.5, 50_000.0), (0.99, 99_000.0), (0.001, 100.0)] {
+            let got = l.quantile_us(p).unwrap() as f64;
+            assert!((got - want).abs() / want < 0.016, "p{p}: {got} vs {want}");
+        }
+        assert_eq!(l.quantile_us(1.0), Some(100_000));
+        assert_eq!(l.quantile_us(0.0), Some(1));
+        for us in [0, 1, 127, 128, 129, 1000, 1 << 20, u64::MAX] {
+            let v = value_of(bucket_of(us));
+            assert!(v.abs_diff(us) <= us / 64 + 1, "{us} -> {v}");
+        }
+        assert!(l.buckets.len() < 1024);
+        assert_eq!(LatencyStats::default().quantile_us(0.5), None);
+    }
+}
