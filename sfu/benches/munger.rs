@@ -2,6 +2,8 @@
 //! alone, and the full outgoing-track forward (copy + header rewrite +
 //! extension-id remap + VP8 picture-id rewrite).
 
+#![allow(clippy::unwrap_used)]
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,7 @@
 //! SRTP protect/unprotect cost per packet for each profile (1,200-byte payload).
 
+#![allow(clippy::unwrap_used)]
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ferry_sfu::srtp::{SrtpContext, SrtpProfile};
 use std::hint::black_box;

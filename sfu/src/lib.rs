@@ -30,4 +30,5 @@ pub mod signal;
 pub mod sim;
 pub mod srtp;
 pub mod stun;
+pub mod testbed;
 pub mod time;

@@ -737,6 +737,12 @@ impl Peer {
         Ok(())
     }
 
+    /// Stops producing media but stays connected: sender reports and NACK
+    /// answers go on, so a test can let repairs finish before it checks.
+    pub fn pause_media(&mut self) {
+        self.sender.paused = true;
+    }
+
     /// Stops sending: queues an RTCP BYE and a DTLS close_notify, then goes quiet. Datagrams
     /// already queued can still be polled.
     pub fn close(&mut self) {

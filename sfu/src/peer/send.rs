@@ -229,6 +229,8 @@ pub(super) struct Sender {
     last_keyframe: Option<Instant>,
     last_forced: Option<Instant>,
     key_requested: bool,
+    /// Media generation stopped; RTCP (SR, NACK answers) goes on.
+    pub paused: bool,
     picture_id: u16,
     next_sr: Option<Instant>,
     last_fir_seq: Option<u8>,
@@ -254,6 +256,7 @@ impl Sender {
             last_keyframe: None,
             last_forced: None,
             key_requested: false,
+            paused: false,
             picture_id: picture_id & 0x7fff,
             next_sr: None,
             last_fir_seq: None,
@@ -286,6 +289,9 @@ impl Sender {
 
     pub fn poll_timeout(&self) -> Option<Instant> {
         let start = self.start?;
+        if self.paused {
+            return self.next_sr;
+        }
         let video = self
             .video
             .as_ref()
@@ -301,7 +307,7 @@ impl Sender {
         let Some(start) = self.start else {
             return;
         };
-        if self.video.is_some() {
+        if self.video.is_some() && !self.paused {
             let behind =
                 |s: &Self| now.saturating_duration_since(start + s.frame_offset(s.next_frame));
             let interval = self.frame_offset(1).max(Duration::from_micros(1));
@@ -313,7 +319,7 @@ impl Sender {
                 self.video_frame(start, out);
             }
         }
-        if self.audio.is_some() {
+        if self.audio.is_some() && !self.paused {
             let late = (now
                 .saturating_duration_since(start + Self::audio_offset(self.next_audio))
                 .as_nanos()

@@ -1,0 +1,229 @@
+//! A deterministic world for tests: nodes and test peers on a seeded
+//! simulated network under a virtual clock, all in one thread. A failing
+//! seed replays exactly.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_proto::{NodeId, SessionId, StreamId};
+
+use crate::cert::CertError;
+use crate::codec::Codec;
+use crate::node::{Node, NodeConfig};
+use crate::peer::{Peer, PeerConfig, PeerRole};
+use crate::session::Event;
+use crate::signal::SignalError;
+use crate::sim::{LinkConfig, SimNet, VirtualClock};
+use crate::time::WallClock;
+
+/// A node in the testbed.
+#[derive(Debug)]
+pub struct TestNode {
+    /// Its media address.
+    pub addr: SocketAddr,
+    /// The core.
+    pub node: Node,
+    /// Events it emitted.
+    pub events: Vec<Event>,
+}
+
+/// Nodes, peers, network and clock.
+#[derive(Debug)]
+pub struct Testbed {
+    /// Virtual time.
+    pub clock: VirtualClock,
+    /// The network.
+    pub net: SimNet,
+    /// Wall-clock mapping shared by everything (NTP in SR/RR).
+    pub wall: WallClock,
+    /// Nodes.
+    pub nodes: Vec<TestNode>,
+    /// Peers.
+    pub peers: Vec<Peer>,
+    seed: u64,
+}
+
+fn secret(seed: u64, salt: u8) -> [u8; 32] {
+    let mut s = [salt | 1; 32];
+    s[..8].copy_from_slice(&seed.to_le_bytes());
+    s[31] = 0x01;
+    s
+}
+
+impl Testbed {
+    /// An empty world; `link` applies to every path unless overridden.
+    pub fn new(seed: u64, link: LinkConfig) -> Self {
+        let t0 = Instant::now();
+        Self {
+            clock: VirtualClock::new(t0),
+            net: SimNet::new(seed, link),
+            wall: WallClock {
+                base: t0,
+                unix_at_base: Duration::from_secs(1_700_000_000),
+            },
+            nodes: Vec::new(),
+            peers: Vec::new(),
+            seed,
+        }
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// A fresh node core at `addr` (replacing any node there, as a restarted
+    /// process would). Returns its index.
+    pub fn add_node(&mut self, id: NodeId, addr: SocketAddr) -> Result<usize, CertError> {
+        let n = self.nodes.len() as u64;
+        let mut cfg = NodeConfig::new(
+            id,
+            vec![addr],
+            secret(self.seed ^ ((n + 1) * 7919), 0x40),
+            self.wall,
+        );
+        cfg.deterministic_dtls = true;
+        let cert = Arc::new(crate::cert::generate(secret(
+            self.seed.wrapping_add(n),
+            0x20,
+        ))?);
+        let node = Node::new(cfg, cert, self.now());
+        self.nodes.retain(|n| n.addr != addr);
+        self.nodes.push(TestNode {
+            addr,
+            node,
+            events: Vec::new(),
+        });
+        Ok(self.nodes.len() - 1)
+    }
+
+    /// The node at `addr`.
+    pub fn node(&mut self, addr: SocketAddr) -> &mut Node {
+        match self.nodes.iter_mut().position(|n| n.addr == addr) {
+            Some(i) => &mut self.nodes[i].node,
+            None => panic!("no node at {addr}"),
+        }
+    }
+
+    fn new_peer(&mut self, role: PeerRole, addr: SocketAddr) -> Result<Peer, SignalError> {
+        let seed = self
+            .seed
+            .wrapping_mul(31)
+            .wrapping_add(self.peers.len() as u64 + 1);
+        let mut cfg = PeerConfig::new(role, seed, addr, self.wall.base);
+        cfg.wall = self.wall;
+        cfg.latency_epoch = self.wall.base;
+        let cert = crate::cert::generate(secret(seed, 0x10))
+            .map_err(|e| SignalError::Unsupported(e.to_string()))?;
+        Ok(Peer::new(cfg, Arc::new(cert), self.now()))
+    }
+
+    /// A publisher peer at `addr` publishing `stream` (video `codec` plus
+    /// audio) to the node at `node`. Returns the peer index and session.
+    pub fn publish(
+        &mut self,
+        node: SocketAddr,
+        stream: &str,
+        codec: Codec,
+        addr: SocketAddr,
+    ) -> Result<(usize, SessionId), SignalError> {
+        let mut peer = self.new_peer(
+            PeerRole::Publisher {
+                video: codec,
+                audio: true,
+            },
+            addr,
+        )?;
+        let now = self.now();
+        let stream = StreamId::new(stream).map_err(|e| SignalError::BadSdp(e.to_string()))?;
+        let answer = self
+            .node(node)
+            .publish(now, &stream, &peer.create_offer())?;
+        peer.apply_answer(now, &answer.sdp)
+            .map_err(|e| SignalError::BadSdp(e.to_string()))?;
+        self.peers.push(peer);
+        Ok((self.peers.len() - 1, answer.session))
+    }
+
+    /// A viewer peer at `addr` playing `stream` from the node at `node`.
+    pub fn view(
+        &mut self,
+        node: SocketAddr,
+        stream: &str,
+        addr: SocketAddr,
+    ) -> Result<(usize, SessionId), SignalError> {
+        let mut peer = self.new_peer(PeerRole::Viewer, addr)?;
+        let now = self.now();
+        let stream = StreamId::new(stream).map_err(|e| SignalError::BadSdp(e.to_string()))?;
+        let answer = self.node(node).view(now, &stream, &peer.create_offer())?;
+        peer.apply_answer(now, &answer.sdp)
+            .map_err(|e| SignalError::BadSdp(e.to_string()))?;
+        self.peers.push(peer);
+        Ok((self.peers.len() - 1, answer.session))
+    }
+
+    fn flush(&mut self) {
+        let now = self.now();
+        for p in &mut self.peers {
+            let from = p.config().local_addr;
+            while let Some((to, data)) = p.poll_transmit() {
+                self.net.send(now, from, to, data);
+            }
+        }
+        for n in &mut self.nodes {
+            while let Some(t) = n.node.poll_transmit() {
+                self.net.send(now, n.addr, t.to, t.data);
+            }
+            while let Some(e) = n.node.poll_event() {
+                n.events.push(e);
+            }
+        }
+    }
+
+    /// Runs the world for `d` of virtual time.
+    pub fn run_for(&mut self, d: Duration) {
+        let until = self.now() + d;
+        loop {
+            self.flush();
+            let next = self
+                .peers
+                .iter()
+                .filter_map(Peer::poll_timeout)
+                .chain(self.nodes.iter().filter_map(|n| n.node.poll_timeout()))
+                .chain(self.net.next_delivery())
+                .min();
+            let Some(next) = next.filter(|t| *t <= until) else {
+                break;
+            };
+            self.clock.advance_to(next);
+            let now = self.now();
+            while let Some(mut d) = self.net.poll_delivery(now) {
+                if let Some(n) = self.nodes.iter_mut().find(|n| n.addr == d.to) {
+                    n.node.handle_datagram(now, d.from, &mut d.data);
+                    while let Some(t) = n.node.poll_transmit() {
+                        self.net.send(now, n.addr, t.to, t.data);
+                    }
+                } else if let Some(p) = self
+                    .peers
+                    .iter_mut()
+                    .find(|p| p.config().local_addr == d.to)
+                {
+                    p.handle_datagram(now, d.from, &mut d.data);
+                }
+            }
+            for p in &mut self.peers {
+                if p.poll_timeout().is_some_and(|t| t <= now) {
+                    p.handle_timeout(now);
+                }
+            }
+            for n in &mut self.nodes {
+                if n.node.poll_timeout().is_some_and(|t| t <= now) {
+                    n.node.handle_timeout(now);
+                }
+            }
+        }
+        self.clock.advance_to(until);
+        self.flush();
+    }
+}
