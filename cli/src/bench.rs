@@ -1,9 +1,601 @@
-//! `ferry bench …`: end-to-end benchmarks.
+//! `ferry bench …`: end-to-end benchmarks that print a table and write JSON
+//! under `target/bench/`.
+//!
+//! `forward` fans one synthetic publisher out to N synthetic SRTP
+//! subscribers through a real `ferry node` process over loopback UDP, and
+//! runs the same fan-out through a raw UDP relay (`ferry bench relay`: no
+//! WebRTC, the same receive batching and one `sendto` per packet) as the
+//! baseline. CPU and memory are read from each process's `/proc` entry.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use ferry_sfu::codec::Codec;
+use ferry_sfu::peer::{LatencyStats, Peer, PeerConfig, PeerRole, PeerStats};
+use ferry_sfu::time::WallClock;
+use serde::Serialize;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot};
 
 /// Benchmarks.
 #[derive(clap::Subcommand, Debug)]
-pub enum BenchCommand {}
+pub enum BenchCommand {
+    /// One publisher fanned out to N SRTP subscribers, against a raw-UDP relay.
+    Forward(ForwardArgs),
+    /// The raw-UDP fan-out baseline (started by `forward`).
+    #[command(hide = true)]
+    Relay {
+        /// Listen address.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        udp: SocketAddr,
+    },
+}
 
-pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
-    match cmd {}
+/// Options of `ferry bench forward`.
+#[derive(clap::Args, Debug)]
+pub struct ForwardArgs {
+    /// Subscriber counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+    subscribers: Vec<usize>,
+    /// Measured seconds per run (after warm-up).
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Publisher video bitrate in bit/s.
+    #[arg(long, default_value_t = 4_000_000)]
+    bitrate: u32,
+    /// Where the JSON goes.
+    #[arg(long, default_value = "target/bench/forward.json")]
+    out: PathBuf,
+}
+
+pub async fn run(cmd: BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Forward(args) => forward(args).await,
+        BenchCommand::Relay { udp } => relay(udp).await,
+    }
+}
+
+/// A child process of ours (`ferry node` or `ferry bench relay`), killed on drop.
+struct ChildProc {
+    child: Child,
+    words: Vec<String>,
+}
+
+impl ChildProc {
+    fn spawn(args: &[&str]) -> Result<ChildProc> {
+        let exe = std::env::current_exe().context("current_exe")?;
+        let mut child = Command::new(exe)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("spawning ferry {args:?}"))?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
+                sink.clear();
+            }
+        });
+        Ok(ChildProc {
+            child,
+            words: line.split_whitespace().map(str::to_owned).collect(),
+        })
+    }
+
+    fn after(&self, key: &str) -> Result<String> {
+        self.words
+            .windows(2)
+            .find(|w| w[0] == key)
+            .map(|w| w[1].clone())
+            .with_context(|| format!("no {key} in {:?}", self.words))
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ChildProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// User + system CPU seconds of a process.
+fn cpu_seconds(pid: u32, ticks: f64) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(')').context("stat")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11).context("utime")?.parse()?;
+    let stime: f64 = f.get(12).context("stime")?.parse()?;
+    Ok((utime + stime) / ticks)
+}
+
+/// Resident memory of a process in bytes.
+fn rss_bytes(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("VmRSS")?;
+    Ok(kb * 1024)
+}
+
+/// Frame rate of the synthetic publisher (the test peer's default).
+const FPS: f64 = 30.0;
+
+enum PeerCmd {
+    Stats(oneshot::Sender<PeerStats>),
+    Stop,
+}
+
+/// Drives one test peer on its own UDP socket.
+async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::Receiver<PeerCmd>) {
+    let mut buf = vec![0u8; 2048];
+    loop {
+        while let Some((to, data)) = peer.poll_transmit() {
+            let _ = socket.send_to(&data, to).await;
+        }
+        let deadline = peer.poll_timeout();
+        let sleep = async {
+            match deadline {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = socket.recv_from(&mut buf) => {
+                let now = Instant::now();
+                if let Ok((n, from)) = r {
+                    peer.handle_datagram(now, from, &mut buf[..n]);
+                }
+                for _ in 0..63 {
+                    match socket.try_recv_from(&mut buf) {
+                        Ok((n, from)) => peer.handle_datagram(now, from, &mut buf[..n]),
+                        Err(_) => break,
+                    }
+                }
+            }
+            cmd = rx.recv() => match cmd {
+                Some(PeerCmd::Stats(tx)) => { let _ = tx.send(peer.stats()); }
+                Some(PeerCmd::Stop) | None => break,
+            },
+            () = sleep => peer.handle_timeout(Instant::now()),
+        }
+    }
+}
+
+struct PeerHandle {
+    tx: mpsc::Sender<PeerCmd>,
+}
+
+impl PeerHandle {
+    async fn stats(&self) -> Result<PeerStats> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(PeerCmd::Stats(tx)).await.ok().context("peer gone")?;
+        rx.await.context("peer gone")
+    }
+}
+
+impl Drop for PeerHandle {
+    fn drop(&mut self) {
+        let _ = self.tx.try_send(PeerCmd::Stop);
+    }
+}
+
+/// `ferry_process_heap_bytes` from a node's `/metrics`.
+async fn heap_bytes(http: &str) -> Result<u64> {
+    let url = format!("{http}/metrics");
+    tokio::task::spawn_blocking(move || -> Result<u64> {
+        let text = ureq::get(&url).call()?.body_mut().read_to_string()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("ferry_process_heap_bytes "))
+            .and_then(|v| v.trim().parse().ok())
+            .context("no ferry_process_heap_bytes")
+    })
+    .await?
+}
+
+/// POSTs an SDP offer and returns the answer.
+async fn signal(url: String, offer: String) -> Result<String> {
+    tokio::task::spawn_blocking(move || -> Result<String> {
+        let mut resp = ureq::post(&url)
+            .header("Content-Type", "application/sdp")
+            .send(offer.as_bytes())
+            .with_context(|| format!("POST {url}"))?;
+        Ok(resp.body_mut().read_to_string()?)
+    })
+    .await?
+}
+
+struct Clocks {
+    wall: WallClock,
+    epoch: Instant,
+}
+
+async fn start_peer(
+    role: PeerRole,
+    seed: u64,
+    bitrate: u32,
+    clocks: &Clocks,
+    url: String,
+) -> Result<PeerHandle> {
+    let socket = UdpSocket::bind("127.0.0.1:0").await?;
+    let local = socket.local_addr()?;
+    let now = Instant::now();
+    let mut cfg = PeerConfig::new(role, seed, local, now);
+    cfg.wall = clocks.wall;
+    cfg.latency_epoch = clocks.epoch;
+    cfg.video_bitrate_bps = bitrate;
+    let mut secret = [0x11u8; 32];
+    secret[..8].copy_from_slice(&seed.to_le_bytes());
+    let cert = ferry_sfu::cert::generate(secret)?;
+    let mut peer = Peer::new(cfg, Arc::new(cert), now);
+    let answer = signal(url, peer.create_offer()).await?;
+    peer.apply_answer(Instant::now(), &answer)?;
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(drive_peer(peer, socket, rx));
+    Ok(PeerHandle { tx })
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Side {
+    /// Media packets the subscribers received per second.
+    out_pps: f64,
+    /// CPU the forwarding process used, in cores.
+    cpu_cores: f64,
+    /// `out_pps / cpu_cores`.
+    pps_per_core: f64,
+    latency_p50_us: Option<u64>,
+    latency_p99_us: Option<u64>,
+    latency_max_us: Option<u64>,
+    /// Packets the subscribers were missing at the end.
+    missing: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Row {
+    subscribers: usize,
+    duration_s: f64,
+    publisher_bitrate_bps: u32,
+    publisher_pps: f64,
+    packet_bytes: f64,
+    ferry: Side,
+    raw: Side,
+    /// Ferry's packets per core as a fraction of the raw relay's.
+    ferry_over_raw: f64,
+    /// Node heap added per subscriber session (live heap delta / N).
+    heap_per_subscriber_bytes: f64,
+    /// Node resident memory added per subscriber session (RSS delta / N;
+    /// includes buffer-pool growth and allocator slack).
+    rss_per_subscriber_bytes: f64,
+    nack_cache_packets: usize,
+}
+
+fn side(out: u64, dur: f64, cpu: f64, lat: &LatencyStats, missing: u64) -> Side {
+    let out_pps = out as f64 / dur;
+    let cpu_cores = cpu / dur;
+    Side {
+        out_pps,
+        cpu_cores,
+        pps_per_core: if cpu_cores > 0.0 { out_pps / cpu_cores } else { 0.0 },
+        latency_p50_us: lat.quantile_us(0.5),
+        latency_p99_us: lat.quantile_us(0.99),
+        latency_max_us: lat.max_us,
+        missing,
+    }
+}
+
+struct FerryRun {
+    side: Side,
+    publisher_pps: f64,
+    packet_bytes: f64,
+    rss_per_subscriber: f64,
+    heap_per_subscriber: f64,
+}
+
+async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<FerryRun> {
+    let node = ChildProc::spawn(&["node", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])?;
+    let http = node.after("http")?;
+    let now = Instant::now();
+    let clocks = Clocks {
+        wall: WallClock {
+            base: now,
+            unix_at_base: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default(),
+        },
+        epoch: now,
+    };
+    let stream = format!("bench{n}");
+    let publisher = start_peer(
+        PeerRole::Publisher { video: Codec::Vp8, audio: true },
+        1,
+        args.bitrate,
+        &clocks,
+        format!("{http}/whip/{stream}"),
+    )
+    .await?;
+    wait_for(Duration::from_secs(20), || async {
+        Ok(publisher.stats().await?.connected)
+    })
+    .await
+    .context("publisher did not connect")?;
+    // Let the publisher's retransmission cache fill (1,000 packets) so its
+    // memory is not counted against the subscribers.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss0 = rss_bytes(node.pid())?;
+    let heap0 = heap_bytes(&http).await?;
+    let mut viewers = Vec::new();
+    for i in 0..n {
+        viewers.push(
+            start_peer(PeerRole::Viewer, 100 + i as u64, args.bitrate, &clocks, format!("{http}/whep/{stream}"))
+                .await?,
+        );
+    }
+    wait_for(Duration::from_secs(60), || async {
+        for v in &viewers {
+            let s = v.stats().await?;
+            if !s.connected || s.video().map(|r| r.packets).sum::<u64>() == 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await
+    .context("viewers did not all start playing")?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let received = |stats: &[PeerStats]| -> u64 {
+        stats.iter().flat_map(|s| s.received.iter().map(|r| r.packets)).sum()
+    };
+    let sent = |s: &PeerStats| -> (u64, u64) {
+        (
+            s.sent.iter().map(|r| r.packets).sum(),
+            s.sent.iter().map(|r| r.bytes).sum(),
+        )
+    };
+    let s0 = all_stats(&viewers).await?;
+    let p0 = sent(&publisher.stats().await?);
+    let cpu0 = cpu_seconds(node.pid(), ticks)?;
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(args.duration)).await;
+    let s1 = all_stats(&viewers).await?;
+    let p1 = sent(&publisher.stats().await?);
+    let cpu1 = cpu_seconds(node.pid(), ticks)?;
+    let dur = t0.elapsed().as_secs_f64();
+    let rss1 = rss_bytes(node.pid())?;
+    let heap1 = heap_bytes(&http).await?;
+
+    let mut lat = LatencyStats::default();
+    let mut missing = 0;
+    for s in &s1 {
+        for r in s.video() {
+            lat.merge(&r.latency);
+            missing += r.received.missing();
+        }
+    }
+    let pkts = p1.0.saturating_sub(p0.0);
+    Ok(FerryRun {
+        side: side(received(&s1).saturating_sub(received(&s0)), dur, cpu1 - cpu0, &lat, missing),
+        publisher_pps: pkts as f64 / dur,
+        packet_bytes: p1.1.saturating_sub(p0.1) as f64 / pkts.max(1) as f64,
+        rss_per_subscriber: rss1.saturating_sub(rss0) as f64 / n as f64,
+        heap_per_subscriber: heap1.saturating_sub(heap0) as f64 / n as f64,
+    })
+}
+
+async fn all_stats(peers: &[PeerHandle]) -> Result<Vec<PeerStats>> {
+    let mut out = Vec::with_capacity(peers.len());
+    for p in peers {
+        out.push(p.stats().await?);
+    }
+    Ok(out)
+}
+
+async fn wait_for<F, Fut>(timeout: Duration, mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A raw subscriber: registers with the relay, counts packets and latency.
+async fn raw_subscriber(relay: SocketAddr, epoch: Instant, mut rx: mpsc::Receiver<oneshot::Sender<(u64, LatencyStats)>>) -> Result<()> {
+    let socket = UdpSocket::bind("127.0.0.1:0").await?;
+    let mut buf = vec![0u8; 2048];
+    let mut count = 0u64;
+    let mut lat = LatencyStats::default();
+    let mut hello = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = hello.tick(), if count == 0 => { socket.send_to(b"SUB", relay).await?; }
+            r = socket.recv_from(&mut buf) => {
+                let (n, _) = r?;
+                let now_us = epoch.elapsed().as_micros() as u64;
+                if n >= 8 {
+                    let sent = u64::from_be_bytes(buf[..8].try_into().unwrap_or_default());
+                    lat.add(now_us.saturating_sub(sent));
+                }
+                count += 1;
+            }
+            q = rx.recv() => match q {
+                Some(reply) => { let _ = reply.send((count, lat.clone())); }
+                None => return Ok(()),
+            },
+        }
+    }
+}
+
+async fn measure_raw(n: usize, pps: f64, size: usize, args: &ForwardArgs, ticks: f64) -> Result<Side> {
+    let relay_proc = ChildProc::spawn(&["bench", "relay", "--udp", "127.0.0.1:0"])?;
+    let relay: SocketAddr = relay_proc.after("udp")?.parse()?;
+    let epoch = Instant::now();
+    let mut subs = Vec::new();
+    for _ in 0..n {
+        let (tx, rx) = mpsc::channel(2);
+        tokio::spawn(raw_subscriber(relay, epoch, rx));
+        subs.push(tx);
+    }
+    // Publisher: the same packet rate and size as the Ferry run, sent as
+    // the test peer sends video — one burst per frame at 30 fps — and stamped.
+    let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+    let per_frame = (pps / FPS).round().max(1.0) as usize;
+    let publisher = tokio::spawn(async move {
+        let socket = UdpSocket::bind("127.0.0.1:0").await?;
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / FPS));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        let mut pkt = vec![0u8; size.max(16)];
+        let mut seq = 0u64;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let stamp = (epoch.elapsed().as_micros() as u64).to_be_bytes();
+                    for _ in 0..per_frame {
+                        pkt[..8].copy_from_slice(&stamp);
+                        pkt[8..16].copy_from_slice(&seq.to_be_bytes());
+                        seq += 1;
+                        socket.send_to(&pkt, relay).await?;
+                    }
+                }
+                _ = &mut stop_rx => return anyhow::Ok(()),
+            }
+        }
+    });
+    let query = |subs: &Vec<mpsc::Sender<oneshot::Sender<(u64, LatencyStats)>>>| {
+        let subs = subs.clone();
+        async move {
+            let mut total = 0;
+            let mut lat = LatencyStats::default();
+            let mut started = 0;
+            for s in &subs {
+                let (tx, rx) = oneshot::channel();
+                s.send(tx).await.ok().context("subscriber gone")?;
+                let (c, l) = rx.await?;
+                total += c;
+                started += usize::from(c > 0);
+                lat.merge(&l);
+            }
+            anyhow::Ok((total, lat, started))
+        }
+    };
+    wait_for(Duration::from_secs(20), || async { Ok(query(&subs).await?.2 == n) }).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (c0, _, _) = query(&subs).await?;
+    let cpu0 = cpu_seconds(relay_proc.pid(), ticks)?;
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(args.duration)).await;
+    let (c1, lat, _) = query(&subs).await?;
+    let cpu1 = cpu_seconds(relay_proc.pid(), ticks)?;
+    let dur = t0.elapsed().as_secs_f64();
+    let _ = stop_tx.send(());
+    let _ = publisher.await;
+    Ok(side(c1 - c0, dur, cpu1 - cpu0, &lat, 0))
+}
+
+async fn forward(args: ForwardArgs) -> Result<()> {
+    let ticks = clock_ticks();
+    let mut rows = Vec::new();
+    println!(
+        "{:>5} | {:>10} {:>6} {:>10} | {:>10} {:>6} {:>10} | {:>6} | {:>8} {:>8} | {:>8} {:>8} | {:>8} {:>8} | {:>7}",
+        "subs", "ferry pps", "cores", "pps/core", "raw pps", "cores", "pps/core", "ratio", "p50 µs", "p99 µs",
+        "raw p50", "raw p99", "heap KiB", "RSS KiB", "missing"
+    );
+    for &n in &args.subscribers {
+        let ferry = measure_ferry(n, &args, ticks).await.with_context(|| format!("ferry run, {n} subscribers"))?;
+        let raw = measure_raw(n, ferry.publisher_pps, ferry.packet_bytes as usize, &args, ticks)
+            .await
+            .with_context(|| format!("raw run, {n} subscribers"))?;
+        let ratio = if raw.pps_per_core > 0.0 { ferry.side.pps_per_core / raw.pps_per_core } else { 0.0 };
+        let row = Row {
+            subscribers: n,
+            duration_s: args.duration,
+            publisher_bitrate_bps: args.bitrate,
+            publisher_pps: ferry.publisher_pps,
+            packet_bytes: ferry.packet_bytes,
+            ferry: ferry.side.clone(),
+            raw: raw.clone(),
+            ferry_over_raw: ratio,
+            rss_per_subscriber_bytes: ferry.rss_per_subscriber,
+            heap_per_subscriber_bytes: ferry.heap_per_subscriber,
+            nack_cache_packets: 1000,
+        };
+        let f = &row.ferry;
+        println!(
+            "{:>5} | {:>10.0} {:>6.2} {:>10.0} | {:>10.0} {:>6.2} {:>10.0} | {:>6.2} | {:>8} {:>8} | {:>8} {:>8} | {:>8.1} {:>8.1} | {:>7}",
+            n, f.out_pps, f.cpu_cores, f.pps_per_core, raw.out_pps, raw.cpu_cores, raw.pps_per_core, ratio,
+            f.latency_p50_us.unwrap_or(0), f.latency_p99_us.unwrap_or(0),
+            raw.latency_p50_us.unwrap_or(0), raw.latency_p99_us.unwrap_or(0),
+            row.heap_per_subscriber_bytes / 1024.0, row.rss_per_subscriber_bytes / 1024.0, f.missing
+        );
+        rows.push(row);
+    }
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.out, serde_json::to_string_pretty(&rows)?)?;
+    println!("wrote {}", args.out.display());
+    Ok(())
+}
+
+/// The raw baseline: datagram `SUB` subscribes its sender; every other
+/// datagram goes to every subscriber. Same loop shape as the node's driver.
+async fn relay(udp: SocketAddr) -> Result<()> {
+    let socket = UdpSocket::bind(udp).await?;
+    println!("relay udp {}", socket.local_addr()?);
+    let mut subs: Vec<SocketAddr> = Vec::new();
+    let mut buf = vec![0u8; 2048];
+    loop {
+        let (n, from) = socket.recv_from(&mut buf).await?;
+        let mut next = Some((n, from));
+        let mut batch = 0;
+        while let Some((n, from)) = next {
+            if &buf[..n] == b"SUB" {
+                if !subs.contains(&from) {
+                    subs.push(from);
+                }
+            } else {
+                for s in &subs {
+                    if socket.try_send_to(&buf[..n], *s).is_err() {
+                        let _ = socket.send_to(&buf[..n], *s).await;
+                    }
+                }
+            }
+            batch += 1;
+            next = if batch < 64 { socket.try_recv_from(&mut buf).ok() } else { None };
+        }
+    }
 }

@@ -47,6 +47,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         announce: None,
         ice_servers: Vec::new(),
         nack_cache: 1000,
+        process_metrics: Some(crate::alloc::prometheus),
     })
     .await
     .context("starting node-a")?;

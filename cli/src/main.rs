@@ -9,8 +9,12 @@ use ferry_proto::NodeId;
 use ferry_sfu::driver::{self, NodeOptions};
 use ferry_sfu::http::IceServer;
 
+mod alloc;
 mod bench;
 mod dev;
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
 
 #[derive(Parser, Debug)]
 #[command(name = "ferry", version, about = "Ferry WebRTC media-server cluster")]
@@ -90,6 +94,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             })
             .collect(),
         nack_cache: args.nack_cache,
+        process_metrics: Some(alloc::prometheus),
     })
     .await
     .context("starting node")?;

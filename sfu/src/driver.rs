@@ -141,9 +141,16 @@ async fn run(mut node: Node, socket: Arc<UdpSocket>, mut rx: mpsc::Receiver<Comm
                 let Ok((n, from)) = r else { continue };
                 let now = Instant::now();
                 node.handle_datagram(now, from, &mut buf[..n]);
+                // Send what each datagram produced before reading the next:
+                // a fan-out's buffers go back to the pool at once, so it stays
+                // about one fan-out deep.
+                flush(&mut node, &socket).await;
                 for _ in 1..RECV_BATCH {
                     match socket.try_recv_from(&mut buf) {
-                        Ok((n, from)) => node.handle_datagram(now, from, &mut buf[..n]),
+                        Ok((n, from)) => {
+                            node.handle_datagram(now, from, &mut buf[..n]);
+                            flush(&mut node, &socket).await;
+                        }
                         Err(_) => break,
                     }
                 }
@@ -216,6 +223,8 @@ pub struct NodeOptions {
     pub ice_servers: Vec<crate::http::IceServer>,
     /// NACK cache per stream.
     pub nack_cache: usize,
+    /// Extra text for `/metrics` from the embedding process.
+    pub process_metrics: Option<crate::http::ProcessMetrics>,
 }
 
 /// A node started by [`start`].
@@ -264,7 +273,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     let handle = spawn_on(node, socket)?;
     let listener = tokio::net::TcpListener::bind(opts.http).await?;
     let http = listener.local_addr()?;
-    let app = crate::http::router(handle.clone(), opts.ice_servers);
+    let app = crate::http::router(handle.clone(), opts.ice_servers, opts.process_metrics);
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(RunningNode {
         handle,

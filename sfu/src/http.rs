@@ -44,14 +44,23 @@ impl IceServer {
     }
 }
 
+/// Extra Prometheus text the embedding process appends to `/metrics`
+/// (process-wide gauges such as heap usage).
+pub type ProcessMetrics = fn() -> String;
+
 #[derive(Clone)]
 struct AppState {
     node: NodeHandle,
     ice_servers: Vec<IceServer>,
+    process_metrics: Option<ProcessMetrics>,
 }
 
 /// The node's HTTP routes: WHIP, WHEP, health, sessions and metrics.
-pub fn router(node: NodeHandle, ice_servers: Vec<IceServer>) -> Router {
+pub fn router(
+    node: NodeHandle,
+    ice_servers: Vec<IceServer>,
+    process_metrics: Option<ProcessMetrics>,
+) -> Router {
     let cors = CorsLayer::new()
         .allow_origin(Any)
         .allow_methods([
@@ -92,7 +101,11 @@ pub fn router(node: NodeHandle, ice_servers: Vec<IceServer>) -> Router {
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(cors)
-        .with_state(AppState { node, ice_servers })
+        .with_state(AppState {
+            node,
+            ice_servers,
+            process_metrics,
+        })
 }
 
 fn error(status: StatusCode, reason: impl Into<String>) -> Response {
@@ -284,7 +297,12 @@ async fn sessions(State(st): State<AppState>) -> Response {
 
 async fn metrics(State(st): State<AppState>) -> Response {
     match st.node.metrics_text().await {
-        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+        Ok(mut text) => {
+            if let Some(extra) = st.process_metrics {
+                text.push_str(&extra());
+            }
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+        }
         Err(e) => signal_error(e),
     }
 }

@@ -22,7 +22,8 @@ struct Slot {
 
 /// The last `capacity` plaintext RTP packets of one stream, by extended
 /// sequence number. Slots keep their allocation, so once warm an insert is a
-/// copy and never allocates.
+/// copy and allocates only when a packet is larger than any before it in
+/// that slot (audio slots stay small).
 #[derive(Debug, Clone)]
 pub struct PacketCache {
     slots: Vec<Slot>,
@@ -53,9 +54,6 @@ impl PacketCache {
         }
         let i = self.index(ext_seq);
         let slot = &mut self.slots[i];
-        if slot.data.capacity() < MAX_PACKET {
-            slot.data.reserve_exact(MAX_PACKET - slot.data.len());
-        }
         slot.data.clear();
         slot.data.extend_from_slice(packet);
         slot.ext_seq = Some(ext_seq);

@@ -26,7 +26,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// RTCP report interval.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// Buffers kept for reuse.
-const POOL_MAX: usize = 4096;
+const POOL_MAX: usize = 1024;
 /// Capacity of a packet buffer: an MTU plus SRTP and RTX overhead.
 pub const BUF_CAPACITY: usize = 1600;
 

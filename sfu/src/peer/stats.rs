@@ -131,6 +131,31 @@ impl LatencyStats {
         self.max_us = Some(self.max_us.map_or(us, |m| m.max(us)));
     }
 
+    /// Adds another histogram's samples to this one.
+    pub fn merge(&mut self, other: &LatencyStats) {
+        if other.buckets.len() > self.buckets.len() {
+            self.buckets.resize(other.buckets.len(), 0);
+        }
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *a = a.saturating_add(*b);
+        }
+        self.count += other.count;
+        self.sum_us = self.sum_us.saturating_add(other.sum_us);
+        self.min_us = match (self.min_us, other.min_us) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.max_us = match (self.max_us, other.max_us) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Records one sample (for callers measuring their own latencies).
+    pub fn add(&mut self, us: u64) {
+        self.record(us);
+    }
+
     /// Mean over all samples.
     pub fn mean_us(&self) -> Option<u64> {
         self.sum_us.checked_div(self.count)
