@@ -195,7 +195,11 @@ struct PeerHandle {
 impl PeerHandle {
     async fn stats(&self) -> Result<PeerStats> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(PeerCmd::Stats(tx)).await.ok().context("peer gone")?;
+        self.tx
+            .send(PeerCmd::Stats(tx))
+            .await
+            .ok()
+            .context("peer gone")?;
         rx.await.context("peer gone")
     }
 }
@@ -301,7 +305,11 @@ fn side(out: u64, dur: f64, cpu: f64, lat: &LatencyStats, missing: u64) -> Side 
     Side {
         out_pps,
         cpu_cores,
-        pps_per_core: if cpu_cores > 0.0 { out_pps / cpu_cores } else { 0.0 },
+        pps_per_core: if cpu_cores > 0.0 {
+            out_pps / cpu_cores
+        } else {
+            0.0
+        },
         latency_p50_us: lat.quantile_us(0.5),
         latency_p99_us: lat.quantile_us(0.99),
         latency_max_us: lat.max_us,
@@ -332,7 +340,10 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
     };
     let stream = format!("bench{n}");
     let publisher = start_peer(
-        PeerRole::Publisher { video: Codec::Vp8, audio: true },
+        PeerRole::Publisher {
+            video: Codec::Vp8,
+            audio: true,
+        },
         1,
         args.bitrate,
         &clocks,
@@ -352,8 +363,14 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
     let mut viewers = Vec::new();
     for i in 0..n {
         viewers.push(
-            start_peer(PeerRole::Viewer, 100 + i as u64, args.bitrate, &clocks, format!("{http}/whep/{stream}"))
-                .await?,
+            start_peer(
+                PeerRole::Viewer,
+                100 + i as u64,
+                args.bitrate,
+                &clocks,
+                format!("{http}/whep/{stream}"),
+            )
+            .await?,
         );
     }
     wait_for(Duration::from_secs(60), || async {
@@ -370,7 +387,10 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let received = |stats: &[PeerStats]| -> u64 {
-        stats.iter().flat_map(|s| s.received.iter().map(|r| r.packets)).sum()
+        stats
+            .iter()
+            .flat_map(|s| s.received.iter().map(|r| r.packets))
+            .sum()
     };
     let sent = |s: &PeerStats| -> (u64, u64) {
         (
@@ -400,7 +420,13 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
     }
     let pkts = p1.0.saturating_sub(p0.0);
     Ok(FerryRun {
-        side: side(received(&s1).saturating_sub(received(&s0)), dur, cpu1 - cpu0, &lat, missing),
+        side: side(
+            received(&s1).saturating_sub(received(&s0)),
+            dur,
+            cpu1 - cpu0,
+            &lat,
+            missing,
+        ),
         publisher_pps: pkts as f64 / dur,
         packet_bytes: p1.1.saturating_sub(p0.1) as f64 / pkts.max(1) as f64,
         rss_per_subscriber: rss1.saturating_sub(rss0) as f64 / n as f64,
@@ -434,7 +460,11 @@ where
 }
 
 /// A raw subscriber: registers with the relay, counts packets and latency.
-async fn raw_subscriber(relay: SocketAddr, epoch: Instant, mut rx: mpsc::Receiver<oneshot::Sender<(u64, LatencyStats)>>) -> Result<()> {
+async fn raw_subscriber(
+    relay: SocketAddr,
+    epoch: Instant,
+    mut rx: mpsc::Receiver<oneshot::Sender<(u64, LatencyStats)>>,
+) -> Result<()> {
     let socket = UdpSocket::bind("127.0.0.1:0").await?;
     let mut buf = vec![0u8; 2048];
     let mut count = 0u64;
@@ -460,7 +490,13 @@ async fn raw_subscriber(relay: SocketAddr, epoch: Instant, mut rx: mpsc::Receive
     }
 }
 
-async fn measure_raw(n: usize, pps: f64, size: usize, args: &ForwardArgs, ticks: f64) -> Result<Side> {
+async fn measure_raw(
+    n: usize,
+    pps: f64,
+    size: usize,
+    args: &ForwardArgs,
+    ticks: f64,
+) -> Result<Side> {
     let relay_proc = ChildProc::spawn(&["bench", "relay", "--udp", "127.0.0.1:0"])?;
     let relay: SocketAddr = relay_proc.after("udp")?.parse()?;
     let epoch = Instant::now();
@@ -512,7 +548,10 @@ async fn measure_raw(n: usize, pps: f64, size: usize, args: &ForwardArgs, ticks:
             anyhow::Ok((total, lat, started))
         }
     };
-    wait_for(Duration::from_secs(20), || async { Ok(query(&subs).await?.2 == n) }).await?;
+    wait_for(Duration::from_secs(20), || async {
+        Ok(query(&subs).await?.2 == n)
+    })
+    .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (c0, _, _) = query(&subs).await?;
     let cpu0 = cpu_seconds(relay_proc.pid(), ticks)?;
@@ -531,15 +570,40 @@ async fn forward(args: ForwardArgs) -> Result<()> {
     let mut rows = Vec::new();
     println!(
         "{:>5} | {:>10} {:>6} {:>10} | {:>10} {:>6} {:>10} | {:>6} | {:>8} {:>8} | {:>8} {:>8} | {:>8} {:>8} | {:>7}",
-        "subs", "ferry pps", "cores", "pps/core", "raw pps", "cores", "pps/core", "ratio", "p50 µs", "p99 µs",
-        "raw p50", "raw p99", "heap KiB", "RSS KiB", "missing"
+        "subs",
+        "ferry pps",
+        "cores",
+        "pps/core",
+        "raw pps",
+        "cores",
+        "pps/core",
+        "ratio",
+        "p50 µs",
+        "p99 µs",
+        "raw p50",
+        "raw p99",
+        "heap KiB",
+        "RSS KiB",
+        "missing"
     );
     for &n in &args.subscribers {
-        let ferry = measure_ferry(n, &args, ticks).await.with_context(|| format!("ferry run, {n} subscribers"))?;
-        let raw = measure_raw(n, ferry.publisher_pps, ferry.packet_bytes as usize, &args, ticks)
+        let ferry = measure_ferry(n, &args, ticks)
             .await
-            .with_context(|| format!("raw run, {n} subscribers"))?;
-        let ratio = if raw.pps_per_core > 0.0 { ferry.side.pps_per_core / raw.pps_per_core } else { 0.0 };
+            .with_context(|| format!("ferry run, {n} subscribers"))?;
+        let raw = measure_raw(
+            n,
+            ferry.publisher_pps,
+            ferry.packet_bytes as usize,
+            &args,
+            ticks,
+        )
+        .await
+        .with_context(|| format!("raw run, {n} subscribers"))?;
+        let ratio = if raw.pps_per_core > 0.0 {
+            ferry.side.pps_per_core / raw.pps_per_core
+        } else {
+            0.0
+        };
         let row = Row {
             subscribers: n,
             duration_s: args.duration,
@@ -556,10 +620,21 @@ async fn forward(args: ForwardArgs) -> Result<()> {
         let f = &row.ferry;
         println!(
             "{:>5} | {:>10.0} {:>6.2} {:>10.0} | {:>10.0} {:>6.2} {:>10.0} | {:>6.2} | {:>8} {:>8} | {:>8} {:>8} | {:>8.1} {:>8.1} | {:>7}",
-            n, f.out_pps, f.cpu_cores, f.pps_per_core, raw.out_pps, raw.cpu_cores, raw.pps_per_core, ratio,
-            f.latency_p50_us.unwrap_or(0), f.latency_p99_us.unwrap_or(0),
-            raw.latency_p50_us.unwrap_or(0), raw.latency_p99_us.unwrap_or(0),
-            row.heap_per_subscriber_bytes / 1024.0, row.rss_per_subscriber_bytes / 1024.0, f.missing
+            n,
+            f.out_pps,
+            f.cpu_cores,
+            f.pps_per_core,
+            raw.out_pps,
+            raw.cpu_cores,
+            raw.pps_per_core,
+            ratio,
+            f.latency_p50_us.unwrap_or(0),
+            f.latency_p99_us.unwrap_or(0),
+            raw.latency_p50_us.unwrap_or(0),
+            raw.latency_p99_us.unwrap_or(0),
+            row.heap_per_subscriber_bytes / 1024.0,
+            row.rss_per_subscriber_bytes / 1024.0,
+            f.missing
         );
         rows.push(row);
     }
@@ -595,7 +670,11 @@ async fn relay(udp: SocketAddr) -> Result<()> {
                 }
             }
             batch += 1;
-            next = if batch < 64 { socket.try_recv_from(&mut buf).ok() } else { None };
+            next = if batch < 64 {
+                socket.try_recv_from(&mut buf).ok()
+            } else {
+                None
+            };
         }
     }
 }

@@ -47,6 +47,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         announce: None,
         ice_servers: Vec::new(),
         nack_cache: 1000,
+        max_sessions: 2000,
         process_metrics: Some(crate::alloc::prometheus),
     })
     .await
@@ -60,7 +61,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding gateway {}", args.gateway))?;
     let gateway_addr = listener.local_addr()?;
-    println!("ferry dev");
+    // First line: machine-readable addresses (tests and scripts read it).
+    println!(
+        "ferry dev gateway http://{gateway_addr} node-a http://{} udp {}",
+        node.http, node.candidate
+    );
     println!("  demo page + API   http://{gateway_addr}/");
     println!(
         "  node-a            http://{}  media udp {}",

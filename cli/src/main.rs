@@ -54,6 +54,9 @@ struct NodeArgs {
     /// Packets cached per published stream for retransmission.
     #[arg(long, default_value_t = 1000)]
     nack_cache: usize,
+    /// Sessions accepted before WHIP/WHEP answer 503.
+    #[arg(long, default_value_t = 2000)]
+    max_sessions: usize,
 }
 
 fn init_tracing() {
@@ -94,6 +97,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             })
             .collect(),
         nack_cache: args.nack_cache,
+        max_sessions: args.max_sessions,
         process_metrics: Some(alloc::prometheus),
     })
     .await

@@ -223,6 +223,8 @@ pub struct NodeOptions {
     pub ice_servers: Vec<crate::http::IceServer>,
     /// NACK cache per stream.
     pub nack_cache: usize,
+    /// Sessions accepted before answering 503.
+    pub max_sessions: usize,
     /// Extra text for `/metrics` from the embedding process.
     pub process_metrics: Option<crate::http::ProcessMetrics>,
 }
@@ -269,6 +271,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     };
     let mut config = crate::node::NodeConfig::new(opts.id, vec![candidate], rng.random(), wall);
     config.nack_cache = opts.nack_cache;
+    config.max_sessions = opts.max_sessions;
     let node = Node::new(config, Arc::new(cert), now);
     let handle = spawn_on(node, socket)?;
     let listener = tokio::net::TcpListener::bind(opts.http).await?;

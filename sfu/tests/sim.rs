@@ -104,6 +104,12 @@ fn five_percent_loss_is_repaired_for_both_viewers() {
             assert_eq!(s.first_packet_keyframe, Some(true), "IDR-aware start");
             assert_eq!(s.ts_regressions, 0, "monotonic timestamps");
             assert_eq!(tb.peers[v].stats().srtp_errors, 0);
+            assert!(s.sender_reports > 5, "sender reports reach the viewer");
+            assert!(
+                s.sr_max_deviation_ticks.is_some_and(|d| d <= 90),
+                "SR NTP↔RTP mapping after rewriting is within 1 ms: {:?}",
+                s.sr_max_deviation_ticks
+            );
         }
         assert!(m.nacks_sent > 0, "the node NACKed the publisher");
         assert!(m.retransmissions_sent > 0, "the node answered viewer NACKs");
@@ -153,7 +159,9 @@ fn sessions_restored_into_a_fresh_core_continue_at_the_unchanged_peers() {
     tb.add_node(NodeId::new("node-b").unwrap(), node).unwrap();
     for bytes in &snaps {
         let snap = ferry_proto::state::SessionSnapshot::decode(bytes.as_slice()).unwrap();
-        tb.node(node).restore_session(now, snap).unwrap();
+        let id = tb.node(node).restore_session(now, snap.clone()).unwrap();
+        // Round trip: the restored session exports exactly what it was given.
+        assert_eq!(tb.node(node).snapshot_session(now, &id).unwrap(), snap);
     }
     tb.run_for(Duration::from_secs(3));
     assert!(tb.peers[viewer].is_connected() && tb.peers[publisher].is_connected());

@@ -24,4 +24,4 @@ mod node;
 
 pub use chromium::{Browser, CHROMIUM_ENV};
 pub use collector::{Collector, Reports, num};
-pub use node::{FERRY_BIN_ENV, FerryNode, Response, ferry_bin, http};
+pub use node::{FERRY_BIN_ENV, FerryNode, FerryProcess, Response, ferry_bin, http};

@@ -33,10 +33,64 @@ pub fn ferry_bin() -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// A running `ferry` process, killed on drop. Its first stdout line is kept
+/// (the commands print their addresses there); the rest is forwarded to stderr.
+#[derive(Debug)]
+pub struct FerryProcess {
+    child: Child,
+    words: Vec<String>,
+}
+
+impl FerryProcess {
+    /// Starts `ferry` with `args` and waits for its first line.
+    pub fn spawn(args: &[&str]) -> Result<FerryProcess> {
+        let mut child = Command::new(ferry_bin()?)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("spawning ferry {args:?}"))?;
+        let stdout = child.stdout.take().context("ferry stdout")?;
+        let mut line = String::new();
+        let mut reader = BufReader::new(stdout);
+        reader
+            .read_line(&mut line)
+            .context("reading ferry's first line")?;
+        // Keep draining its stdout (logs) so it never writes into a closed pipe.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
+                eprint!("[ferry] {sink}");
+                sink.clear();
+            }
+        });
+        Ok(FerryProcess {
+            child,
+            words: line.split_whitespace().map(str::to_owned).collect(),
+        })
+    }
+
+    /// The word after `key` on the first line.
+    pub fn after(&self, key: &str) -> Result<String> {
+        self.words
+            .windows(2)
+            .find(|w| w[0] == key)
+            .map(|w| w[1].clone())
+            .with_context(|| format!("no {key:?} in {:?}", self.words.join(" ")))
+    }
+}
+
+impl Drop for FerryProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A running `ferry node`, killed on drop.
 #[derive(Debug)]
 pub struct FerryNode {
-    child: Child,
+    _process: FerryProcess,
     /// `http://127.0.0.1:PORT` of its WHIP/WHEP API.
     pub http: String,
     /// Its media UDP address.
@@ -47,40 +101,17 @@ impl FerryNode {
     /// Starts `ferry node` on ephemeral ports with `extra` arguments and
     /// waits for it to print its addresses.
     pub fn spawn(extra: &[&str]) -> Result<FerryNode> {
-        let mut child = Command::new(ferry_bin()?)
-            .args(["node", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("spawning ferry node")?;
-        let stdout = child.stdout.take().context("node stdout")?;
-        let mut line = String::new();
-        let mut reader = BufReader::new(stdout);
-        reader
-            .read_line(&mut line)
-            .context("reading the node's first line")?;
-        // Keep draining its stdout (logs) so the node never writes into a closed pipe.
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
-                eprint!("[node] {sink}");
-                sink.clear();
-            }
-        });
+        let mut args = vec!["node", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let process = FerryProcess::spawn(&args)?;
         // "node node-a http http://127.0.0.1:PORT media udp 127.0.0.1:PORT (candidate ...)"
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let after = |key: &str| {
-            words
-                .windows(2)
-                .find(|w| w[0] == key)
-                .map(|w| w[1].to_owned())
-        };
-        let http = after("http").context(format!("no http address in {line:?}"))?;
-        let udp = after("udp")
-            .and_then(|u| u.parse().ok())
-            .context(format!("no udp address in {line:?}"))?;
-        Ok(FerryNode { child, http, udp })
+        let http = process.after("http")?;
+        let udp = process.after("udp")?.parse().context("udp address")?;
+        Ok(FerryNode {
+            _process: process,
+            http,
+            udp,
+        })
     }
 
     /// Sends `data` to the node's media port from a fresh socket.
@@ -99,13 +130,6 @@ impl FerryNode {
             .find_map(|l| l.strip_prefix(&key))
             .and_then(|v| v.trim().parse().ok())
             .context(format!("metric {name} not found"))
-    }
-}
-
-impl Drop for FerryNode {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -208,3 +208,24 @@ fn bad_datagrams_are_dropped_and_counted() -> Result<()> {
     ensure!(r.status == 200, "node still serves");
     Ok(())
 }
+
+#[test]
+fn a_full_node_answers_503_with_retry_after() -> Result<()> {
+    let node = FerryNode::spawn(&["--max-sessions", "1"])?;
+    let r = http(
+        &format!("{}/whip/one", node.http),
+        "POST",
+        &[SDP],
+        OFFER.as_bytes(),
+    )?;
+    ensure!(r.status == 201, "{}", r.status);
+    let r = http(
+        &format!("{}/whip/two", node.http),
+        "POST",
+        &[SDP],
+        OFFER.as_bytes(),
+    )?;
+    expect(&r, 503, "full")?;
+    ensure!(r.header("retry-after").is_some(), "Retry-After");
+    Ok(())
+}
