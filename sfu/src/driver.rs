@@ -128,6 +128,16 @@ async fn run(mut node: Node, socket: Arc<UdpSocket>, mut rx: mpsc::Receiver<Comm
     let mut buf = vec![0u8; RECV_BUF];
     loop {
         flush(&mut node, &socket).await;
+        while let Some(event) = node.poll_event() {
+            match event {
+                crate::session::Event::Connected(id) => {
+                    tracing::info!(session = %id, "session connected")
+                }
+                crate::session::Event::Closed(id, reason) => {
+                    tracing::info!(session = %id, ?reason, "session closed");
+                }
+            }
+        }
         let deadline = node.poll_timeout();
         tracing::trace!(?deadline, "node loop");
         let sleep = async {

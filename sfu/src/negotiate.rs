@@ -436,22 +436,7 @@ fn publish_line(m: &MediaView<'_>, i: usize, t: &Transport) -> Result<MediaLine,
     line.fmtp = fmtp_string(m, pt);
     (line.nack, line.pli, line.fir, line.remb) = (nack, pli, fir, remb);
     line.extmap = extmaps(m, PUBLISH_EXTS);
-    // Declared SSRCs: FID groups pair media with RTX; lone SSRCs are media.
-    let groups = m.ssrc_groups();
-    let mut declared: Vec<(u32, Option<u32>)> = groups
-        .iter()
-        .filter(|g| g.semantics == "FID" && g.ssrcs.len() == 2)
-        .map(|g| (g.ssrcs[0], Some(g.ssrcs[1])))
-        .collect();
-    for s in m.ssrcs() {
-        if !declared
-            .iter()
-            .any(|(a, b)| *a == s.ssrc || *b == Some(s.ssrc))
-        {
-            declared.push((s.ssrc, None));
-        }
-    }
-    line.remote_ssrcs = declared;
+    line.remote_ssrcs = m.declared_ssrcs();
     if let Some(sim) = m.simulcast() {
         line.rids = sim
             .send

@@ -277,21 +277,7 @@ fn answer_line(ours: &OfferLine, m: &MediaView<'_>) -> Result<AnswerLine, PeerEr
     line.ext_mid = ext(EXT_MID);
     line.ext_abs_send_time = ext(EXT_ABS_SEND_TIME);
     line.ext_audio_level = ext(EXT_AUDIO_LEVEL);
-    let mut ssrcs: Vec<(u32, Option<u32>)> = m
-        .ssrc_groups()
-        .into_iter()
-        .filter(|g| g.semantics == "FID" && g.ssrcs.len() == 2)
-        .map(|g| (g.ssrcs[0], Some(g.ssrcs[1])))
-        .collect();
-    for s in m.ssrcs() {
-        if !ssrcs
-            .iter()
-            .any(|(a, b)| *a == s.ssrc || *b == Some(s.ssrc))
-        {
-            ssrcs.push((s.ssrc, None));
-        }
-    }
-    line.ssrcs = ssrcs;
+    line.ssrcs = m.declared_ssrcs();
     Ok(line)
 }
 

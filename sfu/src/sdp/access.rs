@@ -167,6 +167,26 @@ impl MediaDescription {
         all(&self.attributes, "ssrc-group", SsrcGroup::parse)
     }
 
+    /// The sender's SSRCs as (media, RTX) pairs: `FID` groups pair media
+    /// with RTX; an SSRC in no such group is media without RTX.
+    pub fn declared_ssrcs(&self) -> Vec<(u32, Option<u32>)> {
+        let mut pairs: Vec<(u32, Option<u32>)> = self
+            .ssrc_groups()
+            .into_iter()
+            .filter(|g| g.semantics == "FID" && g.ssrcs.len() == 2)
+            .map(|g| (g.ssrcs[0], Some(g.ssrcs[1])))
+            .collect();
+        for s in self.ssrcs() {
+            if !pairs
+                .iter()
+                .any(|(a, b)| *a == s.ssrc || *b == Some(s.ssrc))
+            {
+                pairs.push((s.ssrc, None));
+            }
+        }
+        pairs
+    }
+
     /// `a=rid` lines in order.
     pub fn rids(&self) -> Vec<Rid> {
         all(&self.attributes, "rid", Rid::parse)

@@ -1,0 +1,237 @@
+//! The media path: a publisher's packet fanned out to its viewers, keyframe
+//! requests upstream, and viewers' RTCP (NACK answered from the cache,
+//! PLI/FIR passed to the publisher).
+
+use std::time::Instant;
+
+use ferry_proto::StreamId;
+
+use super::Node;
+use crate::ingest::{IncomingTrack, IngestDrop};
+use crate::munger::DropReason;
+use crate::rtcp::{RtcpIter, RtcpPacket};
+use crate::rtp::RtpHeader;
+use crate::session::{Phase, Role};
+
+impl Node {
+    pub(super) fn handle_rtp(&mut self, now: Instant, key: usize, data: &mut [u8], len: usize) {
+        let Ok(h) = RtpHeader::parse(&data[..len]) else {
+            self.out.metrics.rtp_parse_errors += 1;
+            return;
+        };
+        let epoch = self.epoch;
+        let Some(s) = self.sessions[key].as_mut() else {
+            return;
+        };
+        let Role::Publisher(tracks) = &mut s.role else {
+            // Viewers send no media.
+            self.out.metrics.rtp_unknown_stream += 1;
+            return;
+        };
+        let mid_ok = |t: &IncomingTrack| {
+            h.payload_type == t.line.pt || Some(h.payload_type) == t.line.rtx_pt
+        };
+        let Some(ti) = tracks
+            .iter()
+            .position(|t| {
+                t.stream(h.ssrc).is_some() || t.streams.iter().any(|st| st.rtx_ssrc == Some(h.ssrc))
+            })
+            .or_else(|| tracks.iter().position(mid_ok))
+        else {
+            self.out.metrics.rtp_unknown_stream += 1;
+            return;
+        };
+        let ing = match tracks[ti].ingest(now, epoch, data, len, h) {
+            Ok(i) => i,
+            Err(IngestDrop::UnknownStream) => {
+                self.out.metrics.rtp_unknown_stream += 1;
+                return;
+            }
+            Err(IngestDrop::Malformed) => {
+                self.out.metrics.rtp_parse_errors += 1;
+                return;
+            }
+            Err(IngestDrop::Duplicate) => return,
+            Err(IngestDrop::Padding) => {
+                self.out.metrics.padding_dropped += 1;
+                return;
+            }
+        };
+        self.out.metrics.rtp_received += 1;
+        if tracks[ti].keyframe_wanted {
+            s.send_keyframe_requests(now, &self.scfg, &mut self.out);
+        }
+        if !ing.forward {
+            return;
+        }
+        let stream = s.stream.clone();
+        let pkt = &data[..ing.len];
+        let mut want_keyframe = false;
+        let Some(entry) = self.streams.get(&stream) else {
+            return;
+        };
+        for &vk in &entry.viewers {
+            let Some(v) = self.sessions[vk].as_mut() else {
+                continue;
+            };
+            if v.phase != Phase::Connected {
+                continue;
+            }
+            let Role::Viewer(vtracks) = &mut v.role else {
+                continue;
+            };
+            let Some(t) = vtracks.iter_mut().find(|t| t.source() == Some(ing.line)) else {
+                continue;
+            };
+            let mut buf = self.out.buffer();
+            match t.forward(now, pkt, &ing.src, &mut buf) {
+                Ok(n) => {
+                    if v.send_rtp(&mut self.out, buf, n) {
+                        self.out.metrics.rtp_forwarded += 1;
+                    }
+                }
+                Err(reason) => {
+                    self.out.recycle(buf);
+                    if reason == DropReason::WaitingKeyframe {
+                        self.out.metrics.dropped_waiting_keyframe += 1;
+                        want_keyframe = true;
+                    }
+                }
+            }
+        }
+        if want_keyframe {
+            self.request_keyframe(now, &stream, ing.line);
+        }
+    }
+
+    fn request_keyframe(&mut self, now: Instant, stream: &StreamId, line: usize) {
+        let Some(pk) = self.streams.get(stream).and_then(|e| e.publisher) else {
+            return;
+        };
+        let Some(p) = self.sessions[pk].as_mut() else {
+            return;
+        };
+        if let Role::Publisher(tracks) = &mut p.role
+            && let Some(t) = tracks.iter_mut().find(|t| t.index == line)
+        {
+            t.keyframe_wanted = true;
+        }
+        p.send_keyframe_requests(now, &self.scfg, &mut self.out);
+        self.note_deadline(pk);
+    }
+
+    pub(super) fn handle_rtcp(&mut self, now: Instant, key: usize, data: &[u8]) {
+        let Some(s) = self.sessions[key].as_mut() else {
+            return;
+        };
+        let stream = s.stream.clone();
+        let mut nacks: Vec<(usize, u16)> = Vec::new();
+        let mut keyframes: Vec<usize> = Vec::new();
+        for p in RtcpIter::new(data) {
+            let p = match p {
+                Ok(p) => p,
+                Err(_) => {
+                    self.out.metrics.rtcp_parse_errors += 1;
+                    break;
+                }
+            };
+            match (&mut s.role, p) {
+                (Role::Publisher(tracks), RtcpPacket::SenderReport(sr)) => {
+                    for t in tracks.iter_mut() {
+                        if t.handle_sender_report(now, sr.info.ssrc, sr.info.ntp, sr.info.rtp_ts) {
+                            break;
+                        }
+                    }
+                }
+                (Role::Viewer(tracks), RtcpPacket::Nack(n)) => {
+                    if let Some(ti) = tracks
+                        .iter()
+                        .position(|t| t.line.local_ssrc == n.media_ssrc)
+                    {
+                        for seq in n.lost() {
+                            nacks.push((ti, seq));
+                        }
+                    }
+                }
+                (Role::Viewer(tracks), RtcpPacket::Pli { media_ssrc, .. }) => {
+                    if let Some(t) = tracks.iter().find(|t| t.line.local_ssrc == media_ssrc) {
+                        keyframes.extend(t.source());
+                    }
+                }
+                (Role::Viewer(tracks), RtcpPacket::Fir(f)) => {
+                    for (ssrc, _) in f.entries() {
+                        if let Some(t) = tracks.iter().find(|t| t.line.local_ssrc == ssrc) {
+                            keyframes.extend(t.source());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.out.metrics.keyframe_requests_received += keyframes.len() as u64;
+        for line in keyframes {
+            self.request_keyframe(now, &stream, line);
+        }
+        if !nacks.is_empty() {
+            self.retransmit(key, &stream, &nacks);
+        }
+    }
+
+    /// Answers a viewer's NACKs from the publisher's cache.
+    fn retransmit(&mut self, vkey: usize, stream: &StreamId, nacks: &[(usize, u16)]) {
+        self.out.metrics.nacks_received += nacks.len() as u64;
+        let Some(pk) = self.streams.get(stream).and_then(|e| e.publisher) else {
+            self.out.metrics.retransmissions_missed += nacks.len() as u64;
+            return;
+        };
+        for &(ti, seq) in nacks {
+            // Look the packet up on the viewer side, copy it from the publisher's cache.
+            let Some(Role::Viewer(vt)) = self.sessions[vkey].as_ref().map(|s| &s.role) else {
+                return;
+            };
+            let Some(track) = vt.get(ti) else { continue };
+            let (Some(r), Some(line)) = (track.lookup_nack(seq), track.source()) else {
+                self.out.metrics.retransmissions_missed += 1;
+                continue;
+            };
+            let mut src = self.out.buffer();
+            let found = match self.sessions[pk].as_ref().map(|p| &p.role) {
+                Some(Role::Publisher(pt)) => pt
+                    .iter()
+                    .find(|t| t.index == line)
+                    .and_then(|t| t.stream(r.src_ssrc))
+                    .and_then(|st| st.cached(r.src_ext_seq))
+                    .map(|pkt| src.extend_from_slice(pkt))
+                    .is_some(),
+                _ => false,
+            };
+            if !found {
+                self.out.recycle(src);
+                self.out.metrics.retransmissions_missed += 1;
+                continue;
+            }
+            let Some(v) = self.sessions[vkey].as_mut() else {
+                return;
+            };
+            let Role::Viewer(vt) = &mut v.role else {
+                return;
+            };
+            let mut buf = self.out.buffer();
+            let n = vt
+                .get_mut(ti)
+                .and_then(|t| t.retransmit(&r, &src, &mut buf));
+            self.out.recycle(src);
+            match n {
+                Some(n) => {
+                    if v.send_rtp(&mut self.out, buf, n) {
+                        self.out.metrics.retransmissions_sent += 1;
+                    }
+                }
+                None => {
+                    self.out.recycle(buf);
+                    self.out.metrics.retransmissions_missed += 1;
+                }
+            }
+        }
+    }
+}
