@@ -555,3 +555,154 @@ impl IncomingTrack {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(rids: &[&str]) -> MediaLine {
+        MediaLine {
+            mid: "1".into(),
+            video: true,
+            accepted: true,
+            codec: Codec::Vp8,
+            pt: 96,
+            rtx_pt: Some(97),
+            fmtp: String::new(),
+            nack: true,
+            pli: true,
+            fir: true,
+            remb: true,
+            extmap: vec![(10, EXT_RID.into()), (11, EXT_RRID.into())],
+            remote_ssrcs: vec![],
+            rids: rids.iter().map(|r| (*r).to_string()).collect(),
+            local_ssrc: 0,
+            local_rtx_ssrc: None,
+            source: None,
+        }
+    }
+
+    /// A VP8 packet with a one-byte `rid` extension, `payload` bytes long.
+    fn packet(ssrc: u32, seq: u16, rid: &str, payload: usize, key: bool) -> Vec<u8> {
+        let mut p = vec![if rid.is_empty() { 0x80 } else { 0x90 }, 96];
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&(u32::from(seq) * 3000).to_be_bytes());
+        p.extend_from_slice(&ssrc.to_be_bytes());
+        if rid.is_empty() {
+            p.extend_from_slice(&[0x10, if key { 0x00 } else { 0x01 }]);
+            p.resize(p.len() + payload, 0xAA);
+            return p;
+        }
+        let mut ext = vec![(10 << 4) | (rid.len() as u8 - 1)];
+        ext.extend_from_slice(rid.as_bytes());
+        while ext.len() % 4 != 0 {
+            ext.push(0);
+        }
+        p.extend_from_slice(&[0xBE, 0xDE]);
+        p.extend_from_slice(&((ext.len() / 4) as u16).to_be_bytes());
+        p.extend_from_slice(&ext);
+        p.extend_from_slice(&[0x10, if key { 0x00 } else { 0x01 }]);
+        p.resize(p.len() + payload, 0xAA);
+        p
+    }
+
+    fn feed(t: &mut IncomingTrack, now: Instant, pkt: &[u8]) -> Result<Ingested, IngestDrop> {
+        let mut buf = pkt.to_vec();
+        let h = RtpHeader::parse(&buf).unwrap();
+        let len = buf.len();
+        t.ingest(now, now, &mut buf, len, h)
+    }
+
+    #[test]
+    fn simulcast_forwards_the_highest_bitrate_layer() {
+        let t0 = Instant::now();
+        let mut t = IncomingTrack::new(1, line(&["q", "h", "f"]), NackConfig::default(), 100);
+        // The first layer seen is forwarded until reports show the rates.
+        for seq in 0..30u16 {
+            let q = feed(&mut t, t0, &packet(1, seq, "q", 100, seq == 0)).unwrap();
+            assert_eq!(q.forward, true);
+            assert!(
+                !feed(&mut t, t0, &packet(2, seq, "h", 400, seq == 0))
+                    .unwrap()
+                    .forward
+            );
+            assert!(
+                !feed(&mut t, t0, &packet(3, seq, "f", 1000, seq == 0))
+                    .unwrap()
+                    .forward
+            );
+        }
+        assert_eq!(
+            t.streams.iter().map(|s| s.rid.as_str()).collect::<Vec<_>>(),
+            ["q", "h", "f"]
+        );
+        t.report(
+            t0 + Duration::from_secs(1),
+            Duration::from_secs(1),
+            &mut Vec::new(),
+        );
+        assert_eq!(
+            t.selected_stream().map(|s| s.rid.as_str()),
+            Some("f"),
+            "top layer"
+        );
+        assert!(t.keyframe_wanted, "a layer switch asks for a keyframe");
+        // An unknown rid is not a stream of this track.
+        assert_eq!(
+            feed(&mut t, t0, &packet(9, 1, "x", 10, true)).unwrap_err(),
+            IngestDrop::UnknownStream
+        );
+    }
+
+    #[test]
+    fn keyframe_requests_are_throttled() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let throttle = ms(300);
+        let mut t = IncomingTrack::new(1, line(&[]), NackConfig::default(), 100);
+        feed(&mut t, t0, &packet(5, 1, "", 100, true)).unwrap_or_else(|_| panic!());
+        t.keyframe_wanted = true;
+        assert_eq!(t.take_keyframe_request(t0, throttle), Some((5, false, 0)));
+        t.keyframe_wanted = true;
+        assert_eq!(
+            t.take_keyframe_request(t0 + ms(100), throttle),
+            None,
+            "throttled"
+        );
+        assert_eq!(t.keyframe_deadline(throttle), Some(t0 + throttle));
+        assert!(t.take_keyframe_request(t0 + ms(300), throttle).is_some());
+        // FIR when only FIR was negotiated, with an incrementing sequence number.
+        let mut l = line(&[]);
+        l.pli = false;
+        let mut f = IncomingTrack::new(1, l, NackConfig::default(), 100);
+        feed(&mut f, t0, &packet(6, 1, "", 100, true)).unwrap_or_else(|_| panic!());
+        f.keyframe_wanted = true;
+        assert_eq!(f.take_keyframe_request(t0, throttle), Some((6, true, 1)));
+    }
+
+    #[test]
+    fn duplicates_are_dropped_and_snapshot_round_trips() {
+        let t0 = Instant::now();
+        let mut t = IncomingTrack::new(1, line(&[]), NackConfig::default(), 100);
+        for seq in [1u16, 2, 4] {
+            feed(&mut t, t0, &packet(7, seq, "", 50, seq == 1)).unwrap_or_else(|_| panic!());
+        }
+        assert_eq!(
+            feed(&mut t, t0, &packet(7, 2, "", 50, false)).unwrap_err(),
+            IngestDrop::Duplicate
+        );
+        let snap = t.snapshot(t0);
+        let r = IncomingTrack::restore(&snap, line(&[]), NackConfig::default(), 100, t0);
+        assert_eq!(r.snapshot(t0), snap);
+        assert!(
+            r.stream(7)
+                .and_then(|s| s.cached(r.stream(7).unwrap().nack().highest().unwrap()))
+                .is_some()
+        );
+        assert_eq!(
+            r.stream(7).unwrap().nack().missing(),
+            1,
+            "seq 3 still missing after restore"
+        );
+    }
+}

@@ -221,3 +221,37 @@ fn viewer_path_switch_keeps_media_flowing() {
     );
     assert!(tb.nodes[0].node.metrics().ice_path_switches >= 1);
 }
+
+/// A viewer that vanishes (no more ICE consent checks) is dropped after the
+/// RFC 7675 30 s; the publisher and the other viewer are untouched.
+#[test]
+fn consent_expiry_ends_a_vanished_viewer_only() {
+    let node = addr("10.0.0.100:5000");
+    let mut tb = Testbed::new(13, LinkConfig::delay(Duration::from_millis(10)));
+    tb.add_node(NodeId::new("node-a").unwrap(), node).unwrap();
+    tb.publish(node, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
+        .unwrap();
+    tb.run_for(Duration::from_millis(500));
+    let (gone, _) = tb.view(node, "cam", addr("10.0.0.2:4000")).unwrap();
+    let (stays, _) = tb.view(node, "cam", addr("10.0.0.3:4000")).unwrap();
+    tb.run_for(Duration::from_secs(2));
+    tb.net.set_down(tb.peers[gone].config().local_addr, true);
+    // Its last check came at most 2.5 s (the consent interval) before it vanished.
+    tb.run_for(Duration::from_secs(27));
+    assert_eq!(
+        tb.nodes[0].node.sessions().len(),
+        3,
+        "consent still valid before 30 s: {:?}",
+        tb.nodes[0].events
+    );
+    tb.run_for(Duration::from_secs(4));
+    let m = tb.nodes[0].node.metrics().clone();
+    assert_eq!(m.consent_expired, 1);
+    assert_eq!(tb.nodes[0].node.sessions().len(), 2);
+    let before = video(&tb, stays).packets;
+    tb.run_for(Duration::from_secs(1));
+    assert!(
+        video(&tb, stays).packets > before,
+        "the other viewer still plays"
+    );
+}
