@@ -620,7 +620,7 @@ mod tests {
         // The first layer seen is forwarded until reports show the rates.
         for seq in 0..30u16 {
             let q = feed(&mut t, t0, &packet(1, seq, "q", 100, seq == 0)).unwrap();
-            assert_eq!(q.forward, true);
+            assert!(q.forward);
             assert!(
                 !feed(&mut t, t0, &packet(2, seq, "h", 400, seq == 0))
                     .unwrap()
