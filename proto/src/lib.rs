@@ -4,6 +4,7 @@
 //! unknown fields are ignored and missing fields take their defaults, so a
 //! node at version N+1 restores a snapshot written by version N.
 
+pub mod api;
 pub mod ids;
 pub mod state;
 

@@ -1,0 +1,404 @@
+//! JSON types of the operator API (DESIGN §10) and of the node ↔ scheduler
+//! heartbeat. Nodes and the scheduler share them here, so neither links the
+//! other.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{MigrationId, NodeId, SessionId, StreamId};
+
+#[cfg(feature = "openapi")]
+use utoipa::ToSchema;
+
+/// A node's lifecycle as the scheduler sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    /// Takes new sessions.
+    Active,
+    /// Takes no new sessions; its sessions are being moved away.
+    Draining,
+    /// Drained: no sessions left, no placements.
+    Drained,
+    /// Missed its heartbeats.
+    Down,
+}
+
+/// Publish or view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum SessionKind {
+    /// WHIP.
+    Publish,
+    /// WHEP.
+    View,
+}
+
+/// GPU figures of a node (from NVML, or from configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct GpuFigures {
+    /// Free video memory in bytes.
+    pub vram_free_bytes: u64,
+    /// Total video memory in bytes.
+    pub vram_total_bytes: u64,
+    /// NVENC sessions still available.
+    pub nvenc_sessions_free: u32,
+    /// NVENC sessions the GPU supports.
+    pub nvenc_sessions_max: u32,
+}
+
+/// One session as a node reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct SessionReport {
+    /// Session id.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: SessionId,
+    /// Stream name.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub stream: StreamId,
+    /// Publish or view.
+    pub kind: SessionKind,
+    /// `new`, `connecting`, `connected`.
+    pub state: String,
+}
+
+/// What a node sends `POST /v1/nodes/{id}/heartbeat` every second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(default)]
+pub struct Heartbeat {
+    /// Base URL of the node's WHIP/WHEP API (`http://10.0.0.5:8081`).
+    pub http: String,
+    /// Media (UDP) address clients reach.
+    pub media: String,
+    /// Zone (AZ or ISP line).
+    pub zone: String,
+    /// Physical host (anti-affinity).
+    pub host: String,
+    /// Region (data residency).
+    pub region: String,
+    /// Capability flags (`gpu`, `h264_encode`, `av1_encode`, ...).
+    pub capabilities: Vec<String>,
+    /// CPU use, 0..1 of the node's cores.
+    pub cpu: f64,
+    /// Memory use, 0..1.
+    pub memory: f64,
+    /// Bandwidth in use, bit/s.
+    pub bandwidth_bps: u64,
+    /// Bandwidth capacity, bit/s (0 = unknown).
+    pub bandwidth_capacity_bps: u64,
+    /// Packet loss seen, 0..1.
+    pub loss: f64,
+    /// Sessions the node accepts at most.
+    pub session_capacity: u64,
+    /// Its sessions now.
+    pub sessions: Vec<SessionReport>,
+    /// GPU figures, where the node has a GPU.
+    pub gpu: Option<GpuFigures>,
+    /// A canary node gets a small fixed weight.
+    pub canary: bool,
+}
+
+/// A node in `GET /v1/nodes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct NodeView {
+    /// Node id.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: NodeId,
+    /// Lifecycle state.
+    pub state: NodeState,
+    /// Placement weight on the fixed scale [0, 1].
+    pub weight: f64,
+    /// Weight pinned by an operator (`PUT /v1/nodes/{id}/weight`), if any.
+    pub weight_override: Option<f64>,
+    /// Zone.
+    pub zone: String,
+    /// Host.
+    pub host: String,
+    /// Region.
+    pub region: String,
+    /// Capability flags.
+    pub capabilities: Vec<String>,
+    /// WHIP/WHEP base URL.
+    pub http: String,
+    /// Media address.
+    pub media: String,
+    /// CPU use 0..1.
+    pub cpu: f64,
+    /// Memory use 0..1.
+    pub memory: f64,
+    /// Bandwidth in use, bit/s.
+    pub bandwidth_bps: u64,
+    /// Packet loss 0..1.
+    pub loss: f64,
+    /// Sessions on the node.
+    pub sessions: u64,
+    /// Session capacity.
+    pub session_capacity: u64,
+    /// GPU figures.
+    pub gpu: Option<GpuFigures>,
+    /// Milliseconds since its last heartbeat.
+    pub last_heartbeat_ms: u64,
+}
+
+/// A session in `GET /v1/sessions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct SessionView {
+    /// Session id.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: SessionId,
+    /// Stream name.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub stream: StreamId,
+    /// Publish or view.
+    pub kind: SessionKind,
+    /// The node it is on.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub node: NodeId,
+    /// `new`, `connecting`, `connected`.
+    pub state: String,
+}
+
+/// What a placement is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementKind {
+    /// A publisher (WHIP).
+    #[default]
+    Publish,
+    /// A viewer (WHEP).
+    View,
+    /// A transcode.
+    Transcode,
+}
+
+/// Hard and soft constraints of a placement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(default, deny_unknown_fields)]
+pub struct Requirements {
+    /// Capabilities the node must have (`gpu`, `av1_encode`, ...).
+    pub capabilities: Vec<String>,
+    /// Region the node must be in (data residency).
+    pub region: Option<String>,
+    /// Room whose other transcodes should be on other hosts (soft).
+    pub room: Option<String>,
+}
+
+/// `POST /v1/placements`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PlacementRequest {
+    /// Stream or room key.
+    pub key: String,
+    /// What is placed.
+    #[serde(default)]
+    pub kind: PlacementKind,
+    /// Constraints.
+    #[serde(default)]
+    pub requirements: Requirements,
+}
+
+/// Answer to `POST /v1/placements`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct PlacementResponse {
+    /// The chosen node.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub node: NodeId,
+    /// Where to go if it fails, in order.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub backups: Vec<NodeId>,
+    /// Routing-table version the decision was made at.
+    pub routing_version: u64,
+    /// The node's WHIP/WHEP base URL.
+    pub http: String,
+}
+
+/// `PUT /v1/nodes/{id}/weight`: pin a weight, or `null` to follow the score again.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct WeightUpdate {
+    /// Weight on the fixed scale [0, 1], or null.
+    pub weight: Option<f64>,
+}
+
+/// `POST /v1/nodes/{id}/reclaim-notice`: the node (a spot instance) goes away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ReclaimNotice {
+    /// Seconds until the node is reclaimed.
+    pub deadline_s: u64,
+}
+
+/// How a migrated session's client is moved (DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "kebab-case")]
+pub enum CutoverMode {
+    /// The edge flips its routing entry.
+    #[default]
+    Edge,
+    /// The client restarts ICE towards the target.
+    IceRestart,
+    /// The client reconnects with a ticket.
+    Reconnect,
+}
+
+/// `POST /v1/migrations`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct MigrationRequest {
+    /// The session to move.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub session: SessionId,
+    /// Target node (default: chosen by placement).
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub target: Option<NodeId>,
+    /// Cutover mode.
+    #[serde(default)]
+    pub mode: CutoverMode,
+}
+
+/// Where a migration is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum MigrationState {
+    /// Accepted, not started.
+    Planned,
+    /// Snapshot/WAL/cutover under way.
+    Running,
+    /// Done: the target owns the session.
+    Committed,
+    /// Undone: the source owns the session again.
+    RolledBack,
+    /// Could not be carried out.
+    Failed,
+}
+
+/// `GET /v1/migrations/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct MigrationView {
+    /// Migration id.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: MigrationId,
+    /// The session.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub session: SessionId,
+    /// Where it was.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub source: NodeId,
+    /// Where it goes.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub target: Option<NodeId>,
+    /// Cutover mode.
+    pub mode: CutoverMode,
+    /// State.
+    pub state: MigrationState,
+    /// Duration of each finished phase, in ms.
+    pub phases_ms: BTreeMap<String, u64>,
+    /// Media blackout beyond the normal packet gap, in ms.
+    pub blackout_ms: Option<f64>,
+    /// Snapshot + WAL bytes moved.
+    pub bytes: u64,
+    /// Why it failed or rolled back.
+    pub error: Option<String>,
+}
+
+/// `POST /v1/migrations` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct MigrationAccepted {
+    /// Migration id.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: MigrationId,
+}
+
+/// Progress of a drain (`POST /v1/nodes/{id}/drain` answers it, `GET` shows it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct DrainStatus {
+    /// The node.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub node: NodeId,
+    /// Its state.
+    pub state: NodeState,
+    /// Sessions still on it.
+    pub sessions_left: u64,
+    /// Migrations started by the drain.
+    pub migrations_started: u64,
+    /// Of those, committed.
+    pub migrations_committed: u64,
+    /// Of those, failed or rolled back.
+    pub migrations_failed: u64,
+}
+
+/// A node in the routing table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct RouteNode {
+    /// Node id.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: NodeId,
+    /// State.
+    pub state: NodeState,
+    /// Weight.
+    pub weight: f64,
+    /// Zone.
+    pub zone: String,
+    /// WHIP/WHEP base URL.
+    pub http: String,
+    /// Media address.
+    pub media: String,
+}
+
+/// Which node owns a session, at which fencing epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct RouteEntry {
+    /// Session id.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub session: SessionId,
+    /// Stream name.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub stream: StreamId,
+    /// Owning node.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub node: NodeId,
+    /// Ownership epoch (raised by each migration cutover).
+    pub epoch: u64,
+}
+
+/// `GET /v1/routing`: versioned; watchers long-poll with `?since=VERSION`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct RoutingTable {
+    /// Version; every change raises it.
+    pub version: u64,
+    /// Nodes.
+    pub nodes: Vec<RouteNode>,
+    /// Session owners.
+    pub sessions: Vec<RouteEntry>,
+}
+
+/// JSON error body of the API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ApiError {
+    /// What went wrong, for a human.
+    pub error: String,
+}
