@@ -5,6 +5,8 @@
 //! - [`WeightController`] moves each node's [`Weight`] towards that target by at most 10 % per
 //!   tick, ramps new nodes up from 0, pins canaries, decays spot-reclaimed nodes to 0 by their
 //!   deadline and zeroes draining, down and silent nodes.
+//! - [`GpuProvider`] supplies the GPU figures a node reports: [`ConfigGpu`], [`FakeGpu`], and
+//!   `NvmlGpu` with the `nvml` feature.
 //!
 //! # Drive loop
 //!
@@ -44,7 +46,10 @@
 
 mod capability;
 mod controller;
+mod gpu;
 mod heartbeat;
+#[cfg(feature = "nvml")]
+mod nvml;
 mod score;
 mod snapshot;
 mod weight;
@@ -53,7 +58,10 @@ pub use capability::{Capability, CapabilitySet, NodeConfig};
 pub use controller::{
     ControllerConfig, ControllerError, DrainReason, Event, NodeState, NodeView, WeightController,
 };
+pub use gpu::{ConfigGpu, DeviceFigures, FakeGpu, GpuError, GpuProvider, aggregate};
 pub use heartbeat::{Codec, GpuFigures, Heartbeat};
+#[cfg(feature = "nvml")]
+pub use nvml::{NvmlConfig, NvmlGpu};
 pub use score::{ConfigError, Score, ScoreConfig, Terms, score, target_weight, terms};
 pub use snapshot::{ControllerSnapshot, NodeSnapshot, RestoreError, SNAPSHOT_VERSION};
 pub use weight::{Smoothing, WEIGHT_UNITS, Weight, WeightOutOfRange};
