@@ -12,6 +12,7 @@ use ferry_sfu::http::IceServer;
 mod alloc;
 mod bench;
 mod dev;
+mod scheduler;
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
@@ -29,6 +30,8 @@ enum Command {
     Dev(dev::DevArgs),
     /// Run one media node.
     Node(NodeArgs),
+    /// Run the scheduler (placement, drains, migrations, operator API).
+    Scheduler(scheduler::SchedulerArgs),
     /// Benchmarks that print a table and write JSON under target/bench/.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -57,6 +60,24 @@ struct NodeArgs {
     /// Sessions accepted before WHIP/WHEP answer 503.
     #[arg(long, default_value_t = 2000)]
     max_sessions: usize,
+    /// Scheduler to report to (heartbeats with load and sessions).
+    #[arg(long)]
+    scheduler: Option<String>,
+    /// API token for the scheduler (default: $FERRY_API_TOKEN).
+    #[arg(long, env = "FERRY_API_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Zone (AZ or ISP line) reported to the scheduler.
+    #[arg(long, default_value = "default")]
+    zone: String,
+    /// Region reported to the scheduler (data residency).
+    #[arg(long, default_value = "")]
+    region: String,
+    /// Capability flag reported to the scheduler (repeatable), e.g. gpu, av1_encode.
+    #[arg(long = "capability")]
+    capabilities: Vec<String>,
+    /// Report as a canary (small fixed weight).
+    #[arg(long)]
+    canary: bool,
 }
 
 fn init_tracing() {
@@ -76,6 +97,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Dev(args) => dev::run(args).await,
             Command::Node(args) => run_node(args).await,
+            Command::Scheduler(args) => scheduler::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
         }
     })
@@ -99,6 +121,14 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         nack_cache: args.nack_cache,
         max_sessions: args.max_sessions,
         process_metrics: Some(alloc::prometheus),
+        scheduler: args.scheduler.as_ref().map(|url| {
+            let mut l = scheduler::link(url, args.token.as_deref().unwrap_or(""), &args.id);
+            l.zone = args.zone.clone();
+            l.region = args.region.clone();
+            l.capabilities.extend(args.capabilities.iter().cloned());
+            l.canary = args.canary;
+            l
+        }),
     })
     .await
     .context("starting node")?;

@@ -1,7 +1,17 @@
 //! Placement and orchestration for a Ferry cluster (DESIGN §5).
 //!
-//! Weighted jump consistent hashing with bounded loads, GPU-aware scoring,
-//! drain orchestration and the operator API arrive with the scheduler issue.
-//! Until then `ferry dev` runs a single node and places every stream on it.
+//! - [`placement`]: weighted consistent hashing with bounded loads, zones,
+//!   filters and anti-affinity (pure).
+//! - [`scoring`]: node figures → score → smoothed placement weight (pure).
+//! - [`cluster`]: node registry, sessions, migrations, routing table, drains
+//!   (pure: `now` in, decisions out).
+//! - [`store`]: persistence seam; [`service`]: the process around the core;
+//!   [`api`]: the HTTP API with its OpenAPI document.
 
+pub mod api;
+pub mod cluster;
+pub mod drain;
+pub mod placement;
 pub mod scoring;
+pub mod service;
+pub mod store;

@@ -31,6 +31,7 @@ enum Command {
     Metrics(Reply<String>),
     Snapshot(SessionId, Reply<SessionSnapshot>),
     Restore(Box<SessionSnapshot>, Reply<SessionId>),
+    Report(Reply<(Vec<SessionInfo>, crate::metrics::NodeMetrics)>),
 }
 
 /// A cheap, cloneable handle to a running node.
@@ -97,6 +98,11 @@ impl NodeHandle {
     /// Prometheus text of the node's counters.
     pub async fn metrics_text(&self) -> Result<String, SignalError> {
         self.call(Command::Metrics).await
+    }
+
+    /// Sessions and counters, for heartbeats.
+    pub async fn report(&self) -> Result<(Vec<SessionInfo>, crate::metrics::NodeMetrics), SignalError> {
+        self.call(Command::Report).await
     }
 
     /// Exports a session's state.
@@ -202,6 +208,9 @@ fn command(node: &mut Node, cmd: Command) {
         Command::Restore(snap, r) => {
             let _ = r.send(node.restore_session(now, *snap));
         }
+        Command::Report(r) => {
+            let _ = r.send(Ok((node.sessions(), node.metrics().clone())));
+        }
     }
 }
 
@@ -237,6 +246,8 @@ pub struct NodeOptions {
     pub max_sessions: usize,
     /// Extra text for `/metrics` from the embedding process.
     pub process_metrics: Option<crate::http::ProcessMetrics>,
+    /// The scheduler to report to, if any.
+    pub scheduler: Option<crate::heartbeat::SchedulerLink>,
 }
 
 /// A node started by [`start`].
@@ -279,7 +290,8 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default(),
     };
-    let mut config = crate::node::NodeConfig::new(opts.id, vec![candidate], rng.random(), wall);
+    let mut config =
+        crate::node::NodeConfig::new(opts.id.clone(), vec![candidate], rng.random(), wall);
     config.nack_cache = opts.nack_cache;
     config.max_sessions = opts.max_sessions;
     let node = Node::new(config, Arc::new(cert), now);
@@ -288,6 +300,16 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     let http = listener.local_addr()?;
     let app = crate::http::router(handle.clone(), opts.ice_servers, opts.process_metrics);
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    if let Some(link) = opts.scheduler {
+        let hb = crate::heartbeat::Reporter::new(
+            link,
+            opts.id.clone(),
+            format!("http://{http}"),
+            candidate.to_string(),
+            opts.max_sessions as u64,
+        );
+        tokio::spawn(hb.run(handle.clone()));
+    }
     Ok(RunningNode {
         handle,
         http,

@@ -12,6 +12,7 @@ pub mod dtls;
 pub mod egress;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
+pub mod heartbeat;
 pub mod http;
 pub mod ice;
 pub mod ingest;

@@ -1,7 +1,8 @@
-//! `ferry dev` end to end: the demo page, driven in headless Chromium like
-//! a user would (Publish, then Play), publishes the fake camera through the
-//! gateway's 307 to node-a and plays it back — cross-origin, so CORS on both
-//! the gateway and the node is exercised.
+//! `ferry dev` end to end: the scheduler on the gateway port with node-a and
+//! node-b reporting to it; the demo page, driven in headless Chromium like a
+//! user would (Publish, then Play), publishes the fake camera through the
+//! scheduler's 307 to the placed node and plays it back from the same node —
+//! cross-origin, so CORS on the scheduler and the nodes is exercised.
 
 use std::time::Duration;
 
@@ -10,8 +11,20 @@ use ferry_tests::{Browser, Collector, FerryProcess, http, num};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_page_publishes_and_plays_through_the_dev_gateway() -> Result<()> {
-    let dev = FerryProcess::spawn(&["dev", "--gateway", "127.0.0.1:0", "--node-a", "127.0.0.1:0"])?;
+    let dev = FerryProcess::spawn(&[
+        "dev", "--gateway", "127.0.0.1:0", "--node-a", "127.0.0.1:0", "--node-b", "127.0.0.1:0",
+    ])?;
     let gateway = dev.after("gateway")?;
+    // Both nodes register with the scheduler.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let nodes = http(&format!("{gateway}/v1/nodes"), "GET", &[], b"")?;
+        if nodes.body.matches("\"state\":\"active\"").count() == 2 {
+            break;
+        }
+        ensure!(std::time::Instant::now() < deadline, "nodes did not register: {}", nodes.body);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let r = http(&format!("{gateway}/"), "GET", &[], b"")?;
     ensure!(
         r.status == 200 && r.body.contains("<title>"),

@@ -1,0 +1,439 @@
+//! The operator API (DESIGN §10) over HTTP/JSON, with its OpenAPI 3
+//! document generated from these handlers, bearer-token auth on every
+//! mutating call, and WHIP/WHEP `POST` answered with a 307 to the node.
+
+// Handlers short-circuit with a ready `Response` as their error value.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, middleware};
+use ferry_proto::api::{
+    ApiError, DrainStatus, Heartbeat, MigrationAccepted, MigrationRequest, MigrationView, NodeView,
+    PlacementRequest, PlacementResponse, ReclaimNotice, RoutingTable, SessionKind, SessionView,
+    WeightUpdate,
+};
+use ferry_proto::{MigrationId, NodeId, StreamId};
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+use tower_http::cors::{Any, CorsLayer};
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+use crate::cluster::ClusterError;
+use crate::service::Scheduler;
+
+/// Largest accepted request body.
+const MAX_BODY: usize = 256 * 1024;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Ferry scheduler API", description = "Placement, nodes, sessions, drains and migrations of a Ferry cluster."),
+    paths(
+        list_nodes, get_node, heartbeat, set_weight, reclaim_notice, start_drain, drain_status,
+        list_sessions, place, create_migration, get_migration, list_migrations, routing, healthz,
+        whip, whep
+    ),
+    modifiers(&BearerAuth),
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The OpenAPI document as JSON.
+pub fn openapi_json() -> String {
+    ApiDoc::openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, Json(ApiError { error: msg.into() })).into_response()
+}
+
+fn cluster_error(e: ClusterError) -> Response {
+    let status = match e {
+        ClusterError::NotFound(_) => StatusCode::NOT_FOUND,
+        ClusterError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        ClusterError::Conflict(_) => StatusCode::CONFLICT,
+        ClusterError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let mut r = error(status, e.to_string());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    }
+    r
+}
+
+fn body<T>(r: Result<Json<T>, JsonRejection>) -> Result<T, Response> {
+    r.map(|Json(t)| t)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("bad JSON body: {}", e.body_text())))
+}
+
+fn node_id(s: &str) -> Result<NodeId, Response> {
+    NodeId::new(s).map_err(|e| error(StatusCode::NOT_FOUND, format!("no node {s:?}: {e}")))
+}
+
+/// Bearer-token check for mutating routes (constant-time compare).
+async fn require_token(
+    State(s): State<Arc<Scheduler>>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    let ok = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| bool::from(t.trim().as_bytes().ct_eq(s.token().as_bytes())));
+    if !ok {
+        let mut r = error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return r;
+    }
+    next.run(req).await
+}
+
+/// All routes. `extra` is merged in (the `ferry dev` demo page).
+pub fn router(s: Arc<Scheduler>, extra: Option<Router<Arc<Scheduler>>>) -> Router {
+    let mutating = Router::new()
+        .route("/v1/nodes/{id}/heartbeat", post(heartbeat))
+        .route("/v1/nodes/{id}/weight", put(set_weight))
+        .route("/v1/nodes/{id}/reclaim-notice", post(reclaim_notice))
+        .route("/v1/nodes/{id}/drain", post(start_drain))
+        .route("/v1/placements", post(place))
+        .route("/v1/migrations", post(create_migration))
+        .route_layer(middleware::from_fn_with_state(s.clone(), require_token));
+    let public = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], openapi_json()) }))
+        .route("/v1/nodes", get(list_nodes))
+        .route("/v1/nodes/{id}", get(get_node))
+        .route("/v1/nodes/{id}/drain", get(drain_status))
+        .route("/v1/sessions", get(list_sessions))
+        .route("/v1/migrations", get(list_migrations))
+        .route("/v1/migrations/{id}", get(get_migration))
+        .route("/v1/routing", get(routing))
+        .route("/v1/routing/events", get(routing_events))
+        .route("/whip/{stream}", post(whip))
+        .route("/whep/{stream}", post(whep));
+    let cors = CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods(Any)
+        .allow_headers(Any)
+        .expose_headers([header::LOCATION, header::ETAG, header::LINK]);
+    let mut app = mutating.merge(public);
+    if let Some(extra) = extra {
+        app = app.merge(extra);
+    }
+    app.layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(cors)
+        .with_state(s)
+}
+
+/// Liveness.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "alive", body = String)))]
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn metrics(State(s): State<Arc<Scheduler>>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics_text()).into_response()
+}
+
+/// Every node the scheduler knows.
+#[utoipa::path(get, path = "/v1/nodes", responses((status = 200, body = Vec<NodeView>)))]
+async fn list_nodes(State(s): State<Arc<Scheduler>>) -> Json<Vec<NodeView>> {
+    Json(s.with(|c| c.nodes(Instant::now())))
+}
+
+/// One node.
+#[utoipa::path(get, path = "/v1/nodes/{id}", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = NodeView), (status = 404, body = ApiError)))]
+async fn get_node(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
+    let id = match node_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match s.with(|c| c.node(Instant::now(), &id)) {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// A node reports its figures and sessions (every second).
+#[utoipa::path(post, path = "/v1/nodes/{id}/heartbeat", params(("id" = String, Path, description = "node id")),
+    request_body = Heartbeat, security(("bearer" = [])),
+    responses((status = 204, description = "accepted"), (status = 400, body = ApiError), (status = 401, body = ApiError)))]
+async fn heartbeat(
+    State(s): State<Arc<Scheduler>>,
+    Path(id): Path<String>,
+    hb: Result<Json<Heartbeat>, JsonRejection>,
+) -> Response {
+    let hb = match body(hb) {
+        Ok(hb) => hb,
+        Err(r) => return r,
+    };
+    let Ok(id) = NodeId::new(id.clone()) else {
+        return error(StatusCode::BAD_REQUEST, format!("bad node id {id:?}"));
+    };
+    match s.mutate(|c| c.heartbeat(Instant::now(), &id, hb)) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// Pins a node's weight (or un-pins it with `null`).
+#[utoipa::path(put, path = "/v1/nodes/{id}/weight", params(("id" = String, Path, description = "node id")),
+    request_body = WeightUpdate, security(("bearer" = [])),
+    responses((status = 200, body = NodeView), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError)))]
+async fn set_weight(
+    State(s): State<Arc<Scheduler>>,
+    Path(id): Path<String>,
+    w: Result<Json<WeightUpdate>, JsonRejection>,
+) -> Response {
+    let w = match body(w) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let id = match node_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match s.mutate(|c| {
+        c.set_weight(&id, w.weight)?;
+        c.node(Instant::now(), &id)
+    }) {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// A spot instance will be reclaimed: its weight decays to 0 by the deadline and it drains.
+#[utoipa::path(post, path = "/v1/nodes/{id}/reclaim-notice", params(("id" = String, Path, description = "node id")),
+    request_body = ReclaimNotice, security(("bearer" = [])),
+    responses((status = 202, body = DrainStatus), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+async fn reclaim_notice(
+    State(s): State<Arc<Scheduler>>,
+    Path(id): Path<String>,
+    n: Result<Json<ReclaimNotice>, JsonRejection>,
+) -> Response {
+    let n = match body(n) {
+        Ok(n) => n,
+        Err(r) => return r,
+    };
+    let id = match node_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let now = Instant::now();
+    match s.mutate(|c| {
+        c.reclaim_notice(now, &id, Duration::from_secs(n.deadline_s))?;
+        c.drain_status(&id)
+    }) {
+        Ok(v) => (StatusCode::ACCEPTED, Json(v)).into_response(),
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// Drains a node: no new sessions, every session migrated away under the budget.
+#[utoipa::path(post, path = "/v1/nodes/{id}/drain", params(("id" = String, Path, description = "node id")),
+    security(("bearer" = [])),
+    responses((status = 202, body = DrainStatus), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+async fn start_drain(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
+    let id = match node_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match s.mutate(|c| c.drain(Instant::now(), &id)) {
+        Ok(v) => {
+            s.wake();
+            (StatusCode::ACCEPTED, Json(v)).into_response()
+        }
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// Progress of a node's drain.
+#[utoipa::path(get, path = "/v1/nodes/{id}/drain", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = DrainStatus), (status = 404, body = ApiError)))]
+async fn drain_status(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
+    let id = match node_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match s.with(|c| c.drain_status(&id)) {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// Every session in the cluster.
+#[utoipa::path(get, path = "/v1/sessions", responses((status = 200, body = Vec<SessionView>)))]
+async fn list_sessions(State(s): State<Arc<Scheduler>>) -> Json<Vec<SessionView>> {
+    Json(s.with(|c| c.sessions()))
+}
+
+/// Places a stream, room or transcode.
+#[utoipa::path(post, path = "/v1/placements", request_body = PlacementRequest, security(("bearer" = [])),
+    responses((status = 200, body = PlacementResponse), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 503, body = ApiError)))]
+async fn place(
+    State(s): State<Arc<Scheduler>>,
+    req: Result<Json<PlacementRequest>, JsonRejection>,
+) -> Response {
+    let req = match body(req) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    match s.mutate(|c| c.place(&req)) {
+        Ok(p) => Json(p).into_response(),
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// Starts a migration of one session.
+#[utoipa::path(post, path = "/v1/migrations", request_body = MigrationRequest, security(("bearer" = [])),
+    responses((status = 202, body = MigrationAccepted), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+async fn create_migration(
+    State(s): State<Arc<Scheduler>>,
+    req: Result<Json<MigrationRequest>, JsonRejection>,
+) -> Response {
+    let req = match body(req) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    match s.mutate(|c| c.create_migration(&req)) {
+        Ok(m) => {
+            let id = m.id.clone();
+            s.start_migration(m);
+            (StatusCode::ACCEPTED, Json(MigrationAccepted { id })).into_response()
+        }
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// One migration: state, per-phase durations, blackout, bytes.
+#[utoipa::path(get, path = "/v1/migrations/{id}", params(("id" = String, Path, description = "migration id")),
+    responses((status = 200, body = MigrationView), (status = 404, body = ApiError)))]
+async fn get_migration(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
+    let Ok(id) = MigrationId::new(id.clone()) else {
+        return error(StatusCode::NOT_FOUND, format!("no migration {id:?}"));
+    };
+    match s.with(|c| c.migration(&id)) {
+        Ok(m) => Json(m).into_response(),
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// Every migration.
+#[utoipa::path(get, path = "/v1/migrations", responses((status = 200, body = Vec<MigrationView>)))]
+async fn list_migrations(State(s): State<Arc<Scheduler>>) -> Json<Vec<MigrationView>> {
+    Json(s.with(|c| c.migrations()))
+}
+
+#[derive(Debug, Deserialize)]
+struct Since {
+    since: Option<u64>,
+    timeout_s: Option<u64>,
+}
+
+/// The routing table. With `since=V` the call waits (long-poll, up to
+/// `timeout_s`, default 25 s) until the version is above V.
+#[utoipa::path(get, path = "/v1/routing",
+    params(("since" = Option<u64>, Query, description = "wait for a version above this"),
+           ("timeout_s" = Option<u64>, Query, description = "longest wait, default 25, at most 60")),
+    responses((status = 200, body = RoutingTable), (status = 400, body = ApiError)))]
+async fn routing(State(s): State<Arc<Scheduler>>, q: Result<Query<Since>, axum::extract::rejection::QueryRejection>) -> Response {
+    let Ok(Query(q)) = q else {
+        return error(StatusCode::BAD_REQUEST, "since and timeout_s are unsigned integers");
+    };
+    if let Some(since) = q.since {
+        let wait = Duration::from_secs(q.timeout_s.unwrap_or(25).min(60));
+        let mut rx = s.routing_watch();
+        let _ = tokio::time::timeout(wait, rx.wait_for(|v| *v > since)).await;
+    }
+    Json(s.with(|c| c.routing())).into_response()
+}
+
+/// The routing table as server-sent events: one `routing` event per version.
+async fn routing_events(State(s): State<Arc<Scheduler>>) -> Response {
+    let mut versions = s.routing_watch();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<SseEvent>(4);
+    tokio::spawn(async move {
+        loop {
+            let table = s.with(|c| c.routing());
+            let data = serde_json::to_string(&table).unwrap_or_default();
+            if tx.send(SseEvent::default().event("routing").data(data)).await.is_err() {
+                return;
+            }
+            if versions.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    let stream = futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|e| e.map(Ok::<_, std::convert::Infallible>))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+}
+
+fn redirect(s: &Scheduler, stream: String, kind: SessionKind) -> Response {
+    let Ok(stream) = StreamId::new(stream.clone()) else {
+        return error(StatusCode::BAD_REQUEST, format!("bad stream name {stream:?}"));
+    };
+    match s.mutate(|c| c.redirect(&stream, kind)) {
+        Ok(base) => {
+            let path = match kind {
+                SessionKind::Publish => "whip",
+                SessionKind::View => "whep",
+            };
+            let mut r = StatusCode::TEMPORARY_REDIRECT.into_response();
+            match HeaderValue::from_str(&format!("{base}/{path}/{stream}")) {
+                Ok(v) => {
+                    r.headers_mut().insert(header::LOCATION, v);
+                    r
+                }
+                Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the placed node has an invalid URL"),
+            }
+        }
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// WHIP: answered with 307 to the node that takes the stream.
+#[utoipa::path(post, path = "/whip/{stream}", params(("stream" = String, Path, description = "stream name")),
+    request_body(content = String, content_type = "application/sdp"),
+    responses((status = 307, description = "Location: the node's WHIP endpoint"), (status = 400, body = ApiError), (status = 503, body = ApiError)))]
+async fn whip(State(s): State<Arc<Scheduler>>, Path(stream): Path<String>, _h: HeaderMap) -> Response {
+    redirect(&s, stream, SessionKind::Publish)
+}
+
+/// WHEP: answered with 307 to the node that serves the stream.
+#[utoipa::path(post, path = "/whep/{stream}", params(("stream" = String, Path, description = "stream name")),
+    request_body(content = String, content_type = "application/sdp"),
+    responses((status = 307, description = "Location: the node's WHEP endpoint"), (status = 400, body = ApiError), (status = 503, body = ApiError)))]
+async fn whep(State(s): State<Arc<Scheduler>>, Path(stream): Path<String>, _h: HeaderMap) -> Response {
+    redirect(&s, stream, SessionKind::View)
+}

@@ -1,0 +1,777 @@
+//! The scheduler's view of the cluster (pure: takes `now`, does no IO):
+//! node registry with heartbeats and liveness, the sessions table, the
+//! migrations table, the versioned routing table, placement and drains.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use ferry_proto::api::{
+    CutoverMode, DrainStatus, Heartbeat, MigrationRequest, MigrationState, MigrationView,
+    NodeState, NodeView, PlacementKind, PlacementRequest, PlacementResponse, RouteEntry,
+    RouteNode, RoutingTable, SessionKind, SessionView,
+};
+use ferry_proto::{MigrationId, NodeId, SessionId, StreamId};
+use serde::{Deserialize, Serialize};
+
+use crate::drain::{Drain, DrainBudget};
+use crate::placement::{self, NodeSpec, Requirements};
+use crate::scoring::{self, WeightController};
+
+/// Bandwidth assumed for a node that does not report its capacity.
+const DEFAULT_BANDWIDTH_BPS: u64 = 10_000_000_000;
+
+/// Why an API operation failed; each maps to one HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// Unknown node, session or migration (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The request cannot be carried out as asked (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// It conflicts with the current state (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// No node can take it (503).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Settings of the cluster core.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterConfig {
+    /// Expected heartbeat interval.
+    pub heartbeat_interval: Duration,
+    /// A node missing this many heartbeats in a row is down.
+    pub missed_heartbeats: u32,
+    /// Placement settings.
+    pub placement: placement::PlacementConfig,
+    /// Scoring and weight smoothing.
+    pub scoring: scoring::ControllerConfig,
+    /// Drain budget.
+    pub drain: DrainBudget,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_secs(1),
+            missed_heartbeats: 3,
+            placement: placement::PlacementConfig::default(),
+            scoring: scoring::ControllerConfig::default(),
+            drain: DrainBudget::default(),
+        }
+    }
+}
+
+/// One registered node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct NodeRecord {
+    state: NodeState,
+    heartbeat: Heartbeat,
+    #[serde(skip)]
+    last_seen: Option<Instant>,
+    weight_override: Option<f64>,
+    drain: Option<Drain>,
+}
+
+/// Something the driver must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Start this (planned) migration.
+    StartMigration(MigrationView),
+}
+
+/// What survives a restart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Persisted {
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    sessions: BTreeMap<SessionId, SessionView>,
+    migrations: BTreeMap<MigrationId, MigrationView>,
+    epochs: BTreeMap<SessionId, u64>,
+    routing_version: u64,
+    layout: placement::Layout,
+    weights: scoring::ControllerSnapshot,
+    next_migration: u64,
+}
+
+/// The cluster core.
+#[derive(Debug)]
+pub struct Cluster {
+    config: ClusterConfig,
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    sessions: BTreeMap<SessionId, SessionView>,
+    migrations: BTreeMap<MigrationId, MigrationView>,
+    epochs: BTreeMap<SessionId, u64>,
+    routing_version: u64,
+    placement: placement::Cluster,
+    weights: WeightController,
+    next_migration: u64,
+    metrics: ClusterMetrics,
+}
+
+/// Counters of the scheduler.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterMetrics {
+    /// Heartbeats accepted.
+    pub heartbeats: u64,
+    /// Placements answered.
+    pub placements: u64,
+    /// Placements refused (no eligible node).
+    pub placements_failed: u64,
+    /// Nodes declared down.
+    pub nodes_down: u64,
+    /// Migrations created.
+    pub migrations_created: u64,
+    /// Drains started.
+    pub drains_started: u64,
+}
+
+fn spec(id: &NodeId, hb: &Heartbeat, weight: f64) -> NodeSpec {
+    NodeSpec {
+        id: id.clone(),
+        zone: hb.zone.clone(),
+        host: if hb.host.is_empty() { id.to_string() } else { hb.host.clone() },
+        region: hb.region.clone(),
+        weight,
+        capabilities: hb.capabilities.iter().cloned().collect::<BTreeSet<_>>(),
+    }
+}
+
+/// The scoring view of a heartbeat.
+fn scoring_heartbeat(id: &NodeId, hb: &Heartbeat, moving: u32) -> scoring::Heartbeat {
+    let encoders = hb
+        .capabilities
+        .iter()
+        .filter_map(|c| match c.trim_end_matches("_encode") {
+            "h264" => Some(scoring::Codec::H264),
+            "hevc" | "h265" => Some(scoring::Codec::Hevc),
+            "vp8" => Some(scoring::Codec::Vp8),
+            "vp9" => Some(scoring::Codec::Vp9),
+            "av1" => Some(scoring::Codec::Av1),
+            _ => None,
+        })
+        .collect();
+    scoring::Heartbeat {
+        node: id.clone(),
+        cpu: hb.cpu,
+        memory: hb.memory,
+        bandwidth_used_bps: hb.bandwidth_bps,
+        bandwidth_capacity_bps: if hb.bandwidth_capacity_bps == 0 {
+            DEFAULT_BANDWIDTH_BPS
+        } else {
+            hb.bandwidth_capacity_bps
+        },
+        packet_loss: hb.loss,
+        sessions: u32::try_from(hb.sessions.len()).unwrap_or(u32::MAX),
+        session_capacity: u32::try_from(hb.session_capacity).unwrap_or(u32::MAX),
+        sessions_to_move: moving,
+        gpu: hb.gpu.map(|g| scoring::GpuFigures {
+            vram_free_bytes: g.vram_free_bytes,
+            vram_total_bytes: g.vram_total_bytes,
+            nvenc_sessions_free: g.nvenc_sessions_free,
+            nvenc_sessions_max: g.nvenc_sessions_max,
+        }),
+        encoders,
+    }
+}
+
+impl Cluster {
+    /// An empty cluster.
+    pub fn new(config: ClusterConfig, now: Instant) -> Result<Self, scoring::ConfigError> {
+        Ok(Self {
+            placement: placement::Cluster::new(config.placement.clone()),
+            weights: WeightController::new(config.scoring.clone(), now)?,
+            config,
+            nodes: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            migrations: BTreeMap::new(),
+            epochs: BTreeMap::new(),
+            routing_version: 1,
+            next_migration: 1,
+            metrics: ClusterMetrics::default(),
+        })
+    }
+
+    /// Rebuilds the cluster from what a previous run saved (`unix_ms`: the
+    /// wall clock now). Nodes count as seen `now`, so they get a full
+    /// heartbeat timeout to report again.
+    pub fn restore(config: ClusterConfig, p: Persisted, now: Instant, unix_ms: u64) -> Result<Self, String> {
+        let mut c = Self::new(config.clone(), now).map_err(|e| e.to_string())?;
+        c.placement = placement::Cluster::from_layout(config.placement.clone(), p.layout);
+        c.weights = WeightController::restore(config.scoring.clone(), now, unix_ms, &p.weights)
+            .map_err(|e| e.to_string())?;
+        c.nodes = p.nodes;
+        for n in c.nodes.values_mut() {
+            n.last_seen = Some(now);
+        }
+        c.sessions = p.sessions;
+        c.migrations = p.migrations;
+        c.epochs = p.epochs;
+        c.routing_version = p.routing_version;
+        c.next_migration = p.next_migration;
+        Ok(c)
+    }
+
+    /// What to save (`unix_ms`: the wall clock now).
+    pub fn persisted(&self, now: Instant, unix_ms: u64) -> Persisted {
+        Persisted {
+            nodes: self.nodes.clone(),
+            sessions: self.sessions.clone(),
+            migrations: self.migrations.clone(),
+            epochs: self.epochs.clone(),
+            routing_version: self.routing_version,
+            layout: self.placement.layout(),
+            weights: self.weights.snapshot(now, unix_ms),
+            next_migration: self.next_migration,
+        }
+    }
+
+    /// Counters.
+    pub fn metrics(&self) -> &ClusterMetrics {
+        &self.metrics
+    }
+
+    /// The routing-table version.
+    pub fn routing_version(&self) -> u64 {
+        self.routing_version
+    }
+
+    fn bump(&mut self) {
+        self.routing_version += 1;
+    }
+
+    fn record(&self, id: &NodeId) -> Result<&NodeRecord, ClusterError> {
+        self.nodes
+            .get(id)
+            .ok_or_else(|| ClusterError::NotFound(format!("no node {id}")))
+    }
+
+    /// A node's heartbeat: registers it on first contact, refreshes its
+    /// figures and replaces its part of the sessions table.
+    pub fn heartbeat(&mut self, now: Instant, id: &NodeId, hb: Heartbeat) -> Result<(), ClusterError> {
+        if hb.http.is_empty() {
+            return Err(ClusterError::BadRequest("heartbeat needs `http`, the node's WHIP/WHEP base URL".into()));
+        }
+        if !(0.0..=1.0).contains(&hb.cpu) || !(0.0..=1.0).contains(&hb.memory) || !(0.0..=1.0).contains(&hb.loss) {
+            return Err(ClusterError::BadRequest("cpu, memory and loss are fractions in [0, 1]".into()));
+        }
+        self.metrics.heartbeats += 1;
+        let mut changed = false;
+        let record = self.nodes.entry(id.clone()).or_insert_with(|| {
+            changed = true;
+            NodeRecord {
+                state: NodeState::Active,
+                heartbeat: Heartbeat::default(),
+                last_seen: None,
+                weight_override: None,
+                drain: None,
+            }
+        });
+        let revived = record.state == NodeState::Down;
+        if revived {
+            record.state = NodeState::Active;
+            changed = true;
+        }
+        if record.heartbeat.http != hb.http
+            || record.heartbeat.media != hb.media
+            || record.heartbeat.zone != hb.zone
+        {
+            changed = true;
+        }
+        record.last_seen = Some(now);
+        // Its sessions: the node is the authority on what it holds.
+        let reported: BTreeSet<&SessionId> = hb.sessions.iter().map(|s| &s.id).collect();
+        let before = self.sessions.len();
+        self.sessions
+            .retain(|sid, s| s.node != *id || reported.contains(sid));
+        changed |= before != self.sessions.len();
+        for s in &hb.sessions {
+            let view = SessionView {
+                id: s.id.clone(),
+                stream: s.stream.clone(),
+                kind: s.kind,
+                node: id.clone(),
+                state: s.state.clone(),
+            };
+            match self.sessions.get(&s.id) {
+                Some(old) if *old == view => {}
+                Some(old) if old.node != *id => {
+                    // Ownership moved (a migration committed): new epoch.
+                    *self.epochs.entry(s.id.clone()).or_insert(0) += 1;
+                    self.sessions.insert(s.id.clone(), view);
+                    changed = true;
+                }
+                _ => {
+                    self.epochs.entry(s.id.clone()).or_insert(1);
+                    self.sessions.insert(s.id.clone(), view);
+                    changed = true;
+                }
+            }
+        }
+        let state = record.state;
+        let pinned = record.weight_override;
+        record.heartbeat = hb;
+        let hb = record.heartbeat.clone();
+        if revived {
+            self.weights.set_node_state(id, scoring::NodeState::Active);
+        }
+        let moving = self.moving(id);
+        self.weights.set_node_config(
+            id,
+            scoring::NodeConfig {
+                canary: hb.canary,
+                ..Default::default()
+            },
+        );
+        self.weights.handle_heartbeat(now, scoring_heartbeat(id, &hb, moving));
+        let weight = self.effective_weight(id, state, pinned);
+        self.placement.upsert(spec(id, &hb, weight));
+        if changed {
+            self.bump();
+        }
+        Ok(())
+    }
+
+    /// Migrations in or out of a node that have not ended.
+    fn moving(&self, id: &NodeId) -> u32 {
+        let n = self
+            .migrations
+            .values()
+            .filter(|m| matches!(m.state, MigrationState::Planned | MigrationState::Running))
+            .filter(|m| m.source == *id || m.target.as_ref() == Some(id))
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    fn effective_weight(&self, id: &NodeId, state: NodeState, pinned: Option<f64>) -> f64 {
+        match state {
+            NodeState::Active => pinned.unwrap_or_else(|| self.weights.weight_value(id).unwrap_or(0.0)),
+            _ => 0.0,
+        }
+    }
+
+    /// Liveness, weights and drains. Returns what the driver must start.
+    pub fn tick(&mut self, now: Instant) -> Vec<Action> {
+        let timeout = self.config.heartbeat_interval * self.config.missed_heartbeats;
+        let mut changed = false;
+        let mut down = Vec::new();
+        for (id, n) in &mut self.nodes {
+            let stale = n.last_seen.is_none_or(|t| now.saturating_duration_since(t) > timeout);
+            if stale && n.state != NodeState::Down {
+                n.state = NodeState::Down;
+                down.push(id.clone());
+            }
+        }
+        for id in &down {
+            self.metrics.nodes_down += 1;
+            // A down node's sessions are gone with it.
+            self.sessions.retain(|_, s| s.node != *id);
+            self.weights.set_node_state(id, scoring::NodeState::Down);
+            changed = true;
+        }
+        self.weights.handle_timeout(now);
+        while let Some(ev) = self.weights.poll_event() {
+            if let scoring::Event::DrainRequested { node, .. } = ev {
+                let _ = self.drain(now, &node);
+            }
+        }
+        let ids: Vec<NodeId> = self.nodes.keys().cloned().collect();
+        for id in &ids {
+            let (state, pinned, hb) = {
+                let n = &self.nodes[id];
+                (n.state, n.weight_override, n.heartbeat.clone())
+            };
+            if state == NodeState::Down {
+                self.placement.remove(id);
+                continue;
+            }
+            let w = self.effective_weight(id, state, pinned);
+            self.placement.upsert(spec(id, &hb, w));
+        }
+        let actions = self.drive_drains(now);
+        if changed {
+            self.bump();
+        }
+        actions
+    }
+
+    fn node_sessions(&self, id: &NodeId) -> Vec<SessionId> {
+        self.sessions
+            .values()
+            .filter(|s| s.node == *id)
+            .map(|s| s.id.clone())
+            .collect()
+    }
+
+    fn drive_drains(&mut self, now: Instant) -> Vec<Action> {
+        let budget = self.config.drain;
+        let mut actions = Vec::new();
+        let draining: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.state == NodeState::Draining)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in draining {
+            let current = self.node_sessions(&id);
+            let Some(mut drain) = self.nodes.get_mut(&id).and_then(|n| n.drain.take()) else {
+                continue;
+            };
+            drain.refresh(&current, &budget);
+            for session in drain.next(now, &budget) {
+                let m = self.new_migration(session.clone(), id.clone(), None, CutoverMode::Edge);
+                drain.started(session, m.id.clone());
+                actions.push(Action::StartMigration(m));
+            }
+            let empty = current.is_empty() && drain.running().next().is_none();
+            if let Some(n) = self.nodes.get_mut(&id) {
+                n.drain = Some(drain);
+                if empty {
+                    n.state = NodeState::Drained;
+                    self.routing_version += 1;
+                }
+            }
+        }
+        actions
+    }
+
+    /// When [`Cluster::tick`] must run next at the latest.
+    pub fn poll_timeout(&self, now: Instant) -> Instant {
+        let budget = self.config.drain;
+        let drains = self
+            .nodes
+            .values()
+            .filter_map(|n| n.drain.as_ref().and_then(|d| d.poll_timeout(&budget)))
+            .min();
+        let tick = now + self.config.heartbeat_interval;
+        drains.map_or(tick, |d| d.min(tick))
+    }
+
+    fn view(&self, id: &NodeId, n: &NodeRecord, now: Instant) -> NodeView {
+        let hb = &n.heartbeat;
+        NodeView {
+            id: id.clone(),
+            state: n.state,
+            weight: self.placement.weight(id).unwrap_or(0.0),
+            weight_override: n.weight_override,
+            zone: hb.zone.clone(),
+            host: hb.host.clone(),
+            region: hb.region.clone(),
+            capabilities: hb.capabilities.clone(),
+            http: hb.http.clone(),
+            media: hb.media.clone(),
+            cpu: hb.cpu,
+            memory: hb.memory,
+            bandwidth_bps: hb.bandwidth_bps,
+            loss: hb.loss,
+            sessions: self.sessions.values().filter(|s| s.node == *id).count() as u64,
+            session_capacity: hb.session_capacity,
+            gpu: hb.gpu,
+            last_heartbeat_ms: n
+                .last_seen
+                .map_or(u64::MAX, |t| now.saturating_duration_since(t).as_millis() as u64),
+        }
+    }
+
+    /// `GET /v1/nodes`.
+    pub fn nodes(&self, now: Instant) -> Vec<NodeView> {
+        self.nodes.iter().map(|(id, n)| self.view(id, n, now)).collect()
+    }
+
+    /// `GET /v1/nodes/{id}`.
+    pub fn node(&self, now: Instant, id: &NodeId) -> Result<NodeView, ClusterError> {
+        Ok(self.view(id, self.record(id)?, now))
+    }
+
+    /// `GET /v1/sessions`.
+    pub fn sessions(&self) -> Vec<SessionView> {
+        self.sessions.values().cloned().collect()
+    }
+
+    /// Sessions per node, for bounded loads.
+    fn loads(&self) -> BTreeMap<NodeId, u64> {
+        let mut loads = BTreeMap::new();
+        for s in self.sessions.values() {
+            *loads.entry(s.node.clone()).or_insert(0) += 1;
+        }
+        loads
+    }
+
+    /// `POST /v1/placements`. A viewer of a live stream goes where its
+    /// publisher is (no relay between nodes yet); everything else is
+    /// placed by weighted consistent hashing with bounded loads.
+    pub fn place(&mut self, req: &PlacementRequest) -> Result<PlacementResponse, ClusterError> {
+        if req.key.is_empty() || req.key.len() > 256 {
+            return Err(ClusterError::BadRequest("key must be 1–256 bytes".into()));
+        }
+        if req.kind == PlacementKind::View
+            && let Ok(stream) = StreamId::new(req.key.clone())
+            && let Some(publisher) = self
+                .sessions
+                .values()
+                .find(|s| s.stream == stream && s.kind == SessionKind::Publish)
+                .filter(|s| self.nodes.get(&s.node).is_some_and(|n| n.state != NodeState::Down))
+        {
+            let node = publisher.node.clone();
+            self.metrics.placements += 1;
+            return Ok(self.response(node, Vec::new()));
+        }
+        let loads = self.loads();
+        let total: u64 = loads.values().sum::<u64>() + 1;
+        let avoid_hosts = match &req.requirements.room {
+            Some(room) => self.room_hosts(room),
+            None => Vec::new(),
+        };
+        let reqs = Requirements {
+            capabilities: req.requirements.capabilities.clone(),
+            region: req.requirements.region.clone(),
+            avoid_hosts,
+        };
+        let load = |id: &NodeId| loads.get(id).copied().unwrap_or(0);
+        match self.placement.place(req.key.as_bytes(), &reqs, &load, total) {
+            Some(p) => {
+                self.metrics.placements += 1;
+                Ok(self.response(p.node, p.backups))
+            }
+            None => {
+                self.metrics.placements_failed += 1;
+                Err(ClusterError::Unavailable(
+                    "no active node satisfies the requirements".into(),
+                ))
+            }
+        }
+    }
+
+    fn room_hosts(&self, room: &str) -> Vec<String> {
+        // Sessions of a room's transcodes are named `{room}.{n}` by convention.
+        let prefix = format!("{room}.");
+        self.sessions
+            .values()
+            .filter(|s| s.stream.as_str().starts_with(&prefix))
+            .filter_map(|s| self.nodes.get(&s.node))
+            .map(|n| n.heartbeat.host.clone())
+            .collect()
+    }
+
+    fn response(&self, node: NodeId, backups: Vec<NodeId>) -> PlacementResponse {
+        PlacementResponse {
+            http: self
+                .nodes
+                .get(&node)
+                .map(|n| n.heartbeat.http.clone())
+                .unwrap_or_default(),
+            node,
+            backups,
+            routing_version: self.routing_version,
+        }
+    }
+
+    /// `PUT /v1/nodes/{id}/weight`.
+    pub fn set_weight(&mut self, id: &NodeId, weight: Option<f64>) -> Result<(), ClusterError> {
+        if let Some(w) = weight
+            && !(0.0..=self.config.placement.weight_scale).contains(&w)
+        {
+            return Err(ClusterError::BadRequest(format!(
+                "weight must be in [0, {}]",
+                self.config.placement.weight_scale
+            )));
+        }
+        let n = self
+            .nodes
+            .get_mut(id)
+            .ok_or_else(|| ClusterError::NotFound(format!("no node {id}")))?;
+        n.weight_override = weight;
+        let (state, hb) = (n.state, n.heartbeat.clone());
+        let w = self.effective_weight(id, state, weight);
+        self.placement.upsert(spec(id, &hb, w));
+        self.bump();
+        Ok(())
+    }
+
+    /// `POST /v1/nodes/{id}/reclaim-notice`: weight decays to 0 by the
+    /// deadline and a drain starts.
+    pub fn reclaim_notice(&mut self, now: Instant, id: &NodeId, deadline: Duration) -> Result<(), ClusterError> {
+        self.record(id)?;
+        self.weights
+            .handle_spot_reclaim(now, id, now + deadline)
+            .map_err(|e| ClusterError::NotFound(e.to_string()))?;
+        self.drain(now, id).map(|_| ())
+    }
+
+    /// `POST /v1/nodes/{id}/drain`.
+    pub fn drain(&mut self, _now: Instant, id: &NodeId) -> Result<DrainStatus, ClusterError> {
+        let sessions = self.node_sessions(id);
+        let n = self
+            .nodes
+            .get_mut(id)
+            .ok_or_else(|| ClusterError::NotFound(format!("no node {id}")))?;
+        match n.state {
+            NodeState::Down => {
+                return Err(ClusterError::Conflict(format!("node {id} is down")));
+            }
+            NodeState::Active => {
+                n.state = NodeState::Draining;
+                n.drain = Some(Drain::new(id.clone(), sessions.iter().cloned()));
+                self.metrics.drains_started += 1;
+                let hb = n.heartbeat.clone();
+                self.weights.set_node_state(id, scoring::NodeState::Draining);
+                self.placement.upsert(spec(id, &hb, 0.0));
+                self.bump();
+            }
+            NodeState::Draining | NodeState::Drained => {}
+        }
+        self.drain_status(id)
+    }
+
+    /// `GET /v1/nodes/{id}/drain`.
+    pub fn drain_status(&self, id: &NodeId) -> Result<DrainStatus, ClusterError> {
+        let n = self.record(id)?;
+        let left = self.sessions.values().filter(|s| s.node == *id).count() as u64;
+        match &n.drain {
+            Some(d) => Ok(d.status(n.state, left)),
+            None => Ok(DrainStatus {
+                node: id.clone(),
+                state: n.state,
+                sessions_left: left,
+                migrations_started: 0,
+                migrations_committed: 0,
+                migrations_failed: 0,
+            }),
+        }
+    }
+
+    fn new_migration(
+        &mut self,
+        session: SessionId,
+        source: NodeId,
+        target: Option<NodeId>,
+        mode: CutoverMode,
+    ) -> MigrationView {
+        let id = MigrationId::new(format!("m{:08}", self.next_migration))
+            .unwrap_or_else(|_| unreachable_id());
+        self.next_migration += 1;
+        self.metrics.migrations_created += 1;
+        let m = MigrationView {
+            id: id.clone(),
+            session,
+            source,
+            target,
+            mode,
+            state: MigrationState::Planned,
+            phases_ms: BTreeMap::new(),
+            blackout_ms: None,
+            bytes: 0,
+            error: None,
+        };
+        self.migrations.insert(id, m.clone());
+        m
+    }
+
+    /// `POST /v1/migrations`: plans a migration; the target defaults to the
+    /// placement of the session's stream among the other active nodes.
+    pub fn create_migration(&mut self, req: &MigrationRequest) -> Result<MigrationView, ClusterError> {
+        let s = self
+            .sessions
+            .get(&req.session)
+            .cloned()
+            .ok_or_else(|| ClusterError::NotFound(format!("no session {}", req.session)))?;
+        if let Some(t) = &req.target {
+            let n = self.record(t)?;
+            if n.state != NodeState::Active {
+                return Err(ClusterError::Conflict(format!("target {t} is not active")));
+            }
+            if *t == s.node {
+                return Err(ClusterError::Conflict(format!("session is already on {t}")));
+            }
+        }
+        if self
+            .migrations
+            .values()
+            .any(|m| m.session == s.id && matches!(m.state, MigrationState::Planned | MigrationState::Running))
+        {
+            return Err(ClusterError::Conflict(format!("session {} is already migrating", s.id)));
+        }
+        Ok(self.new_migration(s.id, s.node, req.target.clone(), req.mode))
+    }
+
+    /// Records what the migrator says about a migration.
+    pub fn update_migration(&mut self, view: MigrationView) {
+        let done = matches!(
+            view.state,
+            MigrationState::Committed | MigrationState::RolledBack | MigrationState::Failed
+        );
+        let committed = view.state == MigrationState::Committed;
+        let budget = self.config.drain;
+        if done {
+            for n in self.nodes.values_mut() {
+                if let Some(d) = n.drain.as_mut() {
+                    d.finished(&view.id, committed, &budget);
+                }
+            }
+        }
+        self.migrations.insert(view.id.clone(), view);
+    }
+
+    /// `GET /v1/migrations/{id}`.
+    pub fn migration(&self, id: &MigrationId) -> Result<MigrationView, ClusterError> {
+        self.migrations
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ClusterError::NotFound(format!("no migration {id}")))
+    }
+
+    /// `GET /v1/migrations`.
+    pub fn migrations(&self) -> Vec<MigrationView> {
+        self.migrations.values().cloned().collect()
+    }
+
+    /// `GET /v1/routing`.
+    pub fn routing(&self) -> RoutingTable {
+        RoutingTable {
+            version: self.routing_version,
+            nodes: self
+                .nodes
+                .iter()
+                .map(|(id, n)| RouteNode {
+                    id: id.clone(),
+                    state: n.state,
+                    weight: self.placement.weight(id).unwrap_or(0.0),
+                    zone: n.heartbeat.zone.clone(),
+                    http: n.heartbeat.http.clone(),
+                    media: n.heartbeat.media.clone(),
+                })
+                .collect(),
+            sessions: self
+                .sessions
+                .values()
+                .map(|s| RouteEntry {
+                    session: s.id.clone(),
+                    stream: s.stream.clone(),
+                    node: s.node.clone(),
+                    epoch: self.epochs.get(&s.id).copied().unwrap_or(1),
+                })
+                .collect(),
+        }
+    }
+
+    /// Where a WHIP (`publish`) or WHEP (`view`) POST for `stream` goes:
+    /// the node's base URL.
+    pub fn redirect(&mut self, stream: &StreamId, kind: SessionKind) -> Result<String, ClusterError> {
+        let req = PlacementRequest {
+            key: stream.to_string(),
+            kind: match kind {
+                SessionKind::Publish => PlacementKind::Publish,
+                SessionKind::View => PlacementKind::View,
+            },
+            requirements: Default::default(),
+        };
+        Ok(self.place(&req)?.http)
+    }
+}
+
+/// Migration ids are `m` + digits, always valid.
+fn unreachable_id() -> MigrationId {
+    MigrationId::new("m0").unwrap_or_else(|_| unreachable!("literal id is valid"))
+}

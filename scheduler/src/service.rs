@@ -1,0 +1,212 @@
+//! The scheduler process around the pure [`Cluster`] core: shared state
+//! for the HTTP handlers, the tick loop (liveness, weights, drains),
+//! persistence through a [`Store`], and migrations carried out through the
+//! [`Migrations`] seam.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use ferry_proto::api::{MigrationState, MigrationView, NodeState};
+use tokio::sync::{Notify, watch};
+
+use crate::cluster::{Action, Cluster, ClusterConfig, Persisted};
+use crate::drain::Migrations;
+use crate::store::{Store, StoreError};
+
+/// Milliseconds since the Unix epoch (the service is the driver: it may
+/// read the clock).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+struct Inner {
+    cluster: Cluster,
+    store: Box<dyn Store<Persisted>>,
+    dirty: bool,
+}
+
+/// A running scheduler.
+pub struct Scheduler {
+    inner: Mutex<Inner>,
+    token: String,
+    routing: watch::Sender<u64>,
+    wake: Notify,
+    migrations: Arc<dyn Migrations>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler").finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// Opens the store and restores what it holds.
+    pub fn open(
+        config: ClusterConfig,
+        mut store: Box<dyn Store<Persisted>>,
+        token: String,
+        migrations: Arc<dyn Migrations>,
+    ) -> Result<Arc<Self>, StoreError> {
+        let now = Instant::now();
+        let cluster = match store.load()? {
+            Some(p) => Cluster::restore(config, p, now, unix_ms()),
+            None => Cluster::new(config, now).map_err(|e| e.to_string()),
+        }
+        .map_err(StoreError::Invalid)?;
+        let (routing, _) = watch::channel(cluster.routing_version());
+        Ok(Arc::new(Self {
+            inner: Mutex::new(Inner {
+                cluster,
+                store,
+                dirty: false,
+            }),
+            token,
+            routing,
+            wake: Notify::new(),
+            migrations,
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The API token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Reads the cluster.
+    pub fn with<R>(&self, f: impl FnOnce(&Cluster) -> R) -> R {
+        f(&self.lock().cluster)
+    }
+
+    /// Changes the cluster; marks it for saving and publishes a new
+    /// routing version to watchers.
+    pub fn mutate<R>(&self, f: impl FnOnce(&mut Cluster) -> R) -> R {
+        let (r, version) = {
+            let mut inner = self.lock();
+            let r = f(&mut inner.cluster);
+            inner.dirty = true;
+            (r, inner.cluster.routing_version())
+        };
+        self.routing.send_if_modified(|v| {
+            let changed = *v != version;
+            *v = version;
+            changed
+        });
+        r
+    }
+
+    /// A receiver of routing-table versions.
+    pub fn routing_watch(&self) -> watch::Receiver<u64> {
+        self.routing.subscribe()
+    }
+
+    /// Asks the tick loop to run now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Saves now if anything changed.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        if inner.dirty {
+            let p = inner.cluster.persisted(Instant::now(), unix_ms());
+            inner.store.save(&p)?;
+            inner.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Hands a planned migration to the migrator and follows it until it
+    /// ends, recording every state it reports.
+    pub fn start_migration(self: &Arc<Self>, m: MigrationView) {
+        let s = self.clone();
+        tokio::spawn(async move {
+            let id = m.id.clone();
+            if let Err(reason) = s.migrations.start(m.clone()).await {
+                let mut failed = m;
+                failed.state = MigrationState::Failed;
+                failed.error = Some(reason);
+                s.mutate(|c| c.update_migration(failed));
+                s.wake();
+                return;
+            }
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let Some(view) = s.migrations.status(id.clone()).await else {
+                    continue;
+                };
+                let done = !matches!(view.state, MigrationState::Planned | MigrationState::Running);
+                s.mutate(|c| c.update_migration(view));
+                if done {
+                    s.wake();
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Runs liveness, weights, drains and persistence until the process ends.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            let now = Instant::now();
+            let actions = self.mutate(|c| c.tick(now));
+            for a in actions {
+                match a {
+                    Action::StartMigration(m) => self.start_migration(m),
+                }
+            }
+            if let Err(e) = self.flush() {
+                tracing::error!(error = %e, "saving scheduler state");
+            }
+            let next = self.with(|c| c.poll_timeout(Instant::now()));
+            tokio::select! {
+                () = tokio::time::sleep_until(next.into()) => {}
+                () = self.wake.notified() => {}
+            }
+        }
+    }
+
+    /// Prometheus text.
+    pub fn metrics_text(&self) -> String {
+        let inner = self.lock();
+        let c = &inner.cluster;
+        let m = c.metrics();
+        let mut s = String::new();
+        for (name, help, v) in [
+            ("heartbeats_total", "Heartbeats accepted.", m.heartbeats),
+            ("placements_total", "Placements answered.", m.placements),
+            ("placements_failed_total", "Placements refused: no eligible node.", m.placements_failed),
+            ("nodes_down_total", "Nodes declared down after missed heartbeats.", m.nodes_down),
+            ("migrations_created_total", "Migrations created.", m.migrations_created),
+            ("drains_started_total", "Drains started.", m.drains_started),
+        ] {
+            let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+            let _ = writeln!(s, "# HELP ferry_scheduler_{name} {help}\n# TYPE ferry_scheduler_{name} {kind}\nferry_scheduler_{name} {v}");
+        }
+        let nodes = c.nodes(Instant::now());
+        let _ = writeln!(s, "# HELP ferry_scheduler_nodes Nodes by state.\n# TYPE ferry_scheduler_nodes gauge");
+        for st in [NodeState::Active, NodeState::Draining, NodeState::Drained, NodeState::Down] {
+            let n = nodes.iter().filter(|v| v.state == st).count();
+            let label = serde_json::to_string(&st).unwrap_or_default();
+            let _ = writeln!(s, "ferry_scheduler_nodes{{state={label}}} {n}");
+        }
+        let _ = writeln!(
+            s,
+            "# HELP ferry_scheduler_sessions Sessions in the cluster.\n# TYPE ferry_scheduler_sessions gauge\nferry_scheduler_sessions {}",
+            c.sessions().len()
+        );
+        let _ = writeln!(
+            s,
+            "# HELP ferry_scheduler_routing_version Routing-table version.\n# TYPE ferry_scheduler_routing_version gauge\nferry_scheduler_routing_version {}",
+            c.routing_version()
+        );
+        s
+    }
+}
