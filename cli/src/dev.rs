@@ -36,7 +36,9 @@ pub struct DevArgs {
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let token = crate::scheduler::token_from_env_or_random();
-    let state_file = std::env::temp_dir().join("ferry-dev").join("scheduler.json");
+    let state_file = std::env::temp_dir()
+        .join("ferry-dev")
+        .join("scheduler.json");
     let demo: Router<Arc<Scheduler>> = Router::new().route("/", get(|| async { Html(DEMO) }));
     let sched = start_scheduler(
         SchedulerArgs {

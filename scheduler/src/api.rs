@@ -75,7 +75,6 @@ fn cluster_error(e: ClusterError) -> Response {
         ClusterError::BadRequest(_) => StatusCode::BAD_REQUEST,
         ClusterError::Conflict(_) => StatusCode::CONFLICT,
         ClusterError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::BAD_REQUEST,
     };
     let mut r = error(status, e.to_string());
     if status == StatusCode::SERVICE_UNAVAILABLE {
@@ -86,8 +85,12 @@ fn cluster_error(e: ClusterError) -> Response {
 }
 
 fn body<T>(r: Result<Json<T>, JsonRejection>) -> Result<T, Response> {
-    r.map(|Json(t)| t)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("bad JSON body: {}", e.body_text())))
+    r.map(|Json(t)| t).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("bad JSON body: {}", e.body_text()),
+        )
+    })
 }
 
 fn node_id(s: &str) -> Result<NodeId, Response> {
@@ -128,7 +131,10 @@ pub fn router(s: Arc<Scheduler>, extra: Option<Router<Arc<Scheduler>>>) -> Route
     let public = Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
-        .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], openapi_json()) }))
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], openapi_json()) }),
+        )
         .route("/v1/nodes", get(list_nodes))
         .route("/v1/nodes/{id}", get(get_node))
         .route("/v1/nodes/{id}/drain", get(drain_status))
@@ -160,7 +166,11 @@ async fn healthz() -> &'static str {
 }
 
 async fn metrics(State(s): State<Arc<Scheduler>>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics_text()).into_response()
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        s.metrics_text(),
+    )
+        .into_response()
 }
 
 /// Every node the scheduler knows.
@@ -365,9 +375,15 @@ struct Since {
     params(("since" = Option<u64>, Query, description = "wait for a version above this"),
            ("timeout_s" = Option<u64>, Query, description = "longest wait, default 25, at most 60")),
     responses((status = 200, body = RoutingTable), (status = 400, body = ApiError)))]
-async fn routing(State(s): State<Arc<Scheduler>>, q: Result<Query<Since>, axum::extract::rejection::QueryRejection>) -> Response {
+async fn routing(
+    State(s): State<Arc<Scheduler>>,
+    q: Result<Query<Since>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     let Ok(Query(q)) = q else {
-        return error(StatusCode::BAD_REQUEST, "since and timeout_s are unsigned integers");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "since and timeout_s are unsigned integers",
+        );
     };
     if let Some(since) = q.since {
         let wait = Duration::from_secs(q.timeout_s.unwrap_or(25).min(60));
@@ -385,7 +401,11 @@ async fn routing_events(State(s): State<Arc<Scheduler>>) -> Response {
         loop {
             let table = s.with(|c| c.routing());
             let data = serde_json::to_string(&table).unwrap_or_default();
-            if tx.send(SseEvent::default().event("routing").data(data)).await.is_err() {
+            if tx
+                .send(SseEvent::default().event("routing").data(data))
+                .await
+                .is_err()
+            {
                 return;
             }
             if versions.changed().await.is_err() {
@@ -394,14 +414,20 @@ async fn routing_events(State(s): State<Arc<Scheduler>>) -> Response {
         }
     });
     let stream = futures_util::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|e| e.map(Ok::<_, std::convert::Infallible>))
+        rx.poll_recv(cx)
+            .map(|e| e.map(Ok::<_, std::convert::Infallible>))
     });
-    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 fn redirect(s: &Scheduler, stream: String, kind: SessionKind) -> Response {
     let Ok(stream) = StreamId::new(stream.clone()) else {
-        return error(StatusCode::BAD_REQUEST, format!("bad stream name {stream:?}"));
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("bad stream name {stream:?}"),
+        );
     };
     match s.mutate(|c| c.redirect(&stream, kind)) {
         Ok(base) => {
@@ -415,7 +441,10 @@ fn redirect(s: &Scheduler, stream: String, kind: SessionKind) -> Response {
                     r.headers_mut().insert(header::LOCATION, v);
                     r
                 }
-                Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the placed node has an invalid URL"),
+                Err(_) => error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the placed node has an invalid URL",
+                ),
             }
         }
         Err(e) => cluster_error(e),
@@ -426,7 +455,11 @@ fn redirect(s: &Scheduler, stream: String, kind: SessionKind) -> Response {
 #[utoipa::path(post, path = "/whip/{stream}", params(("stream" = String, Path, description = "stream name")),
     request_body(content = String, content_type = "application/sdp"),
     responses((status = 307, description = "Location: the node's WHIP endpoint"), (status = 400, body = ApiError), (status = 503, body = ApiError)))]
-async fn whip(State(s): State<Arc<Scheduler>>, Path(stream): Path<String>, _h: HeaderMap) -> Response {
+async fn whip(
+    State(s): State<Arc<Scheduler>>,
+    Path(stream): Path<String>,
+    _h: HeaderMap,
+) -> Response {
     redirect(&s, stream, SessionKind::Publish)
 }
 
@@ -434,6 +467,10 @@ async fn whip(State(s): State<Arc<Scheduler>>, Path(stream): Path<String>, _h: H
 #[utoipa::path(post, path = "/whep/{stream}", params(("stream" = String, Path, description = "stream name")),
     request_body(content = String, content_type = "application/sdp"),
     responses((status = 307, description = "Location: the node's WHEP endpoint"), (status = 400, body = ApiError), (status = 503, body = ApiError)))]
-async fn whep(State(s): State<Arc<Scheduler>>, Path(stream): Path<String>, _h: HeaderMap) -> Response {
+async fn whep(
+    State(s): State<Arc<Scheduler>>,
+    Path(stream): Path<String>,
+    _h: HeaderMap,
+) -> Response {
     redirect(&s, stream, SessionKind::View)
 }

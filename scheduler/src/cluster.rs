@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use ferry_proto::api::{
     CutoverMode, DrainStatus, Heartbeat, MigrationRequest, MigrationState, MigrationView,
-    NodeState, NodeView, PlacementKind, PlacementRequest, PlacementResponse, RouteEntry,
-    RouteNode, RoutingTable, SessionKind, SessionView,
+    NodeState, NodeView, PlacementKind, PlacementRequest, PlacementResponse, RouteEntry, RouteNode,
+    RoutingTable, SessionKind, SessionView,
 };
 use ferry_proto::{MigrationId, NodeId, SessionId, StreamId};
 use serde::{Deserialize, Serialize};
@@ -132,7 +132,11 @@ fn spec(id: &NodeId, hb: &Heartbeat, weight: f64) -> NodeSpec {
     NodeSpec {
         id: id.clone(),
         zone: hb.zone.clone(),
-        host: if hb.host.is_empty() { id.to_string() } else { hb.host.clone() },
+        host: if hb.host.is_empty() {
+            id.to_string()
+        } else {
+            hb.host.clone()
+        },
         region: hb.region.clone(),
         weight,
         capabilities: hb.capabilities.iter().cloned().collect::<BTreeSet<_>>(),
@@ -179,10 +183,11 @@ fn scoring_heartbeat(id: &NodeId, hb: &Heartbeat, moving: u32) -> scoring::Heart
 
 impl Cluster {
     /// An empty cluster.
-    pub fn new(config: ClusterConfig, now: Instant) -> Result<Self, scoring::ConfigError> {
+    pub fn new(config: ClusterConfig, now: Instant) -> Result<Self, String> {
         Ok(Self {
-            placement: placement::Cluster::new(config.placement.clone()),
-            weights: WeightController::new(config.scoring.clone(), now)?,
+            placement: placement::Cluster::new(config.placement.clone())
+                .map_err(|e| e.to_string())?,
+            weights: WeightController::new(config.scoring, now).map_err(|e| e.to_string())?,
             config,
             nodes: BTreeMap::new(),
             sessions: BTreeMap::new(),
@@ -197,10 +202,16 @@ impl Cluster {
     /// Rebuilds the cluster from what a previous run saved (`unix_ms`: the
     /// wall clock now). Nodes count as seen `now`, so they get a full
     /// heartbeat timeout to report again.
-    pub fn restore(config: ClusterConfig, p: Persisted, now: Instant, unix_ms: u64) -> Result<Self, String> {
-        let mut c = Self::new(config.clone(), now).map_err(|e| e.to_string())?;
-        c.placement = placement::Cluster::from_layout(config.placement.clone(), p.layout);
-        c.weights = WeightController::restore(config.scoring.clone(), now, unix_ms, &p.weights)
+    pub fn restore(
+        config: ClusterConfig,
+        p: Persisted,
+        now: Instant,
+        unix_ms: u64,
+    ) -> Result<Self, String> {
+        let mut c = Self::new(config.clone(), now)?;
+        c.placement = placement::Cluster::restore(config.placement.clone(), p.layout)
+            .map_err(|e| e.to_string())?;
+        c.weights = WeightController::restore(config.scoring, now, unix_ms, &p.weights)
             .map_err(|e| e.to_string())?;
         c.nodes = p.nodes;
         for n in c.nodes.values_mut() {
@@ -222,7 +233,7 @@ impl Cluster {
             migrations: self.migrations.clone(),
             epochs: self.epochs.clone(),
             routing_version: self.routing_version,
-            layout: self.placement.layout(),
+            layout: self.placement.snapshot(),
             weights: self.weights.snapshot(now, unix_ms),
             next_migration: self.next_migration,
         }
@@ -250,12 +261,24 @@ impl Cluster {
 
     /// A node's heartbeat: registers it on first contact, refreshes its
     /// figures and replaces its part of the sessions table.
-    pub fn heartbeat(&mut self, now: Instant, id: &NodeId, hb: Heartbeat) -> Result<(), ClusterError> {
+    pub fn heartbeat(
+        &mut self,
+        now: Instant,
+        id: &NodeId,
+        hb: Heartbeat,
+    ) -> Result<(), ClusterError> {
         if hb.http.is_empty() {
-            return Err(ClusterError::BadRequest("heartbeat needs `http`, the node's WHIP/WHEP base URL".into()));
+            return Err(ClusterError::BadRequest(
+                "heartbeat needs `http`, the node's WHIP/WHEP base URL".into(),
+            ));
         }
-        if !(0.0..=1.0).contains(&hb.cpu) || !(0.0..=1.0).contains(&hb.memory) || !(0.0..=1.0).contains(&hb.loss) {
-            return Err(ClusterError::BadRequest("cpu, memory and loss are fractions in [0, 1]".into()));
+        if !(0.0..=1.0).contains(&hb.cpu)
+            || !(0.0..=1.0).contains(&hb.memory)
+            || !(0.0..=1.0).contains(&hb.loss)
+        {
+            return Err(ClusterError::BadRequest(
+                "cpu, memory and loss are fractions in [0, 1]".into(),
+            ));
         }
         self.metrics.heartbeats += 1;
         let mut changed = false;
@@ -325,13 +348,23 @@ impl Cluster {
                 ..Default::default()
             },
         );
-        self.weights.handle_heartbeat(now, scoring_heartbeat(id, &hb, moving));
+        self.weights
+            .handle_heartbeat(now, scoring_heartbeat(id, &hb, moving));
         let weight = self.effective_weight(id, state, pinned);
-        self.placement.upsert(spec(id, &hb, weight));
+        self.upsert(id, &hb, weight);
         if changed {
             self.bump();
         }
         Ok(())
+    }
+
+    /// Puts a node into the placement table with `weight`, clamped to the
+    /// scale (a node reporting too many capabilities keeps its old entry).
+    fn upsert(&mut self, id: &NodeId, hb: &Heartbeat, weight: f64) {
+        let w = weight.clamp(0.0, self.config.placement.weight_scale);
+        if let Err(e) = self.placement.upsert(spec(id, hb, w)) {
+            tracing::warn!(node = %id, error = %e, "placement refused the node's update");
+        }
     }
 
     /// Migrations in or out of a node that have not ended.
@@ -347,7 +380,9 @@ impl Cluster {
 
     fn effective_weight(&self, id: &NodeId, state: NodeState, pinned: Option<f64>) -> f64 {
         match state {
-            NodeState::Active => pinned.unwrap_or_else(|| self.weights.weight_value(id).unwrap_or(0.0)),
+            NodeState::Active => {
+                pinned.unwrap_or_else(|| self.weights.weight_value(id).unwrap_or(0.0))
+            }
             _ => 0.0,
         }
     }
@@ -358,7 +393,9 @@ impl Cluster {
         let mut changed = false;
         let mut down = Vec::new();
         for (id, n) in &mut self.nodes {
-            let stale = n.last_seen.is_none_or(|t| now.saturating_duration_since(t) > timeout);
+            let stale = n
+                .last_seen
+                .is_none_or(|t| now.saturating_duration_since(t) > timeout);
             if stale && n.state != NodeState::Down {
                 n.state = NodeState::Down;
                 down.push(id.clone());
@@ -388,7 +425,7 @@ impl Cluster {
                 continue;
             }
             let w = self.effective_weight(id, state, pinned);
-            self.placement.upsert(spec(id, &hb, w));
+            self.upsert(id, &hb, w);
         }
         let actions = self.drive_drains(now);
         if changed {
@@ -454,7 +491,7 @@ impl Cluster {
         NodeView {
             id: id.clone(),
             state: n.state,
-            weight: self.placement.weight(id).unwrap_or(0.0),
+            weight: self.placement.node(id).map_or(0.0, |n| n.weight),
             weight_override: n.weight_override,
             zone: hb.zone.clone(),
             host: hb.host.clone(),
@@ -469,15 +506,18 @@ impl Cluster {
             sessions: self.sessions.values().filter(|s| s.node == *id).count() as u64,
             session_capacity: hb.session_capacity,
             gpu: hb.gpu,
-            last_heartbeat_ms: n
-                .last_seen
-                .map_or(u64::MAX, |t| now.saturating_duration_since(t).as_millis() as u64),
+            last_heartbeat_ms: n.last_seen.map_or(u64::MAX, |t| {
+                now.saturating_duration_since(t).as_millis() as u64
+            }),
         }
     }
 
     /// `GET /v1/nodes`.
     pub fn nodes(&self, now: Instant) -> Vec<NodeView> {
-        self.nodes.iter().map(|(id, n)| self.view(id, n, now)).collect()
+        self.nodes
+            .iter()
+            .map(|(id, n)| self.view(id, n, now))
+            .collect()
     }
 
     /// `GET /v1/nodes/{id}`.
@@ -512,7 +552,11 @@ impl Cluster {
                 .sessions
                 .values()
                 .find(|s| s.stream == stream && s.kind == SessionKind::Publish)
-                .filter(|s| self.nodes.get(&s.node).is_some_and(|n| n.state != NodeState::Down))
+                .filter(|s| {
+                    self.nodes
+                        .get(&s.node)
+                        .is_some_and(|n| n.state != NodeState::Down)
+                })
         {
             let node = publisher.node.clone();
             self.metrics.placements += 1;
@@ -530,16 +574,17 @@ impl Cluster {
             avoid_hosts,
         };
         let load = |id: &NodeId| loads.get(id).copied().unwrap_or(0);
-        match self.placement.place(req.key.as_bytes(), &reqs, &load, total) {
-            Some(p) => {
+        match self
+            .placement
+            .place(req.key.as_bytes(), &reqs, &load, total)
+        {
+            Ok(p) => {
                 self.metrics.placements += 1;
                 Ok(self.response(p.node, p.backups))
             }
-            None => {
+            Err(e) => {
                 self.metrics.placements_failed += 1;
-                Err(ClusterError::Unavailable(
-                    "no active node satisfies the requirements".into(),
-                ))
+                Err(ClusterError::Unavailable(e.to_string()))
             }
         }
     }
@@ -585,14 +630,19 @@ impl Cluster {
         n.weight_override = weight;
         let (state, hb) = (n.state, n.heartbeat.clone());
         let w = self.effective_weight(id, state, weight);
-        self.placement.upsert(spec(id, &hb, w));
+        self.upsert(id, &hb, w);
         self.bump();
         Ok(())
     }
 
     /// `POST /v1/nodes/{id}/reclaim-notice`: weight decays to 0 by the
     /// deadline and a drain starts.
-    pub fn reclaim_notice(&mut self, now: Instant, id: &NodeId, deadline: Duration) -> Result<(), ClusterError> {
+    pub fn reclaim_notice(
+        &mut self,
+        now: Instant,
+        id: &NodeId,
+        deadline: Duration,
+    ) -> Result<(), ClusterError> {
         self.record(id)?;
         self.weights
             .handle_spot_reclaim(now, id, now + deadline)
@@ -616,8 +666,9 @@ impl Cluster {
                 n.drain = Some(Drain::new(id.clone(), sessions.iter().cloned()));
                 self.metrics.drains_started += 1;
                 let hb = n.heartbeat.clone();
-                self.weights.set_node_state(id, scoring::NodeState::Draining);
-                self.placement.upsert(spec(id, &hb, 0.0));
+                self.weights
+                    .set_node_state(id, scoring::NodeState::Draining);
+                self.upsert(id, &hb, 0.0);
                 self.bump();
             }
             NodeState::Draining | NodeState::Drained => {}
@@ -649,8 +700,9 @@ impl Cluster {
         target: Option<NodeId>,
         mode: CutoverMode,
     ) -> MigrationView {
+        // `m` followed by digits is always a valid id.
         let id = MigrationId::new(format!("m{:08}", self.next_migration))
-            .unwrap_or_else(|_| unreachable_id());
+            .unwrap_or_else(|e| unreachable!("{e}"));
         self.next_migration += 1;
         self.metrics.migrations_created += 1;
         let m = MigrationView {
@@ -671,7 +723,10 @@ impl Cluster {
 
     /// `POST /v1/migrations`: plans a migration; the target defaults to the
     /// placement of the session's stream among the other active nodes.
-    pub fn create_migration(&mut self, req: &MigrationRequest) -> Result<MigrationView, ClusterError> {
+    pub fn create_migration(
+        &mut self,
+        req: &MigrationRequest,
+    ) -> Result<MigrationView, ClusterError> {
         let s = self
             .sessions
             .get(&req.session)
@@ -686,12 +741,14 @@ impl Cluster {
                 return Err(ClusterError::Conflict(format!("session is already on {t}")));
             }
         }
-        if self
-            .migrations
-            .values()
-            .any(|m| m.session == s.id && matches!(m.state, MigrationState::Planned | MigrationState::Running))
-        {
-            return Err(ClusterError::Conflict(format!("session {} is already migrating", s.id)));
+        if self.migrations.values().any(|m| {
+            m.session == s.id
+                && matches!(m.state, MigrationState::Planned | MigrationState::Running)
+        }) {
+            return Err(ClusterError::Conflict(format!(
+                "session {} is already migrating",
+                s.id
+            )));
         }
         Ok(self.new_migration(s.id, s.node, req.target.clone(), req.mode))
     }
@@ -737,7 +794,7 @@ impl Cluster {
                 .map(|(id, n)| RouteNode {
                     id: id.clone(),
                     state: n.state,
-                    weight: self.placement.weight(id).unwrap_or(0.0),
+                    weight: self.placement.node(id).map_or(0.0, |n| n.weight),
                     zone: n.heartbeat.zone.clone(),
                     http: n.heartbeat.http.clone(),
                     media: n.heartbeat.media.clone(),
@@ -758,7 +815,11 @@ impl Cluster {
 
     /// Where a WHIP (`publish`) or WHEP (`view`) POST for `stream` goes:
     /// the node's base URL.
-    pub fn redirect(&mut self, stream: &StreamId, kind: SessionKind) -> Result<String, ClusterError> {
+    pub fn redirect(
+        &mut self,
+        stream: &StreamId,
+        kind: SessionKind,
+    ) -> Result<String, ClusterError> {
         let req = PlacementRequest {
             key: stream.to_string(),
             kind: match kind {
@@ -769,9 +830,4 @@ impl Cluster {
         };
         Ok(self.place(&req)?.http)
     }
-}
-
-/// Migration ids are `m` + digits, always valid.
-fn unreachable_id() -> MigrationId {
-    MigrationId::new("m0").unwrap_or_else(|_| unreachable!("literal id is valid"))
 }

@@ -44,6 +44,9 @@ pub struct Drain {
     pending: VecDeque<SessionId>,
     running: BTreeMap<MigrationId, SessionId>,
     attempts: BTreeMap<SessionId, u32>,
+    /// Sessions whose migration committed: the node stops reporting them
+    /// shortly, and they must not be moved twice meanwhile.
+    moved: std::collections::BTreeSet<SessionId>,
     /// Start times within the last second (age in ms is not needed: the
     /// window is rebuilt after a restart).
     #[serde(skip)]
@@ -61,6 +64,7 @@ impl Drain {
             pending: sessions.into_iter().collect(),
             running: BTreeMap::new(),
             attempts: BTreeMap::new(),
+            moved: Default::default(),
             window: VecDeque::new(),
             started: 0,
             committed: 0,
@@ -72,9 +76,15 @@ impl Drain {
     /// forgotten, new ones (arrived before the drain took effect) queued.
     pub fn refresh(&mut self, current: &[SessionId], budget: &DrainBudget) {
         self.pending.retain(|s| current.contains(s));
+        self.moved.retain(|s| current.contains(s));
         for s in current {
-            let queued = self.pending.contains(s) || self.running.values().any(|r| r == s);
-            let exhausted = self.attempts.get(s).is_some_and(|a| *a >= budget.max_attempts);
+            let queued = self.pending.contains(s)
+                || self.running.values().any(|r| r == s)
+                || self.moved.contains(s);
+            let exhausted = self
+                .attempts
+                .get(s)
+                .is_some_and(|a| *a >= budget.max_attempts);
             if !queued && !exhausted {
                 self.pending.push_back(s.clone());
             }
@@ -83,11 +93,9 @@ impl Drain {
 
     /// Sessions to start migrating now, within the budget.
     pub fn next(&mut self, now: Instant, budget: &DrainBudget) -> Vec<SessionId> {
-        while self
-            .window
-            .front()
-            .is_some_and(|t| t.is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1)))
-        {
+        while self.window.front().is_some_and(|t| {
+            t.is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1))
+        }) {
             self.window.pop_front();
         }
         let by_rate = (budget.max_per_second as usize).saturating_sub(self.window.len());
@@ -126,9 +134,14 @@ impl Drain {
         };
         if committed {
             self.committed += 1;
+            self.moved.insert(session);
         } else {
             self.failed += 1;
-            if self.attempts.get(&session).is_none_or(|a| *a < budget.max_attempts) {
+            if self
+                .attempts
+                .get(&session)
+                .is_none_or(|a| *a < budget.max_attempts)
+            {
                 self.pending.push_back(session);
             }
         }
@@ -224,7 +237,14 @@ mod tests {
         let all: Vec<SessionId> = (0..10).map(sid).collect();
         d.refresh(&all, &budget);
         let st = d.status(NodeState::Draining, 10);
-        assert_eq!((st.migrations_started, st.migrations_committed, st.migrations_failed), (5, 2, 1));
+        assert_eq!(
+            (
+                st.migrations_started,
+                st.migrations_committed,
+                st.migrations_failed
+            ),
+            (5, 2, 1)
+        );
     }
 
     #[test]
@@ -243,6 +263,9 @@ mod tests {
         d.started(sid(2), mid(2));
         d.finished(&mid(0), false, &budget);
         d.refresh(&[sid(0), sid(2)], &budget);
-        assert!(d.next(t0, &budget).is_empty(), "attempts used up: left to end on its own");
+        assert!(
+            d.next(t0, &budget).is_empty(),
+            "attempts used up: left to end on its own"
+        );
     }
 }

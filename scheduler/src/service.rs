@@ -142,7 +142,10 @@ impl Scheduler {
                 let Some(view) = s.migrations.status(id.clone()).await else {
                     continue;
                 };
-                let done = !matches!(view.state, MigrationState::Planned | MigrationState::Running);
+                let done = !matches!(
+                    view.state,
+                    MigrationState::Planned | MigrationState::Running
+                );
                 s.mutate(|c| c.update_migration(view));
                 if done {
                     s.wake();
@@ -182,17 +185,44 @@ impl Scheduler {
         for (name, help, v) in [
             ("heartbeats_total", "Heartbeats accepted.", m.heartbeats),
             ("placements_total", "Placements answered.", m.placements),
-            ("placements_failed_total", "Placements refused: no eligible node.", m.placements_failed),
-            ("nodes_down_total", "Nodes declared down after missed heartbeats.", m.nodes_down),
-            ("migrations_created_total", "Migrations created.", m.migrations_created),
+            (
+                "placements_failed_total",
+                "Placements refused: no eligible node.",
+                m.placements_failed,
+            ),
+            (
+                "nodes_down_total",
+                "Nodes declared down after missed heartbeats.",
+                m.nodes_down,
+            ),
+            (
+                "migrations_created_total",
+                "Migrations created.",
+                m.migrations_created,
+            ),
             ("drains_started_total", "Drains started.", m.drains_started),
         ] {
-            let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
-            let _ = writeln!(s, "# HELP ferry_scheduler_{name} {help}\n# TYPE ferry_scheduler_{name} {kind}\nferry_scheduler_{name} {v}");
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            let _ = writeln!(
+                s,
+                "# HELP ferry_scheduler_{name} {help}\n# TYPE ferry_scheduler_{name} {kind}\nferry_scheduler_{name} {v}"
+            );
         }
         let nodes = c.nodes(Instant::now());
-        let _ = writeln!(s, "# HELP ferry_scheduler_nodes Nodes by state.\n# TYPE ferry_scheduler_nodes gauge");
-        for st in [NodeState::Active, NodeState::Draining, NodeState::Drained, NodeState::Down] {
+        let _ = writeln!(
+            s,
+            "# HELP ferry_scheduler_nodes Nodes by state.\n# TYPE ferry_scheduler_nodes gauge"
+        );
+        for st in [
+            NodeState::Active,
+            NodeState::Draining,
+            NodeState::Drained,
+            NodeState::Down,
+        ] {
             let n = nodes.iter().filter(|v| v.state == st).count();
             let label = serde_json::to_string(&st).unwrap_or_default();
             let _ = writeln!(s, "ferry_scheduler_nodes{{state={label}}} {n}");

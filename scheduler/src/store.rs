@@ -70,12 +70,14 @@ impl FileStore {
 impl<T: Serialize + DeserializeOwned> Store<T> for FileStore {
     fn load(&mut self) -> Result<Option<T>, StoreError> {
         match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|source| StoreError::Corrupt {
-                    path: self.path.clone(),
-                    source,
-                }),
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|source| StoreError::Corrupt {
+                        path: self.path.clone(),
+                        source,
+                    })
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(self.io(e)),
         }
@@ -99,9 +101,15 @@ impl<T: Serialize + DeserializeOwned> Store<T> for FileStore {
 }
 
 /// A store that keeps the state in memory (tests, and `--state-file none`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStore<T> {
     state: Option<T>,
+}
+
+impl<T> Default for MemoryStore<T> {
+    fn default() -> Self {
+        Self { state: None }
+    }
 }
 
 impl<T: Clone + Send> Store<T> for MemoryStore<T> {
@@ -126,7 +134,10 @@ mod tests {
         let mut s = FileStore::new(&path);
         assert_eq!(Store::<Vec<u32>>::load(&mut s).unwrap(), None);
         s.save(&vec![1u32, 2, 3]).unwrap();
-        assert_eq!(Store::<Vec<u32>>::load(&mut s).unwrap(), Some(vec![1, 2, 3]));
+        assert_eq!(
+            Store::<Vec<u32>>::load(&mut s).unwrap(),
+            Some(vec![1, 2, 3])
+        );
         std::fs::write(&path, b"{not json").unwrap();
         assert!(matches!(
             Store::<Vec<u32>>::load(&mut s),

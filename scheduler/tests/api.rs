@@ -38,11 +38,13 @@ impl Drop for Api {
 }
 
 async fn start(store: Box<dyn Store<Persisted>>, migrations: Arc<dyn Migrations>) -> Api {
-    let mut config = ClusterConfig::default();
-    config.drain = DrainBudget {
-        max_concurrent: 2,
-        max_per_second: 100,
-        max_attempts: 3,
+    let config = ClusterConfig {
+        drain: DrainBudget {
+            max_concurrent: 2,
+            max_per_second: 100,
+            max_attempts: 3,
+        },
+        ..ClusterConfig::default()
     };
     let scheduler = Scheduler::open(config, store, TOKEN.into(), migrations).unwrap();
     let ticker = tokio::spawn(scheduler.clone().run());
@@ -82,7 +84,9 @@ async fn call(method: &str, url: String, token: Option<&str>, body: Option<Strin
             .max_redirects(0)
             .build()
             .new_agent();
-        let mut req = ureq::http::Request::builder().method(method.as_str()).uri(&url);
+        let mut req = ureq::http::Request::builder()
+            .method(method.as_str())
+            .uri(&url);
         if let Some(t) = token {
             req = req.header("Authorization", format!("Bearer {t}"));
         }
@@ -161,17 +165,41 @@ async fn mutating_calls_need_the_bearer_token() {
         assert_eq!(r.status, 401, "{token:?}");
         assert_eq!(r.www_auth.as_deref(), Some("Bearer"));
         assert!(r.json()["error"].as_str().unwrap().contains("token"));
-        let r = call("POST", url("/v1/nodes/a/heartbeat"), token, Some("{}".into())).await;
+        let r = call(
+            "POST",
+            url("/v1/nodes/a/heartbeat"),
+            token,
+            Some("{}".into()),
+        )
+        .await;
         assert_eq!(r.status, 401);
-        let r = call("PUT", url("/v1/nodes/a/weight"), token, Some("{\"weight\":1}".into())).await;
+        let r = call(
+            "PUT",
+            url("/v1/nodes/a/weight"),
+            token,
+            Some("{\"weight\":1}".into()),
+        )
+        .await;
         assert_eq!(r.status, 401);
         let r = call("POST", url("/v1/nodes/a/drain"), token, None).await;
         assert_eq!(r.status, 401);
         let r = call("POST", url("/v1/migrations"), token, body.clone()).await;
         assert_eq!(r.status, 401);
     }
-    for path in ["/v1/nodes", "/v1/sessions", "/v1/migrations", "/v1/routing", "/healthz", "/metrics", "/openapi.json"] {
-        assert_eq!(call("GET", url(path), None, None).await.status, 200, "{path}");
+    for path in [
+        "/v1/nodes",
+        "/v1/sessions",
+        "/v1/migrations",
+        "/v1/routing",
+        "/healthz",
+        "/metrics",
+        "/openapi.json",
+    ] {
+        assert_eq!(
+            call("GET", url(path), None, None).await.status,
+            200,
+            "{path}"
+        );
     }
 }
 
@@ -181,29 +209,93 @@ async fn bad_input_gets_400_and_unknown_ids_404() {
     let url = |p: &str| format!("{}{p}", api.base);
     let r = call("POST", url("/v1/placements"), Some(TOKEN), Some("{".into())).await;
     assert_eq!(r.status, 400);
-    assert!(r.json()["error"].as_str().unwrap().contains("bad JSON"), "{}", r.body);
-    let r = call("POST", url("/v1/placements"), Some(TOKEN), Some(json!({"key": "s", "colour": 1}).to_string())).await;
+    assert!(
+        r.json()["error"].as_str().unwrap().contains("bad JSON"),
+        "{}",
+        r.body
+    );
+    let r = call(
+        "POST",
+        url("/v1/placements"),
+        Some(TOKEN),
+        Some(json!({"key": "s", "colour": 1}).to_string()),
+    )
+    .await;
     assert_eq!(r.status, 400, "unknown field: {}", r.body);
-    let r = call("POST", url("/v1/placements"), Some(TOKEN), Some(json!({"key": ""}).to_string())).await;
+    let r = call(
+        "POST",
+        url("/v1/placements"),
+        Some(TOKEN),
+        Some(json!({"key": ""}).to_string()),
+    )
+    .await;
     assert_eq!(r.status, 400, "{}", r.body);
     let mut h = hb(9001, "z", vec![]);
     h.cpu = 2.0;
-    let r = call("POST", url("/v1/nodes/a/heartbeat"), Some(TOKEN), Some(serde_json::to_string(&h).unwrap())).await;
+    let r = call(
+        "POST",
+        url("/v1/nodes/a/heartbeat"),
+        Some(TOKEN),
+        Some(serde_json::to_string(&h).unwrap()),
+    )
+    .await;
     assert_eq!(r.status, 400);
     assert!(r.body.contains("fractions"), "{}", r.body);
-    let r = call("PUT", url("/v1/nodes/a/weight"), Some(TOKEN), Some("{\"weight\":\"heavy\"}".into())).await;
+    let r = call(
+        "PUT",
+        url("/v1/nodes/a/weight"),
+        Some(TOKEN),
+        Some("{\"weight\":\"heavy\"}".into()),
+    )
+    .await;
     assert_eq!(r.status, 400);
 
-    assert_eq!(call("GET", url("/v1/nodes/nope"), None, None).await.status, 404);
-    assert_eq!(call("GET", url("/v1/nodes/nope/drain"), None, None).await.status, 404);
-    assert_eq!(call("GET", url("/v1/migrations/m1"), None, None).await.status, 404);
-    let r = call("PUT", url("/v1/nodes/nope/weight"), Some(TOKEN), Some("{\"weight\":0.5}".into())).await;
+    assert_eq!(
+        call("GET", url("/v1/nodes/nope"), None, None).await.status,
+        404
+    );
+    assert_eq!(
+        call("GET", url("/v1/nodes/nope/drain"), None, None)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        call("GET", url("/v1/migrations/m1"), None, None)
+            .await
+            .status,
+        404
+    );
+    let r = call(
+        "PUT",
+        url("/v1/nodes/nope/weight"),
+        Some(TOKEN),
+        Some("{\"weight\":0.5}".into()),
+    )
+    .await;
     assert_eq!(r.status, 404);
-    assert_eq!(call("POST", url("/v1/nodes/nope/drain"), Some(TOKEN), None).await.status, 404);
-    let r = call("POST", url("/v1/migrations"), Some(TOKEN), Some(json!({"session": "nope"}).to_string())).await;
+    assert_eq!(
+        call("POST", url("/v1/nodes/nope/drain"), Some(TOKEN), None)
+            .await
+            .status,
+        404
+    );
+    let r = call(
+        "POST",
+        url("/v1/migrations"),
+        Some(TOKEN),
+        Some(json!({"session": "nope"}).to_string()),
+    )
+    .await;
     assert_eq!(r.status, 404);
     // No node at all: placement is unavailable, with Retry-After semantics.
-    let r = call("POST", url("/v1/placements"), Some(TOKEN), Some(json!({"key": "s"}).to_string())).await;
+    let r = call(
+        "POST",
+        url("/v1/placements"),
+        Some(TOKEN),
+        Some(json!({"key": "s"}).to_string()),
+    )
+    .await;
     assert_eq!(r.status, 503, "{}", r.body);
     let r = call("POST", url("/whip/s1"), None, Some("v=0".into())).await;
     assert_eq!(r.status, 503);
@@ -214,13 +306,18 @@ async fn bad_input_gets_400_and_unknown_ids_404() {
 #[tokio::test]
 async fn placements_agree_with_the_core_and_whip_whep_redirect() {
     let api = start(Box::new(MemoryStore::default()), Arc::new(NoMigrator)).await;
-    let nodes = [("n1", 9101, 1.0), ("n2", 9102, 0.5), ("n3", 9103, 0.75), ("n4", 9104, 0.25)];
+    let nodes = [
+        ("n1", 9101, 1.0),
+        ("n2", 9102, 0.5),
+        ("n3", 9103, 0.75),
+        ("n4", 9104, 0.25),
+    ];
     for (id, port, w) in nodes {
         beat(&api, id, &hb(port, "z1", vec![])).await;
         pin(&api, id, w).await;
     }
     // The same cluster built directly from the core.
-    let mut core = placement::Cluster::new(ClusterConfig::default().placement);
+    let mut core = placement::Cluster::new(ClusterConfig::default().placement).unwrap();
     for (id, port, w) in nodes {
         let mut spec = NodeSpec::new(NodeId::new(id).unwrap(), "z1", w);
         spec.host = format!("host-{port}");
@@ -241,19 +338,50 @@ async fn placements_agree_with_the_core_and_whip_whep_redirect() {
             .place(key.as_bytes(), &Requirements::default(), &|_: &NodeId| 0, 1)
             .unwrap();
         assert_eq!(p.node, want.node, "key {key}");
-        assert_eq!(p.http, format!("http://127.0.0.1:{}", nodes.iter().find(|n| n.0 == p.node.as_str()).unwrap().1));
+        assert_eq!(
+            p.http,
+            format!(
+                "http://127.0.0.1:{}",
+                nodes.iter().find(|n| n.0 == p.node.as_str()).unwrap().1
+            )
+        );
     }
     // WHIP goes where placement says; WHEP goes to the publisher's node.
-    let r = call("POST", format!("{}/whip/s1", api.base), None, Some("v=0".into())).await;
+    let r = call(
+        "POST",
+        format!("{}/whip/s1", api.base),
+        None,
+        Some("v=0".into()),
+    )
+    .await;
     assert_eq!(r.status, 307);
-    let placed = core.place(b"s1", &Requirements::default(), &|_: &NodeId| 0, 1).unwrap().node;
+    let placed = core
+        .place(b"s1", &Requirements::default(), &|_: &NodeId| 0, 1)
+        .unwrap()
+        .node;
     let port = nodes.iter().find(|n| n.0 == placed.as_str()).unwrap().1;
-    assert_eq!(r.location.as_deref(), Some(format!("http://127.0.0.1:{port}/whip/s1").as_str()));
-    beat(&api, "n4", &hb(9104, "z1", vec![session("p1", "s1", SessionKind::Publish)])).await;
-    let r = call("POST", format!("{}/whep/s1", api.base), None, Some("v=0".into())).await;
+    assert_eq!(
+        r.location.as_deref(),
+        Some(format!("http://127.0.0.1:{port}/whip/s1").as_str())
+    );
+    beat(
+        &api,
+        "n4",
+        &hb(9104, "z1", vec![session("p1", "s1", SessionKind::Publish)]),
+    )
+    .await;
+    let r = call(
+        "POST",
+        format!("{}/whep/s1", api.base),
+        None,
+        Some("v=0".into()),
+    )
+    .await;
     assert_eq!(r.status, 307);
     assert_eq!(r.location.as_deref(), Some("http://127.0.0.1:9104/whep/s1"));
-    let sessions = call("GET", format!("{}/v1/sessions", api.base), None, None).await.json();
+    let sessions = call("GET", format!("{}/v1/sessions", api.base), None, None)
+        .await
+        .json();
     assert_eq!(sessions[0]["node"], "n4");
     assert_eq!(sessions[0]["kind"], "publish");
 }
@@ -261,7 +389,12 @@ async fn placements_agree_with_the_core_and_whip_whep_redirect() {
 #[tokio::test]
 async fn routing_long_poll_wakes_on_change() {
     let api = start(Box::new(MemoryStore::default()), Arc::new(NoMigrator)).await;
-    let t: RoutingTable = serde_json::from_str(&call("GET", format!("{}/v1/routing", api.base), None, None).await.body).unwrap();
+    let t: RoutingTable = serde_json::from_str(
+        &call("GET", format!("{}/v1/routing", api.base), None, None)
+            .await
+            .body,
+    )
+    .unwrap();
     let url = format!("{}/v1/routing?since={}&timeout_s=20", api.base, t.version);
     let waiter = tokio::spawn(call("GET", url, None, None));
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -318,13 +451,25 @@ async fn drain_migrates_every_session_within_the_budget() {
         .collect();
     beat(&api, "a", &hb(9301, "z1", sessions.clone())).await;
     beat(&api, "b", &hb(9302, "z1", vec![])).await;
-    let r = call("POST", format!("{}/v1/nodes/a/drain", api.base), Some(TOKEN), None).await;
+    let r = call(
+        "POST",
+        format!("{}/v1/nodes/a/drain", api.base),
+        Some(TOKEN),
+        None,
+    )
+    .await;
     assert_eq!(r.status, 202, "{}", r.body);
     assert_eq!(r.json()["state"], "draining");
     // Placement avoids the draining node.
     pin(&api, "b", 1.0).await;
     for i in 0..20 {
-        let r = call("POST", format!("{}/v1/placements", api.base), Some(TOKEN), Some(json!({"key": format!("k{i}")}).to_string())).await;
+        let r = call(
+            "POST",
+            format!("{}/v1/placements", api.base),
+            Some(TOKEN),
+            Some(json!({"key": format!("k{i}")}).to_string()),
+        )
+        .await;
         assert_eq!(r.json()["node"], "b");
     }
     // As migrations commit, the nodes report the sessions on their new home.
@@ -338,10 +483,15 @@ async fn drain_migrates_every_session_within_the_budget() {
             .filter(|m| m.state == MigrationState::Committed)
             .map(|m| m.session.clone())
             .collect();
-        let (moved, left): (Vec<_>, Vec<_>) = sessions.iter().cloned().partition(|s| committed.contains(&s.id));
+        let (moved, left): (Vec<_>, Vec<_>) = sessions
+            .iter()
+            .cloned()
+            .partition(|s| committed.contains(&s.id));
         beat(&api, "a", &hb(9301, "z1", left.clone())).await;
         beat(&api, "b", &hb(9302, "z1", moved)).await;
-        let st = call("GET", format!("{}/v1/nodes/a/drain", api.base), None, None).await.json();
+        let st = call("GET", format!("{}/v1/nodes/a/drain", api.base), None, None)
+            .await
+            .json();
         if st["state"] == "drained" {
             assert_eq!(st["sessions_left"], 0);
             assert_eq!(st["migrations_committed"], 6);
@@ -350,14 +500,25 @@ async fn drain_migrates_every_session_within_the_budget() {
         assert!(Instant::now() < deadline, "drain did not finish: {st}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(*migrator.max_in_flight.lock().unwrap() <= 2, "budget: at most 2 at once");
-    let migrations = call("GET", format!("{}/v1/migrations", api.base), None, None).await.json();
+    assert!(
+        *migrator.max_in_flight.lock().unwrap() <= 2,
+        "budget: at most 2 at once"
+    );
+    let migrations = call("GET", format!("{}/v1/migrations", api.base), None, None)
+        .await
+        .json();
     assert_eq!(migrations.as_array().unwrap().len(), 6);
     assert_eq!(migrations[0]["state"], "committed");
 }
 
 fn temp_state() -> PathBuf {
-    std::env::temp_dir().join(format!("ferry-sched-{}-{}", std::process::id(), rand_suffix())).join("state.json")
+    std::env::temp_dir()
+        .join(format!(
+            "ferry-sched-{}-{}",
+            std::process::id(),
+            rand_suffix()
+        ))
+        .join("state.json")
 }
 
 fn rand_suffix() -> u128 {
@@ -372,16 +533,38 @@ async fn a_restarted_scheduler_keeps_its_state() {
     let path = temp_state();
     let (version, placed) = {
         let api = start(Box::new(FileStore::new(&path)), Arc::new(NoMigrator)).await;
-        beat(&api, "a", &hb(9401, "z1", vec![session("p1", "cam", SessionKind::Publish)])).await;
+        beat(
+            &api,
+            "a",
+            &hb(9401, "z1", vec![session("p1", "cam", SessionKind::Publish)]),
+        )
+        .await;
         beat(&api, "b", &hb(9402, "z1", vec![])).await;
-        beat(&api, "c", &hb(9403, "z2", vec![])).await;
+        beat(
+            &api,
+            "c",
+            &hb(9403, "z2", vec![session("v9", "cam", SessionKind::View)]),
+        )
+        .await;
         pin(&api, "b", 0.5).await;
-        let r = call("POST", format!("{}/v1/nodes/c/drain", api.base), Some(TOKEN), None).await;
+        let r = call(
+            "POST",
+            format!("{}/v1/nodes/c/drain", api.base),
+            Some(TOKEN),
+            None,
+        )
+        .await;
         assert_eq!(r.status, 202);
         let placed: Vec<Value> = {
             let mut v = Vec::new();
             for i in 0..20 {
-                let r = call("POST", format!("{}/v1/placements", api.base), Some(TOKEN), Some(json!({"key": format!("k{i}")}).to_string())).await;
+                let r = call(
+                    "POST",
+                    format!("{}/v1/placements", api.base),
+                    Some(TOKEN),
+                    Some(json!({"key": format!("k{i}")}).to_string()),
+                )
+                .await;
                 v.push(r.json()["node"].clone());
             }
             v
@@ -390,20 +573,39 @@ async fn a_restarted_scheduler_keeps_its_state() {
         (api.scheduler.with(|c| c.routing_version()), placed)
     };
     let api = start(Box::new(FileStore::new(&path)), Arc::new(NoMigrator)).await;
-    let nodes: Vec<NodeView> = serde_json::from_str(&call("GET", format!("{}/v1/nodes", api.base), None, None).await.body).unwrap();
+    let nodes: Vec<NodeView> = serde_json::from_str(
+        &call("GET", format!("{}/v1/nodes", api.base), None, None)
+            .await
+            .body,
+    )
+    .unwrap();
     assert_eq!(nodes.len(), 3);
     let b = nodes.iter().find(|n| n.id.as_str() == "b").unwrap();
     assert_eq!(b.weight_override, Some(0.5));
     let c = nodes.iter().find(|n| n.id.as_str() == "c").unwrap();
     assert_eq!(serde_json::to_value(c.state).unwrap(), "draining");
-    let sessions = call("GET", format!("{}/v1/sessions", api.base), None, None).await.json();
+    let sessions = call("GET", format!("{}/v1/sessions", api.base), None, None)
+        .await
+        .json();
+    assert_eq!(sessions.as_array().unwrap().len(), 2, "{sessions}");
     assert_eq!(sessions[0]["id"], "p1");
     assert!(api.scheduler.with(|c| c.routing_version()) >= version);
     // Identical placements after the restart (same layout, same weights).
     for (i, want) in placed.iter().enumerate() {
-        beat(&api, "a", &hb(9401, "z1", vec![session("p1", "cam", SessionKind::Publish)])).await;
+        beat(
+            &api,
+            "a",
+            &hb(9401, "z1", vec![session("p1", "cam", SessionKind::Publish)]),
+        )
+        .await;
         beat(&api, "b", &hb(9402, "z1", vec![])).await;
-        let r = call("POST", format!("{}/v1/placements", api.base), Some(TOKEN), Some(json!({"key": format!("k{i}")}).to_string())).await;
+        let r = call(
+            "POST",
+            format!("{}/v1/placements", api.base),
+            Some(TOKEN),
+            Some(json!({"key": format!("k{i}")}).to_string()),
+        )
+        .await;
         assert_eq!(&r.json()["node"], want, "key k{i}");
     }
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
@@ -412,14 +614,29 @@ async fn a_restarted_scheduler_keeps_its_state() {
 #[tokio::test]
 async fn openapi_document_lists_every_route() {
     let api = start(Box::new(MemoryStore::default()), Arc::new(NoMigrator)).await;
-    let doc = call("GET", format!("{}/openapi.json", api.base), None, None).await.json();
+    let doc = call("GET", format!("{}/openapi.json", api.base), None, None)
+        .await
+        .json();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     for path in [
-        "/v1/nodes", "/v1/nodes/{id}", "/v1/nodes/{id}/heartbeat", "/v1/nodes/{id}/weight",
-        "/v1/nodes/{id}/reclaim-notice", "/v1/nodes/{id}/drain", "/v1/sessions", "/v1/placements",
-        "/v1/migrations", "/v1/migrations/{id}", "/v1/routing", "/whip/{stream}", "/whep/{stream}",
+        "/v1/nodes",
+        "/v1/nodes/{id}",
+        "/v1/nodes/{id}/heartbeat",
+        "/v1/nodes/{id}/weight",
+        "/v1/nodes/{id}/reclaim-notice",
+        "/v1/nodes/{id}/drain",
+        "/v1/sessions",
+        "/v1/placements",
+        "/v1/migrations",
+        "/v1/migrations/{id}",
+        "/v1/routing",
+        "/whip/{stream}",
+        "/whep/{stream}",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
-    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
 }

@@ -101,7 +101,9 @@ impl NodeHandle {
     }
 
     /// Sessions and counters, for heartbeats.
-    pub async fn report(&self) -> Result<(Vec<SessionInfo>, crate::metrics::NodeMetrics), SignalError> {
+    pub async fn report(
+        &self,
+    ) -> Result<(Vec<SessionInfo>, crate::metrics::NodeMetrics), SignalError> {
         self.call(Command::Report).await
     }
 

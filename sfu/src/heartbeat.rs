@@ -75,7 +75,13 @@ fn memory_fraction() -> f64 {
 
 impl Reporter {
     /// A reporter for node `id` whose API is at `http` and media at `media`.
-    pub fn new(link: SchedulerLink, id: NodeId, http: String, media: String, capacity: u64) -> Self {
+    pub fn new(
+        link: SchedulerLink,
+        id: NodeId,
+        http: String,
+        media: String,
+        capacity: u64,
+    ) -> Self {
         Self {
             link,
             id,
@@ -87,7 +93,12 @@ impl Reporter {
     }
 
     /// The heartbeat for the node's current sessions and counters.
-    pub fn build(&mut self, now: Instant, sessions: &[signal::SessionInfo], m: &NodeMetrics) -> Heartbeat {
+    pub fn build(
+        &mut self,
+        now: Instant,
+        sessions: &[signal::SessionInfo],
+        m: &NodeMetrics,
+    ) -> Heartbeat {
         let cpu_now = cpu_seconds().unwrap_or(0.0);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         let (cpu, bandwidth_bps, loss) = match &self.last {

@@ -36,6 +36,9 @@ pub struct ControllerConfig {
     pub heartbeat_timeout_ms: u64,
     /// W: what [`Weight::FULL`] means to the placement hash (1.0).
     pub max_weight: f64,
+    /// Cold start: while no node has any weight, a reporting node starts at its target instead
+    /// of ramping (true).
+    pub cold_start_at_target: bool,
 }
 
 impl Default for ControllerConfig {
@@ -47,6 +50,7 @@ impl Default for ControllerConfig {
             canary_weight: Weight::from_units(500),
             heartbeat_timeout_ms: 5_000,
             max_weight: 1.0,
+            cold_start_at_target: true,
         }
     }
 }
@@ -272,12 +276,26 @@ impl WeightController {
 
     /// A node's heartbeat. An unknown node is added with weight 0 and ramps up from there; a
     /// stale node that reports again ramps up from 0 too.
+    ///
+    /// Cold start: while no node of the cluster has any weight (a scheduler that just started, or
+    /// a cluster that was entirely down), a node starts at its target at once. Ramping protects
+    /// the nodes already carrying load from a herd moving onto a newcomer; with no such nodes it
+    /// would only refuse every placement for the length of the ramp.
     pub fn handle_heartbeat(&mut self, now: Instant, hb: Heartbeat) {
-        let n = self.nodes.entry(hb.node.clone()).or_insert_with(Node::new);
+        let cold = self.config.cold_start_at_target
+            && self.nodes.values().all(|n| n.weight == Weight::ZERO);
+        let id = hb.node.clone();
+        let n = self.nodes.entry(id.clone()).or_insert_with(Node::new);
         n.heartbeat = Some(hb);
         n.last_seen = Some(now);
         n.stale = false;
         n.refresh(&self.config.score);
+        if cold
+            && n.weight == Weight::ZERO
+            && let Goal::Smooth(target) = goal(&self.config, n)
+        {
+            set_weight(&mut self.events, &id, n, target);
+        }
     }
 
     /// A spot-reclaim notice: the machine goes away at `deadline`. The weight decays to 0 by

@@ -36,6 +36,36 @@ fn idle(node: &str, gpu: bool) -> Heartbeat {
     }
 }
 
+/// The default settings without the cold start, so a lone node ramps as it would joining a
+/// cluster that already carries load.
+fn warm() -> ControllerConfig {
+    ControllerConfig {
+        cold_start_at_target: false,
+        ..ControllerConfig::default()
+    }
+}
+
+#[test]
+fn a_cold_cluster_starts_at_the_target_and_later_nodes_ramp() {
+    let start = Instant::now();
+    let mut ctl = WeightController::new(ControllerConfig::default(), start).unwrap();
+    ctl.handle_heartbeat(start, idle("node-a", true));
+    assert_eq!(
+        ctl.weight(&id("node-a")),
+        Some(Weight::FULL),
+        "nobody to protect: no ramp"
+    );
+    assert_eq!(events(&mut ctl), [changed("node-a", 0, 10_000)]);
+    ctl.handle_heartbeat(start, idle("node-b", true));
+    assert_eq!(
+        ctl.weight(&id("node-b")),
+        Some(Weight::ZERO),
+        "joins a warm cluster: ramps"
+    );
+    ctl.handle_timeout(at(start, 1000));
+    assert_eq!(ctl.weight(&id("node-b")), Some(Weight::from_units(100)));
+}
+
 fn events(ctl: &mut WeightController) -> Vec<Event> {
     std::iter::from_fn(|| ctl.poll_event()).collect()
 }
@@ -62,7 +92,7 @@ fn run(ctl: &mut WeightController, start: Instant, from_s: u64, to_s: u64, hbs: 
 /// A controller with `node-a` (GPU, idle) ramped to W at t = 35 s.
 fn at_full() -> (WeightController, Instant) {
     let start = Instant::now();
-    let mut ctl = WeightController::new(ControllerConfig::default(), start).unwrap();
+    let mut ctl = WeightController::new(warm(), start).unwrap();
     run(&mut ctl, start, 1, 35, &[idle("node-a", true)]);
     assert_eq!(ctl.weight(&id("node-a")), Some(Weight::FULL));
     events(&mut ctl);
@@ -72,7 +102,7 @@ fn at_full() -> (WeightController, Instant) {
 #[test]
 fn a_new_node_ramps_from_zero_to_its_target_in_35_ticks() {
     let start = Instant::now();
-    let mut ctl = WeightController::new(ControllerConfig::default(), start).unwrap();
+    let mut ctl = WeightController::new(warm(), start).unwrap();
     ctl.handle_heartbeat(start, idle("node-a", true));
     assert_eq!(ctl.weight(&id("node-a")), Some(Weight::ZERO));
     assert_eq!(ctl.node(&id("node-a")).unwrap().target, Weight::FULL);
@@ -96,7 +126,7 @@ fn a_new_node_ramps_from_zero_to_its_target_in_35_ticks() {
 #[test]
 fn a_canary_keeps_its_fixed_weight_whatever_its_score() {
     let start = Instant::now();
-    let mut ctl = WeightController::new(ControllerConfig::default(), start).unwrap();
+    let mut ctl = WeightController::new(warm(), start).unwrap();
     let canary = NodeConfig {
         canary: true,
         ..NodeConfig::default()
@@ -200,7 +230,7 @@ fn a_reclaim_deadline_between_ticks_is_met_even_when_ticks_are_late() {
 #[test]
 fn reclaim_of_an_unknown_node_is_refused() {
     let start = Instant::now();
-    let mut ctl = WeightController::new(ControllerConfig::default(), start).unwrap();
+    let mut ctl = WeightController::new(warm(), start).unwrap();
     assert_eq!(
         ctl.handle_spot_reclaim(start, &id("ghost"), start),
         Err(ControllerError::UnknownNode(id("ghost")))
@@ -461,7 +491,7 @@ proptest! {
         ),
     ) {
         let start = Instant::now();
-        let mut ctl = WeightController::new(ControllerConfig::default(), start).unwrap();
+        let mut ctl = WeightController::new(warm(), start).unwrap();
         let mut now = start;
         for (a, b, canary, gap_ms) in ticks {
             now += Duration::from_millis(gap_ms);
