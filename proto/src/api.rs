@@ -8,6 +8,72 @@ use serde::{Deserialize, Serialize};
 
 use crate::{MigrationId, NodeId, SessionId, StreamId};
 
+/// Reads an unsigned integer that JSON may spell `2967` or `2967.0`
+/// (JSON Schema counts both as integers; serde's u64 takes only the first).
+pub mod lenient {
+    use serde::Deserializer;
+    use serde::de::{Error, Visitor};
+
+    /// Largest value [`u64`] takes: 2^53 − 1, the last integer every JSON
+    /// reader holds exactly.
+    pub const MAX_U64: u64 = (1 << 53) - 1;
+    /// Largest value [`count`] takes.
+    pub const MAX_COUNT: u64 = 1_000_000;
+    /// Largest value [`seconds`] takes: one year.
+    pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
+
+    struct Whole(u64);
+
+    impl Visitor<'_> for Whole {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "an integer in [0, {}]", self.0)
+        }
+
+        fn visit_u64<E: Error>(self, v: u64) -> Result<u64, E> {
+            if v <= self.0 {
+                Ok(v)
+            } else {
+                Err(E::custom(format!("{v} is above {}", self.0)))
+            }
+        }
+
+        fn visit_i64<E: Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v)
+                .map_err(|_| E::custom(format!("{v} is negative")))
+                .and_then(|v| self.visit_u64(v))
+        }
+
+        fn visit_f64<E: Error>(self, v: f64) -> Result<u64, E> {
+            // Only floats that are exact whole numbers below 2^53 (e.g. `2967.0`).
+            if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= MAX_U64 as f64 {
+                self.visit_u64(v as u64)
+            } else {
+                Err(E::custom(format!(
+                    "{v} is not an integer in [0, {}]",
+                    self.0
+                )))
+            }
+        }
+    }
+
+    /// A `u64` up to [`MAX_U64`].
+    pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(Whole(MAX_U64))
+    }
+
+    /// A count (sessions, encoders) up to [`MAX_COUNT`].
+    pub fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        d.deserialize_any(Whole(MAX_COUNT)).map(|v| v as u32)
+    }
+
+    /// A number of seconds up to [`MAX_SECONDS`].
+    pub fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(Whole(MAX_SECONDS))
+    }
+}
+
 #[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
@@ -42,12 +108,20 @@ pub enum SessionKind {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct GpuFigures {
     /// Free video memory in bytes.
+    #[serde(deserialize_with = "lenient::u64")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
     pub vram_free_bytes: u64,
     /// Total video memory in bytes.
+    #[serde(deserialize_with = "lenient::u64")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
     pub vram_total_bytes: u64,
     /// NVENC sessions still available.
+    #[serde(deserialize_with = "lenient::count")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000))]
     pub nvenc_sessions_free: u32,
     /// NVENC sessions the GPU supports.
+    #[serde(deserialize_with = "lenient::count")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000))]
     pub nvenc_sessions_max: u32,
 }
 
@@ -56,10 +130,10 @@ pub struct GpuFigures {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct SessionReport {
     /// Session id.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub id: SessionId,
     /// Stream name.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub stream: StreamId,
     /// Publish or view.
     pub kind: SessionKind,
@@ -70,37 +144,57 @@ pub struct SessionReport {
 /// What a node sends `POST /v1/nodes/{id}/heartbeat` every second.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
-#[serde(default)]
 pub struct Heartbeat {
     /// Base URL of the node's WHIP/WHEP API (`http://10.0.0.5:8081`).
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub http: String,
     /// Media (UDP) address clients reach.
+    #[serde(default)]
     pub media: String,
     /// Zone (AZ or ISP line).
+    #[serde(default)]
     pub zone: String,
     /// Physical host (anti-affinity).
+    #[serde(default)]
     pub host: String,
     /// Region (data residency).
+    #[serde(default)]
     pub region: String,
     /// Capability flags (`gpu`, `h264_encode`, `av1_encode`, ...).
+    #[serde(default)]
     pub capabilities: Vec<String>,
     /// CPU use, 0..1 of the node's cores.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.0, maximum = 1.0))]
+    #[serde(default)]
     pub cpu: f64,
     /// Memory use, 0..1.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.0, maximum = 1.0))]
+    #[serde(default)]
     pub memory: f64,
     /// Bandwidth in use, bit/s.
+    #[serde(default, deserialize_with = "lenient::u64")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
     pub bandwidth_bps: u64,
     /// Bandwidth capacity, bit/s (0 = unknown).
+    #[serde(default, deserialize_with = "lenient::u64")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
     pub bandwidth_capacity_bps: u64,
     /// Packet loss seen, 0..1.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.0, maximum = 1.0))]
+    #[serde(default)]
     pub loss: f64,
     /// Sessions the node accepts at most.
+    #[serde(default, deserialize_with = "lenient::u64")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
     pub session_capacity: u64,
     /// Its sessions now.
+    #[serde(default)]
     pub sessions: Vec<SessionReport>,
     /// GPU figures, where the node has a GPU.
+    #[serde(default)]
     pub gpu: Option<GpuFigures>,
     /// A canary node gets a small fixed weight.
+    #[serde(default)]
     pub canary: bool,
 }
 
@@ -109,7 +203,7 @@ pub struct Heartbeat {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NodeView {
     /// Node id.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub id: NodeId,
     /// Lifecycle state.
     pub state: NodeState,
@@ -152,15 +246,15 @@ pub struct NodeView {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct SessionView {
     /// Session id.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub id: SessionId,
     /// Stream name.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub stream: StreamId,
     /// Publish or view.
     pub kind: SessionKind,
     /// The node it is on.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub node: NodeId,
     /// `new`, `connecting`, `connected`.
     pub state: String,
@@ -199,6 +293,7 @@ pub struct Requirements {
 #[serde(deny_unknown_fields)]
 pub struct PlacementRequest {
     /// Stream or room key.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 256))]
     pub key: String,
     /// What is placed.
     #[serde(default)]
@@ -213,7 +308,7 @@ pub struct PlacementRequest {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PlacementResponse {
     /// The chosen node.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub node: NodeId,
     /// Where to go if it fails, in order.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
@@ -230,6 +325,7 @@ pub struct PlacementResponse {
 #[serde(deny_unknown_fields)]
 pub struct WeightUpdate {
     /// Weight on the fixed scale [0, 1], or null.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.0, maximum = 1.0))]
     pub weight: Option<f64>,
 }
 
@@ -238,7 +334,9 @@ pub struct WeightUpdate {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReclaimNotice {
-    /// Seconds until the node is reclaimed.
+    /// Seconds until the node is reclaimed (at most a year).
+    #[serde(deserialize_with = "lenient::seconds")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 31_536_000))]
     pub deadline_s: u64,
 }
 
@@ -262,10 +360,10 @@ pub enum CutoverMode {
 #[serde(deny_unknown_fields)]
 pub struct MigrationRequest {
     /// The session to move.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub session: SessionId,
     /// Target node (default: chosen by placement).
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub target: Option<NodeId>,
     /// Cutover mode.
     #[serde(default)]
@@ -294,16 +392,16 @@ pub enum MigrationState {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct MigrationView {
     /// Migration id.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub id: MigrationId,
     /// The session.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub session: SessionId,
     /// Where it was.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub source: NodeId,
     /// Where it goes.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub target: Option<NodeId>,
     /// Cutover mode.
     pub mode: CutoverMode,
@@ -324,7 +422,7 @@ pub struct MigrationView {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct MigrationAccepted {
     /// Migration id.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub id: MigrationId,
 }
 
@@ -333,7 +431,7 @@ pub struct MigrationAccepted {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct DrainStatus {
     /// The node.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub node: NodeId,
     /// Its state.
     pub state: NodeState,
@@ -352,7 +450,7 @@ pub struct DrainStatus {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RouteNode {
     /// Node id.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub id: NodeId,
     /// State.
     pub state: NodeState,
@@ -371,13 +469,13 @@ pub struct RouteNode {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RouteEntry {
     /// Session id.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub session: SessionId,
     /// Stream name.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub stream: StreamId,
     /// Owning node.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub node: NodeId,
     /// Ownership epoch (raised by each migration cutover).
     pub epoch: u64,

@@ -180,7 +180,7 @@ async fn list_nodes(State(s): State<Arc<Scheduler>>) -> Json<Vec<NodeView>> {
 }
 
 /// One node.
-#[utoipa::path(get, path = "/v1/nodes/{id}", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(get, path = "/v1/nodes/{id}", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
     responses((status = 200, body = NodeView), (status = 404, body = ApiError)))]
 async fn get_node(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
     let id = match node_id(&id) {
@@ -194,7 +194,7 @@ async fn get_node(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Re
 }
 
 /// A node reports its figures and sessions (every second).
-#[utoipa::path(post, path = "/v1/nodes/{id}/heartbeat", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(post, path = "/v1/nodes/{id}/heartbeat", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
     request_body = Heartbeat, security(("bearer" = [])),
     responses((status = 204, description = "accepted"), (status = 400, body = ApiError), (status = 401, body = ApiError)))]
 async fn heartbeat(
@@ -216,7 +216,7 @@ async fn heartbeat(
 }
 
 /// Pins a node's weight (or un-pins it with `null`).
-#[utoipa::path(put, path = "/v1/nodes/{id}/weight", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(put, path = "/v1/nodes/{id}/weight", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
     request_body = WeightUpdate, security(("bearer" = [])),
     responses((status = 200, body = NodeView), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError)))]
 async fn set_weight(
@@ -242,7 +242,7 @@ async fn set_weight(
 }
 
 /// A spot instance will be reclaimed: its weight decays to 0 by the deadline and it drains.
-#[utoipa::path(post, path = "/v1/nodes/{id}/reclaim-notice", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(post, path = "/v1/nodes/{id}/reclaim-notice", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
     request_body = ReclaimNotice, security(("bearer" = [])),
     responses((status = 202, body = DrainStatus), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
 async fn reclaim_notice(
@@ -269,7 +269,7 @@ async fn reclaim_notice(
 }
 
 /// Drains a node: no new sessions, every session migrated away under the budget.
-#[utoipa::path(post, path = "/v1/nodes/{id}/drain", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(post, path = "/v1/nodes/{id}/drain", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
     security(("bearer" = [])),
     responses((status = 202, body = DrainStatus), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
 async fn start_drain(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
@@ -287,7 +287,7 @@ async fn start_drain(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) ->
 }
 
 /// Progress of a node's drain.
-#[utoipa::path(get, path = "/v1/nodes/{id}/drain", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(get, path = "/v1/nodes/{id}/drain", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
     responses((status = 200, body = DrainStatus), (status = 404, body = ApiError)))]
 async fn drain_status(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
     let id = match node_id(&id) {
@@ -345,7 +345,7 @@ async fn create_migration(
 }
 
 /// One migration: state, per-phase durations, blackout, bytes.
-#[utoipa::path(get, path = "/v1/migrations/{id}", params(("id" = String, Path, description = "migration id")),
+#[utoipa::path(get, path = "/v1/migrations/{id}", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "migration id")),
     responses((status = 200, body = MigrationView), (status = 404, body = ApiError)))]
 async fn get_migration(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
     let Ok(id) = MigrationId::new(id.clone()) else {
@@ -373,7 +373,7 @@ struct Since {
 /// `timeout_s`, default 25 s) until the version is above V.
 #[utoipa::path(get, path = "/v1/routing",
     params(("since" = Option<u64>, Query, description = "wait for a version above this"),
-           ("timeout_s" = Option<u64>, Query, description = "longest wait, default 25, at most 60")),
+           ("timeout_s" = Option<u64>, Query, maximum = 60, description = "longest wait, default 25, at most 60")),
     responses((status = 200, body = RoutingTable), (status = 400, body = ApiError)))]
 async fn routing(
     State(s): State<Arc<Scheduler>>,
@@ -452,7 +452,7 @@ fn redirect(s: &Scheduler, stream: String, kind: SessionKind) -> Response {
 }
 
 /// WHIP: answered with 307 to the node that takes the stream.
-#[utoipa::path(post, path = "/whip/{stream}", params(("stream" = String, Path, description = "stream name")),
+#[utoipa::path(post, path = "/whip/{stream}", params(("stream" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "stream name")),
     request_body(content = String, content_type = "application/sdp"),
     responses((status = 307, description = "Location: the node's WHIP endpoint"), (status = 400, body = ApiError), (status = 503, body = ApiError)))]
 async fn whip(
@@ -464,7 +464,7 @@ async fn whip(
 }
 
 /// WHEP: answered with 307 to the node that serves the stream.
-#[utoipa::path(post, path = "/whep/{stream}", params(("stream" = String, Path, description = "stream name")),
+#[utoipa::path(post, path = "/whep/{stream}", params(("stream" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "stream name")),
     request_body(content = String, content_type = "application/sdp"),
     responses((status = 307, description = "Location: the node's WHEP endpoint"), (status = 400, body = ApiError), (status = 503, body = ApiError)))]
 async fn whep(
