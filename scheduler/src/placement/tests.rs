@@ -131,7 +131,7 @@ fn lookups_are_stable() {
     assert_eq!(got, GOLDEN);
 }
 
-const GOLDEN: [&str; 12] = ["a", "d", "b", "d", "e", "a", "a", "e", "a", "b", "e", "d"];
+const GOLDEN: [&str; 12] = ["e", "a", "a", "e", "e", "a", "a", "e", "b", "b", "e", "b"];
 
 #[test]
 fn shares_follow_weights_in_a_small_cluster() {
@@ -195,23 +195,36 @@ fn a_join_into_a_tombstone_moves_nothing_at_weight_zero() {
 }
 
 #[test]
-fn growth_adds_generations_of_spare_slots() {
+fn growth_adds_generations_and_compaction_leaves_spares() {
     let mut c = Cluster::new(PlacementConfig::default()).unwrap();
     for i in 0..10 {
         c.upsert(spec(&format!("n{i}"), "z", 1.0)).unwrap();
     }
-    // growth 0.5: generations of 1, 1, 1, 2, 3, 4 slots (12 slots, 10 used).
+    // growth 1.0: generations of 1, 1, 2, 4, 8 slots (16 slots, 10 used).
     let (_, slots, gens) = c.zone_stats()[0].clone();
-    assert_eq!((slots, gens), (12, 6));
+    assert_eq!((slots, gens), (16, 5));
     let before = owners(&c, 10_000);
     c.compact();
-    assert_eq!(c.zone_stats()[0].1, 10);
+    // One generation: 10 nodes + ceil(0.25 × 10) spare slots.
+    assert_eq!(c.zone_stats()[0].1, 13);
     assert_eq!(c.zone_stats()[0].2, 1);
     let after = owners(&c, 10_000);
     assert!(before != after, "compaction rehashes");
     let snap = c.snapshot();
     c.compact();
-    assert_eq!(c.snapshot(), snap, "a packed cluster is left alone");
+    assert_eq!(c.snapshot(), snap, "a compact cluster is left alone");
+    // Three joins fill the spares: still one generation, keys only to them.
+    for i in 10..13 {
+        c.upsert(spec(&format!("n{i}"), "z", 1.0)).unwrap();
+    }
+    assert_eq!((c.zone_stats()[0].1, c.zone_stats()[0].2), (13, 1));
+    let new = [id("n10"), id("n11"), id("n12")];
+    for (a, b) in after.iter().zip(owners(&c, 10_000)) {
+        assert!(a.as_ref() == b.as_ref() || new.contains(b.as_ref().unwrap()));
+    }
+    // The next one needs a new generation of 13 slots.
+    c.upsert(spec("n13", "z", 1.0)).unwrap();
+    assert_eq!((c.zone_stats()[0].1, c.zone_stats()[0].2), (26, 2));
 }
 
 #[test]
