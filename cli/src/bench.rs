@@ -709,241 +709,25 @@ pub struct PlacementArgs {
     out: PathBuf,
 }
 
-/// One policy's outcome for one event.
-#[derive(Debug, Clone, Serialize)]
-struct PlacementRow {
-    event: String,
-    policy: String,
-    /// Fraction of keys whose node changed.
-    moved: f64,
-    /// Fraction of keys that moved between two nodes the event did not
-    /// touch (0 for a policy with minimal movement).
-    extra: f64,
-    /// The least any policy with the same target shares must move: the
-    /// total variation between the shares before and after.
-    optimal: f64,
-    /// Largest load relative to the node's weighted share (1 = perfect).
-    max_over_avg_before: f64,
-    max_over_avg_after: f64,
-    /// Coefficient of variation of the same relative loads.
-    cv_before: f64,
-    cv_after: f64,
-    seconds: f64,
-}
-
-/// `ferry bench placement`: simulated scale events on one cluster.
-///
-/// Nodes get weights in [0.5, 1] and zones round robin; our zone weights are
-/// set to each zone's weight total (so all policies start from the same
-/// shares) and stay fixed, as zone weights are explicit. Each event starts
-/// from the same cluster. `ours+bl` places every key one by one with loads
-/// counted (bounded loads, ε) and, after the event, places them all again in
-/// the same order: it shows the load bound, not how a live scheduler moves
-/// sessions (placement only decides for new ones).
+/// `ferry bench placement`: scale events on one simulated cluster (see
+/// `ferry_scheduler::placement::scale` for what each event and policy is).
 fn placement(args: PlacementArgs) -> Result<()> {
-    use std::collections::HashMap;
+    use ferry_scheduler::placement::scale::{ScaleParams, ScaleRow, simulate};
 
-    use ferry_proto::NodeId;
-    use ferry_scheduler::placement::{
-        Cluster, Key, Maglev, NodeSpec, PlacementConfig, Requirements, Ring,
-    };
-
-    if args.nodes < 2 || args.keys == 0 || args.zones == 0 {
-        bail!("need at least 2 nodes, 1 key and 1 zone");
+    #[derive(Serialize)]
+    struct Row {
+        #[serde(flatten)]
+        row: ScaleRow,
+        seconds: f64,
     }
-    let mut rng = args.seed;
-    let mut next = move || {
-        rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    let mut specs: Vec<NodeSpec> = (0..args.nodes)
-        .map(|i| {
-            let id = NodeId::new(format!("node-{i:05}"))?;
-            let w = 0.5 + 0.5 * (next() >> 11) as f64 / (1u64 << 53) as f64;
-            Ok(NodeSpec::new(id, &format!("zone-{}", i % args.zones), w))
-        })
-        .collect::<Result<_>>()?;
-    specs.push(NodeSpec::new(NodeId::new("node-new")?, "zone-0", 0.75));
-    let index: HashMap<NodeId, u32> = specs
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.id.clone(), i as u32))
-        .collect();
-    let base: Vec<Option<f64>> = (0..args.nodes)
-        .map(|i| Some(specs[i].weight))
-        .chain([None])
-        .collect();
-    let pick = |r: u64| (r % args.nodes as u64) as usize;
-    // An event is the weight vector after it (None: not in the cluster).
-    let mut events: Vec<(String, Vec<Option<f64>>)> = Vec::new();
-    let mut e = base.clone();
-    e[args.nodes] = Some(0.75);
-    events.push(("add 1".into(), e));
-    let mut e = base.clone();
-    e[pick(next())] = None;
-    events.push(("remove 1 (random)".into(), e));
-    let mut e = base.clone();
-    let j = pick(next());
-    e[j] = e[j].map(|w| w * 0.5);
-    events.push(("weight ×0.5 (1 node)".into(), e));
-    if args.zones > 1 {
-        let mut e = base.clone();
-        for (i, w) in e.iter_mut().enumerate().take(args.nodes) {
-            if i % args.zones == 1 {
-                *w = None;
-            }
-        }
-        events.push(("zone loss".into(), e));
-    }
-    let mut e = base.clone();
-    let mut reclaimed = 0;
-    while reclaimed < args.nodes / 10 {
-        let j = pick(next());
-        if e[j] != Some(0.0) {
-            e[j] = Some(0.0);
-            reclaimed += 1;
-        }
-    }
-    events.push(("spot reclaim 10 %".into(), e));
-
-    let keys: Vec<Key> = (0..args.keys)
-        .map(|i| Key::new(format!("room-{i}").as_bytes()))
-        .collect();
-    let n_all = specs.len();
-    let flat = |ws: &[Option<f64>]| -> Vec<(NodeId, f64)> {
-        ws.iter()
-            .enumerate()
-            .filter_map(|(i, w)| w.map(|w| (specs[i].id.clone(), w)))
-            .collect()
-    };
-    let flat_shares = |ws: &[Option<f64>]| -> Vec<f64> {
-        let total: f64 = ws.iter().flatten().sum();
-        ws.iter().map(|w| w.unwrap_or(0.0) / total).collect()
-    };
-    let assign = |f: &dyn Fn(Key) -> Option<u32>| -> Result<Vec<u32>> {
-        keys.iter()
-            .map(|&k| f(k).context("a key found no node"))
-            .collect()
-    };
-    let mut zone_weight = vec![0.0f64; args.zones];
-    for s in &specs[..args.nodes] {
-        if let Some(z) = s
-            .zone
-            .strip_prefix("zone-")
-            .and_then(|z| z.parse::<usize>().ok())
-        {
-            zone_weight[z] += s.weight;
-        }
-    }
-    let zmax = zone_weight.iter().copied().fold(0.0, f64::max);
-    let cfg = PlacementConfig {
+    let params = ScaleParams {
+        nodes: args.nodes,
+        keys: args.keys,
+        zones: args.zones,
         epsilon: args.epsilon,
-        ..PlacementConfig::default()
+        vnodes: args.vnodes,
+        seed: args.seed,
     };
-    let ours = |ws: &[Option<f64>]| -> Result<Cluster> {
-        let mut c = Cluster::new(cfg.clone())?;
-        for (z, w) in zone_weight.iter().enumerate() {
-            c.set_zone_weight(&format!("zone-{z}"), w / zmax)?;
-        }
-        for (i, w) in base.iter().enumerate() {
-            if let Some(w) = w {
-                let mut s = specs[i].clone();
-                s.weight = *w;
-                c.upsert(s)?;
-            }
-        }
-        c.compact();
-        // The event, applied as the scheduler would: upserts and removals.
-        for (i, w) in ws.iter().enumerate() {
-            match w {
-                Some(w) if base[i] != Some(*w) => {
-                    let mut s = specs[i].clone();
-                    s.weight = *w;
-                    c.upsert(s)?;
-                }
-                None if base[i].is_some() => {
-                    c.remove(&specs[i].id);
-                }
-                _ => {}
-            }
-        }
-        Ok(c)
-    };
-    let ours_shares = |c: &Cluster| -> Vec<f64> { specs.iter().map(|s| c.share(&s.id)).collect() };
-    let ix = |id: &NodeId| index.get(id).copied();
-    let lookup = |c: &Cluster| assign(&|k| c.lookup_key(k).and_then(ix));
-    let bounded = |c: &Cluster| -> Result<Vec<u32>> {
-        let mut load = vec![0u64; n_all];
-        let req = Requirements::default();
-        let mut out = Vec::with_capacity(keys.len());
-        for (m, &k) in keys.iter().enumerate() {
-            let p = {
-                let l = &load;
-                c.place_key(
-                    k,
-                    &req,
-                    &|id| ix(id).map_or(0, |i| l[i as usize]),
-                    m as u64 + 1,
-                )?
-            };
-            let i = ix(&p.node).context("unknown node")?;
-            load[i as usize] += 1;
-            out.push(i);
-        }
-        Ok(out)
-    };
-    let stats = |a: &[u32], shares: &[f64]| -> (f64, f64) {
-        let mut load = vec![0u64; n_all];
-        for &i in a {
-            load[i as usize] += 1;
-        }
-        let rel: Vec<f64> = shares
-            .iter()
-            .zip(&load)
-            .filter(|(s, _)| **s > 0.0)
-            .map(|(s, l)| *l as f64 / (s * keys.len() as f64))
-            .collect();
-        let mean = rel.iter().sum::<f64>() / rel.len() as f64;
-        let var = rel.iter().map(|r| (r - mean) * (r - mean)).sum::<f64>() / rel.len() as f64;
-        (rel.iter().copied().fold(0.0, f64::max), var.sqrt() / mean)
-    };
-    type Run<'a> = Box<dyn Fn(&[Option<f64>]) -> Result<(Vec<u32>, Vec<f64>)> + 'a>;
-    let policies: Vec<(&str, Run)> = vec![
-        (
-            "ours",
-            Box::new(|ws| {
-                let c = ours(ws)?;
-                Ok((lookup(&c)?, ours_shares(&c)))
-            }),
-        ),
-        (
-            "ours+bl",
-            Box::new(|ws| {
-                let c = ours(ws)?;
-                Ok((bounded(&c)?, ours_shares(&c)))
-            }),
-        ),
-        (
-            "ring",
-            Box::new(|ws| {
-                let r = Ring::new(&flat(ws), args.vnodes);
-                Ok((assign(&|k| r.lookup_key(k).and_then(ix))?, flat_shares(ws)))
-            }),
-        ),
-        (
-            "maglev",
-            Box::new(|ws| {
-                // A fixed table size, as deployments keep it: a new prime
-                // per event would rehash every key.
-                let m = Maglev::new(&flat(ws), 100 * n_all);
-                Ok((assign(&|k| m.lookup_key(k).and_then(ix))?, flat_shares(ws)))
-            }),
-        ),
-    ];
-
     println!(
         "{} nodes ({} zones), {} keys; loads are relative to each node's weighted share",
         args.nodes, args.zones, args.keys
@@ -963,53 +747,33 @@ fn placement(args: PlacementArgs) -> Result<()> {
         "s"
     );
     let mut rows = Vec::new();
-    for (name, run) in &policies {
-        let (a0, s0) = run(&base)?;
-        let (max0, cv0) = stats(&a0, &s0);
-        for (event, ws) in &events {
-            let t = Instant::now();
-            let (a1, s1) = run(ws)?;
-            let seconds = t.elapsed().as_secs_f64();
-            let moved =
-                a0.iter().zip(&a1).filter(|(x, y)| x != y).count() as f64 / keys.len() as f64;
-            let touched = |i: u32| base[i as usize] != ws[i as usize];
-            let extra = a0
-                .iter()
-                .zip(&a1)
-                .filter(|(x, y)| x != y && !touched(**x) && !touched(**y))
-                .count() as f64
-                / keys.len() as f64;
-            let optimal: f64 = s0.iter().zip(&s1).map(|(a, b)| (b - a).max(0.0)).sum();
-            let (max1, cv1) = stats(&a1, &s1);
-            let row = PlacementRow {
-                event: event.clone(),
-                policy: (*name).to_owned(),
-                moved,
-                extra,
-                optimal,
-                max_over_avg_before: max0,
-                max_over_avg_after: max1,
-                cv_before: cv0,
-                cv_after: cv1,
-                seconds,
-            };
-            println!(
-                "{:<22} {:<8} | {:>8.3} {:>8.3} {:>6.2} {:>8.3} | {:>7.3} {:>7.3} | {:>6.3} {:>6.3} | {:>6.2}",
-                row.event,
-                row.policy,
-                100.0 * moved,
-                100.0 * optimal,
-                if optimal > 0.0 { moved / optimal } else { 0.0 },
-                100.0 * extra,
-                max0,
-                max1,
-                cv0,
-                cv1,
-                seconds
-            );
-            rows.push(row);
-        }
-    }
+    let mut t = Instant::now();
+    simulate(&params, |r| {
+        let seconds = t.elapsed().as_secs_f64();
+        println!(
+            "{:<22} {:<8} | {:>8.3} {:>8.3} {:>6.2} {:>8.3} | {:>7.3} {:>7.3} | {:>6.3} {:>6.3} | {:>6.2}",
+            r.event,
+            r.policy,
+            100.0 * r.moved,
+            100.0 * r.optimal,
+            if r.optimal > 0.0 {
+                r.moved / r.optimal
+            } else {
+                0.0
+            },
+            100.0 * r.extra,
+            r.max_over_avg_before,
+            r.max_over_avg_after,
+            r.cv_before,
+            r.cv_after,
+            seconds
+        );
+        rows.push(Row {
+            row: r.clone(),
+            seconds,
+        });
+        t = Instant::now();
+    })?;
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;
     }

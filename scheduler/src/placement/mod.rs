@@ -44,6 +44,7 @@ mod layout;
 mod maglev;
 mod place;
 mod ring;
+pub mod scale;
 mod table;
 
 #[cfg(test)]
