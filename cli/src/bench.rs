@@ -718,6 +718,8 @@ fn placement(args: PlacementArgs) -> Result<()> {
     struct Row {
         #[serde(flatten)]
         row: ScaleRow,
+        /// Wall time since the previous row (a policy's first row includes
+        /// its baseline run).
         seconds: f64,
     }
     let params = ScaleParams {
