@@ -1,6 +1,6 @@
 //! The cluster: zones, their nodes, and the two levels of slot tables.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ferry_proto::NodeId;
 
@@ -198,7 +198,12 @@ impl Cluster {
                 (zone.members.len() - 1) as u32
             }
         };
-        let prefer = zone.vacated.remove(&spec.id);
+        // Its own tombstone, else a never-used slot, else another node's
+        // tombstone (that node then cannot get its keys back on return).
+        let prefer = zone.vacated.remove(&spec.id).or_else(|| {
+            let remembered: BTreeSet<SlotRef> = zone.vacated.values().copied().collect();
+            zone.table.free_slots().find(|r| !remembered.contains(r))
+        });
         let slot = zone.table.insert(mi, prefer, growth);
         zone.vacated.retain(|_, r| *r != slot);
         zone.table.set_thr(slot, thr);

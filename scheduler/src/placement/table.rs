@@ -222,16 +222,25 @@ impl Table {
     }
 
     fn first_free(&self) -> Option<SlotRef> {
-        self.gens.iter().enumerate().find_map(|(gi, g)| {
-            if g.free == 0 {
-                return None;
-            }
-            let s = g.slots.iter().position(|s| s.owner == EMPTY)?;
-            Some(SlotRef {
-                gen_index: gi as u32,
-                slot: s as u32,
+        self.free_slots().next()
+    }
+
+    /// Free slots, oldest generation first.
+    pub(crate) fn free_slots(&self) -> impl Iterator<Item = SlotRef> + '_ {
+        self.gens
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.free > 0)
+            .flat_map(|(gi, g)| {
+                g.slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.owner == EMPTY)
+                    .map(move |(si, _)| SlotRef {
+                        gen_index: gi as u32,
+                        slot: si as u32,
+                    })
             })
-        })
     }
 
     fn grow(&mut self, growth: f64) -> SlotRef {

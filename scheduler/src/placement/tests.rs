@@ -180,13 +180,34 @@ fn a_node_that_leaves_and_rejoins_gets_its_keys_back() {
 }
 
 #[test]
-fn a_join_into_a_tombstone_moves_nothing_at_weight_zero() {
+fn joins_take_never_used_slots_before_other_nodes_tombstones() {
     let mut c = cluster(&[("a", "z", 1.0), ("b", "z", 1.0), ("c", "z", 1.0)]);
+    c.compact(); // 3 slots + 1 spare
+    let before = owners(&c, 20_000);
     c.remove(&id("b"));
-    let cap = c.zone_stats()[0].1;
+    c.upsert(spec("d", "z", 1.0)).unwrap(); // takes the spare
+    c.upsert(spec("b", "z", 1.0)).unwrap(); // its tombstone is still free
+    for (x, y) in before.iter().zip(owners(&c, 20_000)) {
+        assert!(x == &y || y == Some(id("d")), "{x:?} → {y:?}");
+    }
+    assert_eq!(c.zone_stats()[0].2, 1, "no new generation");
+}
+
+#[test]
+fn a_join_into_a_tombstone_moves_nothing_at_weight_zero() {
+    let cfg = PlacementConfig {
+        spare: 0.0,
+        ..PlacementConfig::default()
+    };
+    let mut c = Cluster::new(cfg).unwrap();
+    for n in ["a", "b", "c"] {
+        c.upsert(spec(n, "z", 1.0)).unwrap();
+    }
+    c.compact();
+    c.remove(&id("b"));
     let before = owners(&c, 20_000);
     c.upsert(spec("d", "z", 0.0)).unwrap();
-    assert_eq!(c.zone_stats()[0].1, cap, "d reused b's slot");
+    assert_eq!(c.zone_stats()[0].1, 3, "d took b's tombstone");
     assert_eq!(owners(&c, 20_000), before);
     c.upsert(spec("d", "z", 1.0)).unwrap();
     for (x, y) in before.iter().zip(owners(&c, 20_000)) {
