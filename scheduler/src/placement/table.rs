@@ -6,11 +6,12 @@
 //! acceptance threshold `thr = ceil(w / W · 2^31)` (its weight against the
 //! fixed scale `W`). For a key, generation `g` (size `n`) emits a stream of
 //! *attempts* from SplitMix64 seeded with `(key, g)`: attempt `t` lands on
-//! slot `fastrange(x_t, n)` and is *accepted* when the low 31 bits of `x_t`
-//! are below that slot's threshold. With one generation the key belongs to
-//! the owner of the first accepted attempt. With several, attempt `t` of
-//! generation `g` happens at time `Σ_{i≤t} Exp(1)/n` (a second stream), and
-//! the key belongs to the earliest accepted attempt of all generations.
+//! slot `fastrange(x_t, n)` and is *accepted* when 31 bits of the low word
+//! of `x_t` are below that slot's threshold. With one generation the key
+//! belongs to the owner of the first accepted attempt. With several,
+//! attempt `t` of generation `g` happens at time `Σ_{i≤t} Exp(1)/n` (from
+//! the stream's next output), and the key belongs to the earliest accepted
+//! attempt of all generations.
 //!
 //! Why this is exact (the proofs are in `docs/placement.md`): the accepted
 //! attempts of one slot form a Poisson process of rate `thr/2^31`,
