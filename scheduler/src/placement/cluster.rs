@@ -1,6 +1,6 @@
 //! The cluster: zones, their nodes, and the two levels of slot tables.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ferry_proto::NodeId;
 
@@ -96,6 +96,9 @@ pub(crate) fn validate(cfg: &PlacementConfig) -> Result<(), ConfigError> {
     }
     if !(cfg.growth.is_finite() && cfg.growth > 0.0 && cfg.growth <= 64.0) {
         return bad("growth", "in (0, 64]", cfg.growth);
+    }
+    if !(cfg.spare.is_finite() && (0.0..=64.0).contains(&cfg.spare)) {
+        return bad("spare", "in [0, 64]", cfg.spare);
     }
     Ok(())
 }
@@ -195,7 +198,12 @@ impl Cluster {
                 (zone.members.len() - 1) as u32
             }
         };
-        let prefer = zone.vacated.remove(&spec.id);
+        // Its own tombstone, else a never-used slot, else another node's
+        // tombstone (that node then cannot get its keys back on return).
+        let prefer = zone.vacated.remove(&spec.id).or_else(|| {
+            let remembered: BTreeSet<SlotRef> = zone.vacated.values().copied().collect();
+            zone.table.free_slots().find(|r| !remembered.contains(r))
+        });
         let slot = zone.table.insert(mi, prefer, growth);
         zone.vacated.retain(|_, r| *r != slot);
         zone.table.set_thr(slot, thr);
@@ -358,29 +366,31 @@ impl Cluster {
             .collect()
     }
 
-    /// Rebuilds every table that has free slots or several generations into
-    /// one generation of exactly its members (sorted by id; zones sorted by
-    /// name, empty zones without an explicit weight dropped), with a fresh
+    /// Rebuilds every table that has several generations, or more free
+    /// slots than `ceil(spare × members)`, into one generation: its members
+    /// sorted by id (zones by name; empty zones without an explicit weight
+    /// are dropped), then `ceil(spare × members)` free slots, under a fresh
     /// generation id.
     ///
     /// This restores the fastest lookups, and it is a rehash: in a rebuilt
-    /// zone almost every key moves (`1 − Σ share²` of them). A packed table is
-    /// left alone, so compacting twice moves nothing the second time. Run it
-    /// like a planned rebalance, under the migration budget.
+    /// zone almost every key moves (`1 − Σ share²` of them). A compact table
+    /// is left alone, so compacting twice moves nothing the second time. Run
+    /// it like a planned rebalance, under the migration budget.
     pub fn compact(&mut self) {
         let scale = self.cfg.weight_scale;
+        let spare = self.cfg.spare;
         for zone in &mut self.zones {
-            if zone.table.is_packed() {
-                continue;
-            }
             let mut live: Vec<u32> = (0..zone.members.len() as u32)
                 .filter(|&mi| zone.member(mi).is_some())
                 .collect();
+            if zone.table.is_compact(spare_slots(spare, live.len())) {
+                continue;
+            }
             live.sort_by(|&a, &b| {
                 let id = |i: u32| zone.member(i).map(|m| &m.spec.id);
                 id(a).cmp(&id(b))
             });
-            let mut slots = Vec::with_capacity(live.len());
+            let mut slots = Vec::with_capacity(live.len() + spare_slots(spare, live.len()));
             for (i, &mi) in live.iter().enumerate() {
                 if let Some(m) = zone.members[mi as usize].as_mut() {
                     m.slot = SlotRef {
@@ -393,6 +403,7 @@ impl Cluster {
                     });
                 }
             }
+            slots.resize(live.len() + spare_slots(spare, live.len()), Slot::FREE);
             zone.table = Table::packed(zone.table.seed(), zone.table.next_id(), slots);
             zone.vacated.clear();
         }
@@ -401,7 +412,8 @@ impl Cluster {
             .iter()
             .map(|z| z.members.iter().any(Option::is_some) || z.weight.is_some())
             .collect();
-        if self.zone_table.is_packed() && keep.iter().all(|&k| k) {
+        let kept = keep.iter().filter(|&&k| k).count();
+        if kept == keep.len() && self.zone_table.is_compact(spare_slots(spare, kept)) {
             return;
         }
         let old = std::mem::take(&mut self.zones);
@@ -411,9 +423,10 @@ impl Cluster {
             .filter_map(|(z, k)| k.then_some(z))
             .collect();
         zones.sort_by(|a, b| a.name.cmp(&b.name));
-        let slots = (0..zones.len() as u32)
+        let mut slots: Vec<Slot> = (0..zones.len() as u32)
             .map(|zi| Slot { thr: 0, owner: zi })
             .collect();
+        slots.resize(zones.len() + spare_slots(spare, zones.len()), Slot::FREE);
         self.zone_table = Table::packed(ZONE_TABLE_SEED, self.zone_table.next_id(), slots);
         self.zone_by_name.clear();
         self.nodes.clear();
@@ -434,4 +447,9 @@ impl Cluster {
             self.refresh_zone(zi);
         }
     }
+}
+
+/// Free slots compaction leaves for `members` members.
+fn spare_slots(spare: f64, members: usize) -> usize {
+    (spare * members as f64).ceil() as usize
 }

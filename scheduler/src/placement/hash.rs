@@ -9,14 +9,11 @@
 //! - per-key random streams are SplitMix64: a 64-bit counter advanced by the
 //!   golden-ratio increment and finalised with Stafford's "mix13";
 //! - exponential variates use [`ln_unit`], written with IEEE-754 basic
-//!   operations only (`+ - * /` are correctly rounded on every platform and
+//!   operations only (its table is built at compile time the same way) (`+ - * /` are correctly rounded on every platform and
 //!   Rust never fuses them), so the same bits give the same `f64` everywhere.
 
 /// The SplitMix64 increment (2^64 / φ, odd).
 pub(crate) const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// Salt that separates a generation's time stream from its landing stream.
-pub(crate) const TIME_SALT: u64 = 0x5851_F42D_4C95_7F2D;
 
 /// Salt for the rendezvous (last-resort) order.
 pub(crate) const RENDEZVOUS_SALT: u64 = 0x2545_F491_4F6C_DD1D;
@@ -76,39 +73,77 @@ pub(crate) fn str_hash(s: &str) -> u64 {
 #[inline(always)]
 pub(crate) fn unit(bits: u64) -> f64 {
     const SCALE: f64 = 1.0 / (1u64 << 53) as f64;
-    ((bits >> 11) + 1) as f64 * SCALE
+    // Through i64: a signed conversion is one instruction on x86-64.
+    (((bits >> 11) + 1) as i64) as f64 * SCALE
+}
+
+/// Bits of the `ln` table index.
+const LN_BITS: u32 = 8;
+const LN_SIZE: usize = 1 << LN_BITS;
+
+/// `(1/c, ln c)` for `c = 1 + (j + ½)/256`: built at compile time with
+/// basic operations only, so the same on every platform.
+static LN_TABLE: [(f64, f64); LN_SIZE] = ln_table();
+
+/// `ln m` for `m` in [1, 2]: `2·atanh(s)`, `s = (m−1)/(m+1) ≤ ⅓`, 40 terms.
+const fn ln_series(m: f64) -> f64 {
+    let s = (m - 1.0) / (m + 1.0);
+    let s2 = s * s;
+    let mut term = s;
+    let mut sum = 0.0;
+    let mut k = 0;
+    while k < 40 {
+        sum += term / (2 * k + 1) as f64;
+        term *= s2;
+        k += 1;
+    }
+    2.0 * sum
+}
+
+const fn ln_table() -> [(f64, f64); LN_SIZE] {
+    let mut t = [(0.0, 0.0); LN_SIZE];
+    let mut j = 0;
+    while j < LN_SIZE {
+        let c = 1.0 + (j as f64 + 0.5) / LN_SIZE as f64;
+        t[j] = (1.0 / c, ln_series(c));
+        j += 1;
+    }
+    t
 }
 
 /// `ln(u)` for `u` in (0, 1], from basic IEEE operations only.
 ///
-/// `u = m·2^e` with `m` in [√½, √2); `ln m = 2·atanh(s)`, `s = (m−1)/(m+1)`,
-/// |s| ≤ 0.1716, summed to s¹⁵: relative error below 1e-13, which is far
-/// below what any share or movement property can notice.
-#[inline]
+/// `u = m·2^e`, `m` in [1, 2); `ln m = ln c + ln(1 + r)` with `c` the nearest
+/// of 256 table points and `r = m/c − 1`, |r| < 1/512, by a degree-4 series
+/// evaluated in Estrin's form (short dependency chain): absolute error below
+/// 2e-14, far below anything a share or a movement property can notice, and
+/// no division on the lookup path.
+#[inline(always)]
 pub(crate) fn ln_unit(u: f64) -> f64 {
     const LN2: f64 = std::f64::consts::LN_2;
-    const SQRT2: f64 = std::f64::consts::SQRT_2;
     let bits = u.to_bits();
-    let mut e = ((bits >> 52) & 0x7ff) as i64 - 1023;
-    let mut m = f64::from_bits((bits & 0x000F_FFFF_FFFF_FFFF) | (1023u64 << 52));
-    if m > SQRT2 {
-        m *= 0.5;
-        e += 1;
-    }
-    let s = (m - 1.0) / (m + 1.0);
-    let s2 = s * s;
-    let p = 1.0
-        + s2 * (1.0 / 3.0
-            + s2 * (1.0 / 5.0
-                + s2 * (1.0 / 7.0
-                    + s2 * (1.0 / 9.0 + s2 * (1.0 / 11.0 + s2 * (1.0 / 13.0 + s2 / 15.0))))));
-    e as f64 * LN2 + 2.0 * s * p
+    let e = ((bits >> 52) & 0x7ff) as i64 - 1023;
+    let j = ((bits >> (52 - LN_BITS)) as usize) & (LN_SIZE - 1);
+    let m = f64::from_bits((bits & 0x000F_FFFF_FFFF_FFFF) | (1023u64 << 52));
+    let (inv, ln_c) = LN_TABLE[j];
+    let r = m * inv - 1.0;
+    let r2 = r * r;
+    let p = (r - 0.5 * r2) + r2 * (r * (1.0 / 3.0) - 0.25 * r2);
+    e as f64 * LN2 + (ln_c + p)
 }
 
-/// An Exp(1) variate from 64 random bits.
-#[inline]
+/// An Exp(1) variate from 64 random bits; never negative (at `u = 1` the
+/// table's rounding would give −6e-15), so times never run backwards.
+#[inline(always)]
 pub(crate) fn exp1(bits: u64) -> f64 {
-    -ln_unit(unit(bits))
+    (-ln_unit(unit(bits))).max(0.0)
+}
+
+/// A lower bound of [`exp1`] without a logarithm: `−ln u ≥ 1 − u`, less
+/// more than `ln_unit`'s absolute error.
+#[inline(always)]
+pub(crate) fn exp1_floor(bits: u64) -> f64 {
+    (1.0 - unit(bits)) - 1e-13
 }
 
 /// `floor(x · n / 2^32)` for the top 32 bits of `x`: a uniform index in
@@ -144,13 +179,15 @@ mod tests {
             let u = unit(x);
             let ours = ln_unit(u);
             let std = u.ln();
+            assert!(exp1_floor(x) <= exp1(x));
             assert!(
-                (ours - std).abs() <= 1e-13 * std.abs().max(1e-300) + 1e-15,
+                (ours - std).abs() <= 2e-14 * std.abs().max(1.0),
                 "{u}: {ours} vs {std}"
             );
         }
-        assert_eq!(ln_unit(1.0), 0.0);
-        assert!((ln_unit(0.5) + std::f64::consts::LN_2).abs() < 1e-15);
+        assert!(ln_unit(1.0).abs() < 1e-14);
+        assert!((ln_unit(0.5) + std::f64::consts::LN_2).abs() < 1e-14);
+        assert_eq!(exp1(u64::MAX), 0.0);
     }
 
     #[test]

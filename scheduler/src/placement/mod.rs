@@ -44,6 +44,7 @@ mod layout;
 mod maglev;
 mod place;
 mod ring;
+pub mod scale;
 mod table;
 
 #[cfg(test)]
@@ -86,6 +87,9 @@ pub struct PlacementConfig {
     /// When a join finds no free slot, the new generation has
     /// `max(1, ceil(growth × capacity))` slots (spare ones serve later joins).
     pub growth: f64,
+    /// [`Cluster::compact`] leaves `ceil(spare × nodes)` free slots per zone,
+    /// so that a cluster can grow that much without a new generation.
+    pub spare: f64,
 }
 
 impl Default for PlacementConfig {
@@ -96,7 +100,8 @@ impl Default for PlacementConfig {
             zone_weight_scale: 1.0,
             max_probes: 32,
             backups: 2,
-            growth: 0.5,
+            growth: 1.0,
+            spare: 0.25,
         }
     }
 }

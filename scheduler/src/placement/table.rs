@@ -6,11 +6,12 @@
 //! acceptance threshold `thr = ceil(w / W · 2^31)` (its weight against the
 //! fixed scale `W`). For a key, generation `g` (size `n`) emits a stream of
 //! *attempts* from SplitMix64 seeded with `(key, g)`: attempt `t` lands on
-//! slot `fastrange(x_t, n)` and is *accepted* when the low 31 bits of `x_t`
-//! are below that slot's threshold. With one generation the key belongs to
-//! the owner of the first accepted attempt. With several, attempt `t` of
-//! generation `g` happens at time `Σ_{i≤t} Exp(1)/n` (a second stream), and
-//! the key belongs to the earliest accepted attempt of all generations.
+//! slot `fastrange(x_t, n)` and is *accepted* when 31 bits of the low word
+//! of `x_t` are below that slot's threshold. With one generation the key
+//! belongs to the owner of the first accepted attempt. With several,
+//! attempt `t` of generation `g` happens at time `Σ_{i≤t} Exp(1)/n` (from
+//! the stream's next output), and the key belongs to the earliest accepted
+//! attempt of all generations.
 //!
 //! Why this is exact (the proofs are in `docs/placement.md`): the accepted
 //! attempts of one slot form a Poisson process of rate `thr/2^31`,
@@ -22,13 +23,22 @@
 //! slots that accept. Sizes never change, so `fastrange` suffices where jump
 //! hash would be needed for a growing bucket count.
 
-use super::hash::{GOLDEN, RENDEZVOUS_SALT, TIME_SALT, exp1, fastrange, mix64};
+use super::hash::{GOLDEN, RENDEZVOUS_SALT, exp1, exp1_floor, fastrange, mix64};
 
 /// No owner: a free (never used or vacated) slot.
 pub(crate) const EMPTY: u32 = u32::MAX;
 
 /// The threshold of a slot at full weight (`w = W`).
 pub(crate) const FULL: u32 = 1 << 31;
+
+/// Stream advance per attempt (two SplitMix64 outputs).
+const STEP: u64 = GOLDEN.wrapping_mul(2);
+
+/// The gap before the attempt at stream state `st`, in units of the mean.
+#[inline(always)]
+fn gap(st: u64) -> f64 {
+    exp1(mix64(st.wrapping_add(STEP)))
+}
 
 /// Attempts per generation before the rendezvous fallback takes over. The
 /// chance of reaching it is `(1 − Σthr/(n·2^31))^65536`: nil unless the
@@ -99,22 +109,17 @@ impl Gen {
         }
     }
 
-    /// The landing stream's starting state for a key.
+    /// A key's stream state before its first attempt. Attempt `t` reads
+    /// SplitMix64 outputs `2t + 1` (landing, acceptance) and `2t + 2` (time).
     #[inline(always)]
     fn start(&self, kh: u64) -> u64 {
         mix64(kh ^ self.seed)
     }
 
-    /// The time stream's starting state for a key.
-    #[inline(always)]
-    fn time_start(&self, kh: u64) -> u64 {
-        mix64(kh ^ self.seed ^ TIME_SALT)
-    }
-
-    /// One attempt from landing state `st`: the slot if accepted.
+    /// One attempt at stream state `st`: the slot if accepted.
     #[inline(always)]
     fn attempt(&self, st: u64) -> Option<Slot> {
-        let x = mix64(st);
+        let x = mix64(st.wrapping_add(GOLDEN));
         let slot = self.slots[fastrange(x, self.slots.len() as u32) as usize];
         (((x as u32) >> 1) < slot.thr).then_some(slot)
     }
@@ -184,9 +189,10 @@ impl Table {
         self.gens.iter().map(|g| g.slots.len()).sum()
     }
 
-    /// True when one generation holds every slot and none is free.
-    pub(crate) fn is_packed(&self) -> bool {
-        self.gens.len() <= 1 && self.gens.iter().all(|g| g.free == 0)
+    /// True when one generation holds every slot and at most `free` are
+    /// free.
+    pub(crate) fn is_compact(&self, free: usize) -> bool {
+        self.gens.len() <= 1 && self.gens.iter().all(|g| g.free as usize <= free)
     }
 
     /// True when some slot can accept.
@@ -217,16 +223,25 @@ impl Table {
     }
 
     fn first_free(&self) -> Option<SlotRef> {
-        self.gens.iter().enumerate().find_map(|(gi, g)| {
-            if g.free == 0 {
-                return None;
-            }
-            let s = g.slots.iter().position(|s| s.owner == EMPTY)?;
-            Some(SlotRef {
-                gen_index: gi as u32,
-                slot: s as u32,
+        self.free_slots().next()
+    }
+
+    /// Free slots, oldest generation first.
+    pub(crate) fn free_slots(&self) -> impl Iterator<Item = SlotRef> + '_ {
+        self.gens
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.free > 0)
+            .flat_map(|(gi, g)| {
+                g.slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.owner == EMPTY)
+                    .map(move |(si, _)| SlotRef {
+                        gen_index: gi as u32,
+                        slot: si as u32,
+                    })
             })
-        })
     }
 
     fn grow(&mut self, growth: f64) -> SlotRef {
@@ -280,10 +295,10 @@ impl Table {
                 let g = &self.gens[*only as usize];
                 let mut st = g.start(kh);
                 for _ in 0..MAX_ATTEMPTS {
-                    st = st.wrapping_add(GOLDEN);
                     if let Some(s) = g.attempt(st) {
                         return Some(s.owner);
                     }
+                    st = st.wrapping_add(STEP);
                 }
                 self.rendezvous_first(kh)
             }
@@ -293,25 +308,35 @@ impl Table {
 
     fn first_timed(&self, kh: u64) -> Option<u32> {
         // (time, generation index, owner) of the best accepted attempt.
-        let mut best: Option<(f64, u32, u32)> = None;
+        let mut best = (f64::INFINITY, u32::MAX, EMPTY);
         for &gi in &self.order {
             let g = &self.gens[gi as usize];
-            let (mut st, mut ts) = (g.start(kh), g.time_start(kh));
+            let mut st = g.start(kh);
             let mut time = 0.0;
             for _ in 0..MAX_ATTEMPTS {
-                ts = ts.wrapping_add(GOLDEN);
-                time += exp1(mix64(ts)) * g.gap;
-                if best.is_some_and(|(bt, bg, _)| later(time, gi, bt, bg)) {
+                let bits = mix64(st.wrapping_add(STEP));
+                // A lower bound of the gap rules most small generations out
+                // without a logarithm; it is below the computed gap, so it
+                // never changes a result.
+                if time + exp1_floor(bits) * g.gap > best.0 {
                     break;
                 }
-                st = st.wrapping_add(GOLDEN);
+                time += exp1(bits) * g.gap;
+                if later(time, gi, best.0, best.1) {
+                    break;
+                }
                 if let Some(s) = g.attempt(st) {
-                    best = Some((time, gi, s.owner));
+                    best = (time, gi, s.owner);
                     break;
                 }
+                st = st.wrapping_add(STEP);
             }
         }
-        best.map(|b| b.2).or_else(|| self.rendezvous_first(kh))
+        if best.2 != EMPTY {
+            Some(best.2)
+        } else {
+            self.rendezvous_first(kh)
+        }
     }
 
     /// The owners a key prefers, best first, each once: the accepted
@@ -354,7 +379,7 @@ impl Table {
 /// time (measure zero, but floats) go to the lower generation index.
 #[inline(always)]
 fn later(t: f64, g: u32, bt: f64, bg: u32) -> bool {
-    t > bt || (t == bt && g > bg)
+    (t > bt) | ((t == bt) & (g > bg))
 }
 
 /// Per generation: its streams and its next accepted attempt.
@@ -362,7 +387,6 @@ fn later(t: f64, g: u32, bt: f64, bg: u32) -> bool {
 struct Cursor {
     gen_index: u32,
     st: u64,
-    ts: u64,
     time: f64,
     next: Option<(f64, u32)>,
 }
@@ -385,7 +409,6 @@ impl<'a> Events<'a> {
                 Cursor {
                     gen_index: gi,
                     st: g.start(kh),
-                    ts: g.time_start(kh),
                     time: 0.0,
                     next: None,
                 }
@@ -403,14 +426,10 @@ impl Cursor {
     fn advance(&mut self, g: &Gen, timed: bool) {
         self.next = None;
         for _ in 0..MAX_ATTEMPTS {
-            if timed {
-                self.ts = self.ts.wrapping_add(GOLDEN);
-                self.time += exp1(mix64(self.ts)) * g.gap;
-            } else {
-                self.time += 1.0;
-            }
-            self.st = self.st.wrapping_add(GOLDEN);
-            if let Some(s) = g.attempt(self.st) {
+            let st = self.st;
+            self.st = st.wrapping_add(STEP);
+            self.time += if timed { gap(st) * g.gap } else { 1.0 };
+            if let Some(s) = g.attempt(st) {
                 self.next = Some((self.time, s.owner));
                 return;
             }

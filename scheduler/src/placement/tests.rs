@@ -131,7 +131,7 @@ fn lookups_are_stable() {
     assert_eq!(got, GOLDEN);
 }
 
-const GOLDEN: [&str; 12] = ["a", "d", "b", "d", "e", "a", "a", "e", "a", "b", "e", "d"];
+const GOLDEN: [&str; 12] = ["e", "a", "a", "e", "e", "a", "a", "e", "b", "b", "e", "b"];
 
 #[test]
 fn shares_follow_weights_in_a_small_cluster() {
@@ -180,13 +180,34 @@ fn a_node_that_leaves_and_rejoins_gets_its_keys_back() {
 }
 
 #[test]
-fn a_join_into_a_tombstone_moves_nothing_at_weight_zero() {
+fn joins_take_never_used_slots_before_other_nodes_tombstones() {
     let mut c = cluster(&[("a", "z", 1.0), ("b", "z", 1.0), ("c", "z", 1.0)]);
+    c.compact(); // 3 slots + 1 spare
+    let before = owners(&c, 20_000);
     c.remove(&id("b"));
-    let cap = c.zone_stats()[0].1;
+    c.upsert(spec("d", "z", 1.0)).unwrap(); // takes the spare
+    c.upsert(spec("b", "z", 1.0)).unwrap(); // its tombstone is still free
+    for (x, y) in before.iter().zip(owners(&c, 20_000)) {
+        assert!(x == &y || y == Some(id("d")), "{x:?} → {y:?}");
+    }
+    assert_eq!(c.zone_stats()[0].2, 1, "no new generation");
+}
+
+#[test]
+fn a_join_into_a_tombstone_moves_nothing_at_weight_zero() {
+    let cfg = PlacementConfig {
+        spare: 0.0,
+        ..PlacementConfig::default()
+    };
+    let mut c = Cluster::new(cfg).unwrap();
+    for n in ["a", "b", "c"] {
+        c.upsert(spec(n, "z", 1.0)).unwrap();
+    }
+    c.compact();
+    c.remove(&id("b"));
     let before = owners(&c, 20_000);
     c.upsert(spec("d", "z", 0.0)).unwrap();
-    assert_eq!(c.zone_stats()[0].1, cap, "d reused b's slot");
+    assert_eq!(c.zone_stats()[0].1, 3, "d took b's tombstone");
     assert_eq!(owners(&c, 20_000), before);
     c.upsert(spec("d", "z", 1.0)).unwrap();
     for (x, y) in before.iter().zip(owners(&c, 20_000)) {
@@ -195,23 +216,36 @@ fn a_join_into_a_tombstone_moves_nothing_at_weight_zero() {
 }
 
 #[test]
-fn growth_adds_generations_of_spare_slots() {
+fn growth_adds_generations_and_compaction_leaves_spares() {
     let mut c = Cluster::new(PlacementConfig::default()).unwrap();
     for i in 0..10 {
         c.upsert(spec(&format!("n{i}"), "z", 1.0)).unwrap();
     }
-    // growth 0.5: generations of 1, 1, 1, 2, 3, 4 slots (12 slots, 10 used).
+    // growth 1.0: generations of 1, 1, 2, 4, 8 slots (16 slots, 10 used).
     let (_, slots, gens) = c.zone_stats()[0].clone();
-    assert_eq!((slots, gens), (12, 6));
+    assert_eq!((slots, gens), (16, 5));
     let before = owners(&c, 10_000);
     c.compact();
-    assert_eq!(c.zone_stats()[0].1, 10);
+    // One generation: 10 nodes + ceil(0.25 × 10) spare slots.
+    assert_eq!(c.zone_stats()[0].1, 13);
     assert_eq!(c.zone_stats()[0].2, 1);
     let after = owners(&c, 10_000);
     assert!(before != after, "compaction rehashes");
     let snap = c.snapshot();
     c.compact();
-    assert_eq!(c.snapshot(), snap, "a packed cluster is left alone");
+    assert_eq!(c.snapshot(), snap, "a compact cluster is left alone");
+    // Three joins fill the spares: still one generation, keys only to them.
+    for i in 10..13 {
+        c.upsert(spec(&format!("n{i}"), "z", 1.0)).unwrap();
+    }
+    assert_eq!((c.zone_stats()[0].1, c.zone_stats()[0].2), (13, 1));
+    let new = [id("n10"), id("n11"), id("n12")];
+    for (a, b) in after.iter().zip(owners(&c, 10_000)) {
+        assert!(a.as_ref() == b.as_ref() || new.contains(b.as_ref().unwrap()));
+    }
+    // The next one needs a new generation of 13 slots.
+    c.upsert(spec("n13", "z", 1.0)).unwrap();
+    assert_eq!((c.zone_stats()[0].1, c.zone_stats()[0].2), (26, 2));
 }
 
 #[test]
