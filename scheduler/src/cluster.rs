@@ -427,6 +427,19 @@ impl Cluster {
             let w = self.effective_weight(id, state, pinned);
             self.upsert(id, &hb, w);
         }
+        // A layout grown one join at a time has several generations, which
+        // makes lookups slower; compacting rehashes, so do it only while no
+        // session exists whose placement could move.
+        if self.sessions.is_empty()
+            && self
+                .placement
+                .zone_stats()
+                .iter()
+                .any(|(_, _, gens)| *gens > 1)
+        {
+            self.placement.compact();
+            changed = true;
+        }
         let actions = self.drive_drains(now);
         if changed {
             self.bump();

@@ -316,13 +316,16 @@ async fn placements_agree_with_the_core_and_whip_whep_redirect() {
         beat(&api, id, &hb(port, "z1", vec![])).await;
         pin(&api, id, w).await;
     }
-    // The same cluster built directly from the core.
+    // The same cluster built directly from the core. With no sessions yet the
+    // service compacts its layout on its next tick; so does this copy.
     let mut core = placement::Cluster::new(ClusterConfig::default().placement).unwrap();
     for (id, port, w) in nodes {
         let mut spec = NodeSpec::new(NodeId::new(id).unwrap(), "z1", w);
         spec.host = format!("host-{port}");
         core.upsert(spec).unwrap();
     }
+    core.compact();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     for i in 0..200 {
         let key = format!("stream-{i}");
         let r = call(
