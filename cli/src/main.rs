@@ -12,6 +12,7 @@ use ferry_sfu::http::IceServer;
 mod alloc;
 mod bench;
 mod dev;
+mod gpu;
 mod scheduler;
 
 #[global_allocator]
@@ -78,6 +79,15 @@ struct NodeArgs {
     /// Report as a canary (small fixed weight).
     #[arg(long)]
     canary: bool,
+    /// GPU video memory in GiB, reported as free and total (nodes without NVML).
+    #[arg(long)]
+    gpu_vram_gib: Option<u64>,
+    /// NVENC sessions the GPU allows (nodes without NVML).
+    #[arg(long, default_value_t = 0)]
+    nvenc_sessions: u32,
+    /// Read GPU figures from NVML at every heartbeat (build with `--features nvml`).
+    #[arg(long)]
+    nvml: bool,
 }
 
 fn init_tracing() {
@@ -127,6 +137,16 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             l.region = args.region.clone();
             l.capabilities.extend(args.capabilities.iter().cloned());
             l.canary = args.canary;
+            l.gpu = args.gpu_vram_gib.map(|gib| ferry_proto::api::GpuFigures {
+                vram_free_bytes: gib << 30,
+                vram_total_bytes: gib << 30,
+                nvenc_sessions_free: args.nvenc_sessions,
+                nvenc_sessions_max: args.nvenc_sessions,
+            });
+            l.gpu_reader = gpu::reader(args.nvml);
+            if l.gpu.is_some() || l.gpu_reader.is_some() {
+                l.capabilities.push("gpu".into());
+            }
             l
         }),
     })

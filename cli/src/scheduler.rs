@@ -57,6 +57,7 @@ pub fn link(url: &str, token: &str, host: &str) -> SchedulerLink {
         capabilities: vec!["h264".into(), "vp8".into(), "opus".into()],
         canary: false,
         gpu: None,
+        gpu_reader: None,
         bandwidth_capacity_bps: 0,
         interval: Duration::from_secs(1),
     }

@@ -11,8 +11,11 @@ use crate::driver::NodeHandle;
 use crate::metrics::NodeMetrics;
 use crate::signal;
 
+/// Reads the node's GPU figures at each heartbeat (NVML on GPU nodes).
+pub type GpuReader = std::sync::Arc<dyn Fn() -> Option<GpuFigures> + Send + Sync>;
+
 /// Where and how a node reports to the scheduler.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SchedulerLink {
     /// Scheduler base URL (`http://127.0.0.1:8080`).
     pub url: String,
@@ -28,12 +31,27 @@ pub struct SchedulerLink {
     pub capabilities: Vec<String>,
     /// Canary node (fixed small weight).
     pub canary: bool,
-    /// GPU figures from configuration (a node with a GPU reads NVML instead).
+    /// GPU figures from configuration (used when `gpu_reader` is absent).
     pub gpu: Option<GpuFigures>,
+    /// Live GPU figures (NVML), read at every heartbeat.
+    pub gpu_reader: Option<GpuReader>,
     /// Bandwidth capacity, bit/s (0 = unknown).
     pub bandwidth_capacity_bps: u64,
     /// Report interval.
     pub interval: Duration,
+}
+
+impl std::fmt::Debug for SchedulerLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerLink")
+            .field("url", &self.url)
+            .field("zone", &self.zone)
+            .field("host", &self.host)
+            .field("capabilities", &self.capabilities)
+            .field("gpu", &self.gpu)
+            .field("live_gpu", &self.gpu_reader.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Builds and sends heartbeats.
@@ -147,7 +165,10 @@ impl Reporter {
                     state: s.state.to_owned(),
                 })
                 .collect(),
-            gpu: self.link.gpu,
+            gpu: match &self.link.gpu_reader {
+                Some(read) => read(),
+                None => self.link.gpu,
+            },
             canary: self.link.canary,
         }
     }
