@@ -1,28 +1,113 @@
 //! Migration of live sessions between nodes (DESIGN §4).
 //!
 //! The migrator never links media code: a node exposes its sessions through
-//! [`SessionHost`], and the migration protocol (snapshot, WAL, quiesce,
-//! cutover, commit/rollback) drives that trait. The protocol and its
-//! transports land with the migration issue; this crate currently holds the
-//! contract the media node implements.
+//! [`SessionHost`], and the migration protocol (plan/prewarm, snapshot, WAL,
+//! quiesce, cutover with a fencing epoch, commit/rollback, report) drives
+//! that trait. The protocol core is a pure state machine; transports carry
+//! its messages between nodes.
 
-use ferry_proto::SessionId;
-use ferry_proto::state::SessionSnapshot;
+use std::time::Instant;
 
-/// What a node offers the migrator for one of its sessions.
+use ferry_proto::state::{SessionSnapshot, WalRecord};
+use ferry_proto::{NodeId, SessionId, StreamId};
+
+/// What a node offers the migrator for its sessions. All calls are
+/// synchronous and made from the task that owns the node core.
+///
+/// The contract, in protocol order:
+///
+/// - **source**: [`SessionHost::export_snapshot`] (starts WAL capture) →
+///   [`SessionHost::take_wal`] repeatedly → [`SessionHost::freeze`] (the
+///   session stops sending; datagrams for it are held; returns the final
+///   small state and the last WAL records) → then either
+///   [`SessionHost::release`] (commit: forward held and later datagrams to
+///   the target) or [`SessionHost::resume`] (rollback: continue exactly where
+///   it froze; the target never sent anything).
+/// - **target**: [`SessionHost::prewarm`] (capacity check, relay
+///   subscriptions) → [`SessionHost::import_snapshot`] (installed inactive:
+///   sends nothing) → [`SessionHost::apply_wal`] → [`SessionHost::install_final`]
+///   (still inactive) → [`SessionHost::activate`] on commit, or
+///   [`SessionHost::discard`] on abort.
 pub trait SessionHost {
     /// Error type of the host.
     type Error: std::error::Error + Send + Sync + 'static;
 
-    /// Exports the full state of a session at this instant.
-    fn export_snapshot(&mut self, session: &SessionId) -> Result<SessionSnapshot, Self::Error>;
+    /// Whether the host can take `session` of `stream` (capacity, version);
+    /// prepares what it needs (e.g. a relay of the stream). `publisher`
+    /// tells publish from view.
+    fn prewarm(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        stream: &StreamId,
+        publisher: bool,
+    ) -> Result<(), Self::Error>;
 
-    /// Installs a session from a snapshot taken on another node.
-    fn import_snapshot(&mut self, snapshot: SessionSnapshot) -> Result<SessionId, Self::Error>;
+    /// Exports the full state of a session and starts capturing its WAL.
+    fn export_snapshot(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+    ) -> Result<SessionSnapshot, Self::Error>;
 
-    /// Stops the session from sending (quiesce) without freeing its state.
-    fn freeze(&mut self, session: &SessionId) -> Result<(), Self::Error>;
+    /// WAL records captured since the last call (positions increase by one).
+    fn take_wal(&mut self, session: &SessionId) -> Result<Vec<WalRecord>, Self::Error>;
 
-    /// Resumes a frozen session (after a rollback) or an imported one (after cutover).
-    fn resume(&mut self, session: &SessionId) -> Result<(), Self::Error>;
+    /// Quiesces the session: it stops sending, and datagrams that arrive for
+    /// it are held. Returns the final state (a snapshot whose packet caches
+    /// are empty: the cache travelled as snapshot + WAL) and the WAL records
+    /// captured since the last [`SessionHost::take_wal`].
+    fn freeze(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+    ) -> Result<(SessionSnapshot, Vec<WalRecord>), Self::Error>;
+
+    /// Rollback on the source: the session continues where it froze, at
+    /// ownership `epoch`; held datagrams are processed.
+    fn resume(&mut self, now: Instant, session: &SessionId, epoch: u64) -> Result<(), Self::Error>;
+
+    /// Commit on the source: the session is gone from here; held and later
+    /// datagrams for it are forwarded to `target` for a grace window.
+    fn release(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        target: &NodeId,
+    ) -> Result<(), Self::Error>;
+
+    /// Installs a session from a snapshot, inactive.
+    fn import_snapshot(
+        &mut self,
+        now: Instant,
+        snapshot: SessionSnapshot,
+    ) -> Result<(), Self::Error>;
+
+    /// Applies WAL records in position order (a record already applied is
+    /// ignored).
+    fn apply_wal(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        records: &[WalRecord],
+    ) -> Result<(), Self::Error>;
+
+    /// Replaces the imported state with the final state (keeping the caches
+    /// built from snapshot + WAL). Still inactive.
+    fn install_final(
+        &mut self,
+        now: Instant,
+        final_state: SessionSnapshot,
+    ) -> Result<(), Self::Error>;
+
+    /// Commit on the target: the session starts sending, owning it at `epoch`.
+    fn activate(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        epoch: u64,
+    ) -> Result<(), Self::Error>;
+
+    /// Abort on the target: forget the session.
+    fn discard(&mut self, now: Instant, session: &SessionId);
 }

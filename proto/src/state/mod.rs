@@ -179,3 +179,43 @@ pub struct SessionSnapshot {
     #[prost(uint64, tag = "15")]
     pub remb_bps: u64,
 }
+
+/// A change to a session's state after its snapshot was taken, streamed to
+/// the migration target (DESIGN §4 "WAL").
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WalRecord {
+    /// Position in the session's WAL, from 1, without gaps.
+    #[prost(uint64, tag = "1")]
+    pub position: u64,
+    /// What changed.
+    #[prost(oneof = "wal_record::Change", tags = "2")]
+    pub change: Option<wal_record::Change>,
+}
+
+/// The kinds of WAL changes.
+pub mod wal_record {
+    /// One change.
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Change {
+        /// A packet entered a published stream's retransmission cache.
+        #[prost(message, tag = "2")]
+        CachePacket(super::WalCachePacket),
+    }
+}
+
+/// A packet added to a publisher track's cache.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WalCachePacket {
+    /// Index of the track's m-line.
+    #[prost(uint32, tag = "1")]
+    pub track: u32,
+    /// Media SSRC of the stream.
+    #[prost(uint32, tag = "2")]
+    pub ssrc: u32,
+    /// Extended sequence number.
+    #[prost(uint64, tag = "3")]
+    pub ext_seq: u64,
+    /// Plaintext RTP packet.
+    #[prost(bytes = "vec", tag = "4")]
+    pub data: Vec<u8>,
+}
