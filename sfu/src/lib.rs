@@ -22,6 +22,7 @@ pub mod nack;
 pub mod negotiate;
 pub mod node;
 pub mod peer;
+pub mod relay;
 pub mod rtcp;
 pub mod rtp;
 pub mod sdp;

@@ -87,6 +87,14 @@ metrics! {
     send_errors,
     /// Signalling requests rejected with a 4xx error.
     signal_rejected,
+    /// Media packets relayed to other nodes.
+    relay_sent,
+    /// Media packets received from relays.
+    relay_received,
+    /// Relay datagrams refused (unauthenticated, unknown stream, wrong origin).
+    relay_refused,
+    /// Packets re-sent on a relay link after a relay NACK.
+    relay_retransmitted,
 }
 
 impl NodeMetrics {

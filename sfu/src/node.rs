@@ -33,6 +33,7 @@ use crate::stun::{self, StunMessage};
 use crate::time::WallClock;
 
 mod forward;
+mod relaying;
 mod signalling;
 
 /// Largest datagram the node accepts.
@@ -65,6 +66,9 @@ pub struct NodeConfig {
     pub remb_min_bps: u64,
     /// REMB upper bound.
     pub remb_max_bps: u64,
+    /// Key authenticating relay and migration traffic between nodes (`None`:
+    /// this node neither relays nor receives relays).
+    pub cluster_key: Option<crate::relay::ClusterKey>,
 }
 
 impl NodeConfig {
@@ -87,14 +91,29 @@ impl NodeConfig {
             pli_throttle: Duration::from_millis(300),
             remb_min_bps: 150_000,
             remb_max_bps: 3_000_000,
+            cluster_key: None,
         }
     }
 }
 
 #[derive(Debug, Default)]
 struct StreamEntry {
+    /// The local publisher session.
     publisher: Option<usize>,
+    /// Or the node it is relayed from.
+    relay_in: Option<crate::relay::RelayIn>,
     viewers: Vec<usize>,
+    /// Nodes this stream is relayed to.
+    relay_out: Vec<crate::relay::RelayOut>,
+}
+
+impl StreamEntry {
+    fn unused(&self) -> bool {
+        self.publisher.is_none()
+            && self.relay_in.is_none()
+            && self.viewers.is_empty()
+            && self.relay_out.is_empty()
+    }
 }
 
 /// One media node.
@@ -114,6 +133,8 @@ pub struct Node {
     out: Outbox,
     next_timeout: Option<Instant>,
     epoch: Instant,
+    relay_ids: HashMap<u32, StreamId>,
+    next_relay_tick: Instant,
 }
 
 fn random_token(rng: &mut ChaCha20Rng, len: usize) -> String {
@@ -148,6 +169,8 @@ impl Node {
             out: Outbox::default(),
             next_timeout: None,
             epoch: now,
+            relay_ids: HashMap::new(),
+            next_relay_tick: now + crate::relay::REFRESH,
         }
     }
 
@@ -232,9 +255,17 @@ impl Node {
             self.by_addr.insert(addr, key);
         }
         let entry = self.streams.entry(session.stream.clone()).or_default();
+        let mut unsubscribe = None;
         match session.role {
-            Role::Publisher(_) => entry.publisher = Some(key),
+            Role::Publisher(_) => {
+                entry.publisher = Some(key);
+                // Published here now: stop relaying it in.
+                unsubscribe = entry.relay_in.take().map(|r| r.origin);
+            }
             Role::Viewer(_) => entry.viewers.push(key),
+        }
+        if let Some(origin) = unsubscribe {
+            self.unsubscribe_relay(&session.stream, origin);
         }
         self.sessions[key] = Some(session);
         self.out.metrics.sessions_created += 1;
@@ -278,17 +309,22 @@ impl Node {
             .events
             .push_back(Event::Closed(session.id.clone(), reason));
         let mut orphans = Vec::new();
+        let mut gone_downstream = Vec::new();
         if let Some(entry) = self.streams.get_mut(&session.stream) {
             match session.role {
                 Role::Publisher(_) => {
                     entry.publisher = None;
                     orphans = std::mem::take(&mut entry.viewers);
+                    gone_downstream = std::mem::take(&mut entry.relay_out);
                 }
                 Role::Viewer(_) => entry.viewers.retain(|k| *k != key),
             }
-            if entry.publisher.is_none() && entry.viewers.is_empty() {
+            if entry.unused() {
                 self.streams.remove(&session.stream);
             }
+        }
+        for r in gone_downstream {
+            self.send_offer(&session.stream, r.addr, false);
         }
         for v in orphans {
             self.close(v, CloseReason::PublisherGone);
@@ -305,6 +341,8 @@ impl Node {
             return;
         }
         match data.first() {
+            Some(&crate::relay::MEDIA) => self.handle_relay_media(now, from, data),
+            Some(&crate::relay::CONTROL) => self.handle_relay_control(now, from, data),
             Some(0..=3) => self.handle_stun(now, from, data),
             Some(20..=63) => self.handle_dtls(now, from, data),
             Some(128..=191) => self.handle_srtp(now, from, data),
@@ -454,6 +492,9 @@ impl Node {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
+        if let Some(t) = self.relay_tick(now) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         self.next_timeout = next;
     }
 
@@ -488,11 +529,11 @@ impl Node {
                 let stream = s.stream.clone();
                 let sources: Vec<Option<usize>> = tracks.iter().map(|t| t.source()).collect();
                 let projections: Vec<Option<(u64, u64)>> = {
-                    let publisher = self
-                        .streams
-                        .get(&stream)
+                    let entry = self.streams.get(&stream);
+                    let publisher = entry
                         .and_then(|e| e.publisher)
                         .and_then(|k| self.sessions[k].as_ref());
+                    let relayed = entry.and_then(|e| e.relay_in.as_ref());
                     sources
                         .iter()
                         .map(|src| match (publisher.map(|p| &p.role), src) {
@@ -500,6 +541,9 @@ impl Node {
                                 .iter()
                                 .find(|t| t.index == *line)
                                 .and_then(|t| t.sr_projection(now)),
+                            (_, Some(line)) => {
+                                relayed.and_then(|r| r.sr_projection(now, *line as u8))
+                            }
                             _ => None,
                         })
                         .collect()

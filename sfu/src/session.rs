@@ -157,6 +157,10 @@ pub struct Session {
     remb_bps: u64,
     /// The SDP answer we gave.
     pub answer: String,
+    /// Sends media and reports (false while frozen or imported, before activation).
+    pub active: bool,
+    /// Ownership epoch (raised by every migration cutover).
+    pub epoch: u64,
 }
 
 /// Settings sessions need from the node.
@@ -207,6 +211,8 @@ impl Session {
             last_report: now,
             remb_bps: cfg.remb_max_bps,
             answer,
+            active: true,
+            epoch: 1,
         }
     }
 
@@ -526,6 +532,7 @@ impl Session {
             answer_sdp: self.answer.clone(),
             age_ms: crate::time::age_ms(now, self.created),
             remb_bps: self.remb_bps,
+            epoch: self.epoch,
         }
     }
 
@@ -610,6 +617,8 @@ impl Session {
                 s.remb_bps
             },
             answer: s.answer_sdp.clone(),
+            active: true,
+            epoch: s.epoch.max(1),
         })
     }
 }

@@ -84,6 +84,7 @@ impl Testbed {
             self.wall,
         );
         cfg.deterministic_dtls = true;
+        cfg.cluster_key = Some(crate::relay::ClusterKey::new(&secret(self.seed, 0x60)));
         let cert = Arc::new(crate::cert::generate(secret(
             self.seed.wrapping_add(n),
             0x20,

@@ -255,3 +255,80 @@ fn consent_expiry_ends_a_vanished_viewer_only() {
         "the other viewer still plays"
     );
 }
+
+/// Cascade relay: the stream published on node A is relayed to node B,
+/// whose viewer plays it as completely as A's local viewer, with 5 % loss
+/// on every path (relay-link losses repaired by relay NACKs); keyframe
+/// requests from B's viewer reach the publisher through A. The relay is
+/// torn down when B's viewer leaves.
+#[test]
+fn relayed_stream_plays_on_a_second_node() {
+    let (a, b) = (addr("10.0.0.100:5000"), addr("10.0.0.101:5000"));
+    let mut tb = Testbed::new(21, lossy(0.05));
+    tb.add_node(NodeId::new("node-a").unwrap(), a).unwrap();
+    tb.add_node(NodeId::new("node-b").unwrap(), b).unwrap();
+    let (publisher, _) = tb
+        .publish(a, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
+        .unwrap();
+    tb.run_for(Duration::from_secs(1));
+    let now = tb.now();
+    let stream = ferry_proto::StreamId::new("cam").unwrap();
+    tb.node(b).subscribe_relay(now, &stream, a);
+    tb.run_for(Duration::from_millis(500));
+    assert!(tb.node(b).relay_ready(&stream), "offer arrived");
+    let (local, _) = tb.view(a, "cam", addr("10.0.0.2:4000")).unwrap();
+    let (remote, remote_session) = tb.view(b, "cam", addr("10.0.0.3:4000")).unwrap();
+    tb.run_for(Duration::from_secs(8));
+    tb.peers[publisher].pause_media();
+    tb.run_for(Duration::from_secs(2));
+    let (ma, mb) = (tb.node(a).metrics().clone(), tb.node(b).metrics().clone());
+    eprintln!(
+        "relay: a sent {} retransmitted {}; b received {} refused {}; b rtx_sent {} missed {} nacks_received {}",
+        ma.relay_sent,
+        ma.relay_retransmitted,
+        mb.relay_received,
+        mb.relay_refused,
+        mb.retransmissions_sent,
+        mb.retransmissions_missed,
+        mb.nacks_received
+    );
+    for v in [local, remote] {
+        let s = video(&tb, v);
+        eprintln!(
+            "  viewer {v}: packets={} missing={} {:?} range {:?}..{:?} gave_up={} first_key={:?}",
+            s.packets,
+            s.received.missing(),
+            s.received.holes().collect::<Vec<_>>(),
+            s.received.first(),
+            s.received.last(),
+            s.nack_gave_up,
+            s.first_packet_keyframe
+        );
+        assert!(s.packets > 300);
+        assert_eq!(
+            s.received.missing(),
+            0,
+            "viewer {v} lost {:?}",
+            s.received.holes().collect::<Vec<_>>()
+        );
+        assert_eq!(s.first_packet_keyframe, Some(true));
+        assert_eq!(s.ts_regressions, 0);
+    }
+    assert!(ma.relay_sent > 300 && mb.relay_received > 300);
+    assert!(
+        ma.relay_retransmitted > 0,
+        "relay-link losses were repaired"
+    );
+    assert_eq!(mb.relay_refused, 0);
+    // B's viewer leaves: the relay goes away within a couple of refresh periods.
+    let now = tb.now();
+    tb.node(b).delete(now, &remote_session).unwrap();
+    tb.run_for(Duration::from_secs(3));
+    let sent = tb.node(a).metrics().relay_sent;
+    tb.run_for(Duration::from_secs(1));
+    assert_eq!(
+        tb.node(a).metrics().relay_sent,
+        sent,
+        "no relay once unused"
+    );
+}

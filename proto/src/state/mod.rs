@@ -178,6 +178,9 @@ pub struct SessionSnapshot {
     /// Current REMB estimate towards a publisher.
     #[prost(uint64, tag = "15")]
     pub remb_bps: u64,
+    /// Ownership epoch.
+    #[prost(uint64, tag = "16")]
+    pub epoch: u64,
 }
 
 /// A change to a session's state after its snapshot was taken, streamed to

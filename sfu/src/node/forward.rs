@@ -8,7 +8,7 @@ use ferry_proto::StreamId;
 
 use super::Node;
 use crate::ingest::{IncomingTrack, IngestDrop};
-use crate::munger::DropReason;
+use crate::munger::{DropReason, SourcePacket};
 use crate::rtcp::{RtcpIter, RtcpPacket};
 use crate::rtp::RtpHeader;
 use crate::session::{Phase, Role};
@@ -66,25 +66,42 @@ impl Node {
         }
         let stream = s.stream.clone();
         let pkt = &data[..ing.len];
+        let want_keyframe = self.fan_out(now, &stream, ing.line, pkt, &ing.src);
+        self.relay_out(&stream, ing.line, &ing.src, pkt);
+        if want_keyframe {
+            self.request_keyframe(now, &stream, ing.line);
+        }
+    }
+
+    /// Forwards one source packet of `stream`'s track `line` to every
+    /// connected local viewer. Returns whether a viewer waits for a keyframe.
+    pub(super) fn fan_out(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        line: usize,
+        pkt: &[u8],
+        src: &SourcePacket,
+    ) -> bool {
         let mut want_keyframe = false;
-        let Some(entry) = self.streams.get(&stream) else {
-            return;
+        let Some(entry) = self.streams.get(stream) else {
+            return false;
         };
         for &vk in &entry.viewers {
             let Some(v) = self.sessions[vk].as_mut() else {
                 continue;
             };
-            if v.phase != Phase::Connected {
+            if v.phase != Phase::Connected || !v.active {
                 continue;
             }
             let Role::Viewer(vtracks) = &mut v.role else {
                 continue;
             };
-            let Some(t) = vtracks.iter_mut().find(|t| t.source() == Some(ing.line)) else {
+            let Some(t) = vtracks.iter_mut().find(|t| t.source() == Some(line)) else {
                 continue;
             };
             let mut buf = self.out.buffer();
-            match t.forward(now, pkt, &ing.src, &mut buf) {
+            match t.forward(now, pkt, src, &mut buf) {
                 Ok(n) => {
                     if v.send_rtp(&mut self.out, buf, n) {
                         self.out.metrics.rtp_forwarded += 1;
@@ -99,13 +116,12 @@ impl Node {
                 }
             }
         }
-        if want_keyframe {
-            self.request_keyframe(now, &stream, ing.line);
-        }
+        want_keyframe
     }
 
-    fn request_keyframe(&mut self, now: Instant, stream: &StreamId, line: usize) {
+    pub(super) fn request_keyframe(&mut self, now: Instant, stream: &StreamId, line: usize) {
         let Some(pk) = self.streams.get(stream).and_then(|e| e.publisher) else {
+            self.request_relay_keyframe(now, stream, line);
             return;
         };
         let Some(p) = self.sessions[pk].as_mut() else {
@@ -177,13 +193,31 @@ impl Node {
         }
     }
 
-    /// Answers a viewer's NACKs from the publisher's cache.
+    /// A source packet of `stream` from the local publisher's or the relay's cache.
+    fn cached_source(
+        &self,
+        stream: &StreamId,
+        line: usize,
+        ssrc: u32,
+        ext_seq: u64,
+    ) -> Option<&[u8]> {
+        let entry = self.streams.get(stream)?;
+        if let Some(pk) = entry.publisher {
+            return match self.sessions[pk].as_ref().map(|p| &p.role) {
+                Some(Role::Publisher(pt)) => pt
+                    .iter()
+                    .find(|t| t.index == line)
+                    .and_then(|t| t.stream(ssrc))
+                    .and_then(|st| st.cached(ext_seq)),
+                _ => None,
+            };
+        }
+        entry.relay_in.as_ref()?.cached(line as u8, ssrc, ext_seq)
+    }
+
+    /// Answers a viewer's NACKs from the source's cache.
     fn retransmit(&mut self, vkey: usize, stream: &StreamId, nacks: &[(usize, u16)]) {
         self.out.metrics.nacks_received += nacks.len() as u64;
-        let Some(pk) = self.streams.get(stream).and_then(|e| e.publisher) else {
-            self.out.metrics.retransmissions_missed += nacks.len() as u64;
-            return;
-        };
         for &(ti, seq) in nacks {
             // Look the packet up on the viewer side, copy it from the publisher's cache.
             let Some(Role::Viewer(vt)) = self.sessions[vkey].as_ref().map(|s| &s.role) else {
@@ -195,15 +229,12 @@ impl Node {
                 continue;
             };
             let mut src = self.out.buffer();
-            let found = match self.sessions[pk].as_ref().map(|p| &p.role) {
-                Some(Role::Publisher(pt)) => pt
-                    .iter()
-                    .find(|t| t.index == line)
-                    .and_then(|t| t.stream(r.src_ssrc))
-                    .and_then(|st| st.cached(r.src_ext_seq))
-                    .map(|pkt| src.extend_from_slice(pkt))
-                    .is_some(),
-                _ => false,
+            let found = match self.cached_source(stream, line, r.src_ssrc, r.src_ext_seq) {
+                Some(pkt) => {
+                    src.extend_from_slice(pkt);
+                    true
+                }
+                None => false,
             };
             if !found {
                 self.out.recycle(src);

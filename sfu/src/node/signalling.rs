@@ -59,12 +59,7 @@ impl Node {
         stream: &StreamId,
         offer: &str,
     ) -> Result<SessionAnswer, SignalError> {
-        let publisher = self
-            .streams
-            .get(stream)
-            .and_then(|e| e.publisher)
-            .and_then(|k| self.sessions[k].as_ref());
-        let Some(sources) = publisher.map(|p| p.media.clone()) else {
+        let Some(sources) = self.source_lines(stream) else {
             return self.reject(SignalError::StreamNotFound(stream.clone()));
         };
         self.create(

@@ -1,0 +1,470 @@
+//! Cascade relay on the node: subscribing to a stream published elsewhere,
+//! serving subscriptions to local streams, and the relay control plane
+//! (offers, relay-link NACKs, keyframe requests, sender reports).
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use ferry_proto::StreamId;
+
+use super::Node;
+use crate::codec::{self, Codec};
+use crate::munger::SourcePacket;
+use crate::negotiate::MediaLine;
+use crate::relay::{
+    self, Control, MediaHeader, Offer, RelayIn, RelayNack, RelayOut, RelaySr, RelayTrack,
+    Subscribe, control::Body,
+};
+use crate::rtp::RtpHeader;
+use crate::session::Role;
+
+impl Node {
+    fn send_control(&mut self, to: SocketAddr, body: Body) {
+        let Some(key) = self.config.cluster_key.as_ref() else {
+            return;
+        };
+        let data = relay::write_control(key, &Control { body: Some(body) });
+        self.out.send(to, data);
+    }
+
+    /// Subscribes to `stream` published on the node at `origin`. Local
+    /// viewers can be created once the origin's offer arrived
+    /// ([`Node::relay_ready`]). A stream published here is not relayed in.
+    pub fn subscribe_relay(&mut self, now: Instant, stream: &StreamId, origin: SocketAddr) {
+        if self.config.cluster_key.is_none() {
+            return;
+        }
+        let cache = self.config.nack_cache;
+        let entry = self.streams.entry(stream.clone()).or_default();
+        if entry.publisher.is_some() {
+            return;
+        }
+        match &mut entry.relay_in {
+            Some(r) if r.origin == origin => return,
+            Some(r) => *r = RelayIn::new(origin, now, cache),
+            None => entry.relay_in = Some(RelayIn::new(origin, now, cache)),
+        }
+        self.relay_ids
+            .insert(relay::relay_id(stream), stream.clone());
+        self.send_control(
+            origin,
+            Body::Subscribe(Subscribe {
+                stream: stream.to_string(),
+            }),
+        );
+        self.note_relay_deadline(now);
+    }
+
+    pub(super) fn unsubscribe_relay(&mut self, stream: &StreamId, origin: SocketAddr) {
+        self.relay_ids.retain(|_, s| s != stream);
+        self.send_control(
+            origin,
+            Body::Unsubscribe(Subscribe {
+                stream: stream.to_string(),
+            }),
+        );
+    }
+
+    /// Whether a relayed `stream` has been offered (viewers can join).
+    pub fn relay_ready(&self, stream: &StreamId) -> bool {
+        self.streams
+            .get(stream)
+            .and_then(|e| e.relay_in.as_ref())
+            .is_some_and(RelayIn::ready)
+    }
+
+    fn note_relay_deadline(&mut self, now: Instant) {
+        let t = self.next_relay_tick.max(now);
+        self.next_timeout = Some(self.next_timeout.map_or(t, |n| n.min(t)));
+    }
+
+    /// The publisher's m-lines of a stream, local or relayed.
+    pub(super) fn source_lines(&self, stream: &StreamId) -> Option<Vec<MediaLine>> {
+        let entry = self.streams.get(stream)?;
+        if let Some(p) = entry.publisher.and_then(|k| self.sessions[k].as_ref()) {
+            return Some(p.media.clone());
+        }
+        entry
+            .relay_in
+            .as_ref()
+            .filter(|r| r.ready())
+            .map(|r| r.media.clone())
+    }
+
+    /// Sends `Offer` for a local stream to a subscriber.
+    pub(super) fn send_offer(&mut self, stream: &StreamId, to: SocketAddr, live: bool) {
+        let media = if live {
+            self.streams
+                .get(stream)
+                .and_then(|e| e.publisher)
+                .and_then(|k| self.sessions[k].as_ref())
+                .map(|p| p.media.iter().map(MediaLine::to_state).collect())
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        self.send_control(
+            to,
+            Body::Offer(Offer {
+                stream: stream.to_string(),
+                relay_id: relay::relay_id(stream),
+                media,
+                live,
+            }),
+        );
+    }
+
+    /// Relays one forwarded packet of a local publisher to the subscribed nodes.
+    pub(super) fn relay_out(
+        &mut self,
+        stream: &StreamId,
+        line: usize,
+        src: &SourcePacket,
+        rtp: &[u8],
+    ) {
+        let Some(key) = self.config.cluster_key.clone() else {
+            return;
+        };
+        let Some(entry) = self.streams.get(stream) else {
+            return;
+        };
+        if entry.relay_out.is_empty() {
+            return;
+        }
+        let h = MediaHeader {
+            relay_id: relay::relay_id(stream),
+            track: line as u8,
+            src: *src,
+        };
+        let targets: Vec<SocketAddr> = entry.relay_out.iter().map(|r| r.addr).collect();
+        for to in targets {
+            let mut buf = self.out.buffer();
+            relay::write_media(&key, &h, rtp, &mut buf);
+            self.out.metrics.relay_sent += 1;
+            self.out.send(to, buf);
+        }
+    }
+
+    pub(super) fn handle_relay_media(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        let Some(key) = self.config.cluster_key.as_ref() else {
+            self.out.metrics.relay_refused += 1;
+            return;
+        };
+        let (h, rtp) = match relay::read_media(key, data) {
+            Ok(x) => x,
+            Err(_) => {
+                self.out.metrics.relay_refused += 1;
+                return;
+            }
+        };
+        let Some(stream) = self.relay_ids.get(&h.relay_id).cloned() else {
+            self.out.metrics.relay_refused += 1;
+            return;
+        };
+        let Some(r) = self
+            .streams
+            .get_mut(&stream)
+            .and_then(|e| e.relay_in.as_mut())
+            .filter(|r| r.origin == from)
+        else {
+            self.out.metrics.relay_refused += 1;
+            return;
+        };
+        let Some(line) = r.media.get(usize::from(h.track)) else {
+            return;
+        };
+        let mut src = h.src;
+        src.clock_rate = line.codec.clock_rate();
+        let fresh = r.receive(now, h.track, &src, rtp);
+        // A gap on the relay link is NACKed at once, not at the next refresh.
+        if let Some(t) = r.nack_deadline() {
+            self.next_timeout = Some(self.next_timeout.map_or(t, |n| n.min(t)));
+        }
+        if !fresh {
+            return;
+        }
+        self.out.metrics.relay_received += 1;
+        if self.fan_out(now, &stream, usize::from(h.track), rtp, &src) {
+            self.request_keyframe(now, &stream, usize::from(h.track));
+        }
+        self.note_relay_deadline(now);
+    }
+
+    pub(super) fn handle_relay_control(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        let Some(key) = self.config.cluster_key.as_ref() else {
+            self.out.metrics.relay_refused += 1;
+            return;
+        };
+        let Ok(Control { body: Some(body) }) = relay::read_control(key, data) else {
+            self.out.metrics.relay_refused += 1;
+            return;
+        };
+        match body {
+            Body::Subscribe(s) => {
+                let Ok(stream) = StreamId::new(s.stream) else {
+                    return;
+                };
+                let live = self
+                    .streams
+                    .get(&stream)
+                    .is_some_and(|e| e.publisher.is_some());
+                if live && let Some(e) = self.streams.get_mut(&stream) {
+                    match e.relay_out.iter_mut().find(|r| r.addr == from) {
+                        Some(r) => r.refreshed = now,
+                        None => e.relay_out.push(RelayOut {
+                            addr: from,
+                            refreshed: now,
+                        }),
+                    }
+                }
+                self.send_offer(&stream, from, live);
+            }
+            Body::Unsubscribe(s) => {
+                if let Ok(stream) = StreamId::new(s.stream)
+                    && let Some(e) = self.streams.get_mut(&stream)
+                {
+                    e.relay_out.retain(|r| r.addr != from);
+                }
+            }
+            Body::Offer(o) => self.handle_offer(now, from, o),
+            Body::Nack(n) => self.handle_relay_nack(from, n),
+            Body::KeyframeRequest(t) => {
+                if let Some(stream) = self.relay_stream_of_origin(t.relay_id) {
+                    self.out.metrics.keyframe_requests_received += 1;
+                    self.request_keyframe(now, &stream, t.track as usize);
+                }
+            }
+            Body::SenderReport(sr) => {
+                if let Some(stream) = self.relay_ids.get(&sr.relay_id).cloned()
+                    && let Some(r) = self
+                        .streams
+                        .get_mut(&stream)
+                        .and_then(|e| e.relay_in.as_mut())
+                    && r.origin == from
+                {
+                    r.sender_report(now, sr.track as u8, sr.ntp, sr.ext_ts);
+                }
+            }
+        }
+    }
+
+    /// A local stream by the id subscribers use for it.
+    fn relay_stream_of_origin(&self, relay_id: u32) -> Option<StreamId> {
+        self.streams
+            .iter()
+            .find(|(name, e)| e.publisher.is_some() && relay::relay_id(name) == relay_id)
+            .map(|(name, _)| name.clone())
+    }
+
+    fn handle_offer(&mut self, now: Instant, from: SocketAddr, o: Offer) {
+        let Ok(stream) = StreamId::new(o.stream) else {
+            return;
+        };
+        let Some(entry) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        let Some(r) = entry.relay_in.as_mut().filter(|r| r.origin == from) else {
+            return;
+        };
+        if o.live {
+            r.offered(o.relay_id, &o.media);
+            self.relay_ids.insert(o.relay_id, stream);
+            return;
+        }
+        // The origin no longer publishes it: the stream ended.
+        entry.relay_in = None;
+        let viewers = std::mem::take(&mut entry.viewers);
+        if entry.unused() {
+            self.streams.remove(&stream);
+        }
+        for v in viewers {
+            self.close(v, crate::session::CloseReason::PublisherGone);
+        }
+        let _ = now;
+    }
+
+    fn handle_relay_nack(&mut self, from: SocketAddr, n: RelayNack) {
+        let Some(stream) = self.relay_stream_of_origin(n.relay_id) else {
+            return;
+        };
+        let Some(key) = self.config.cluster_key.clone() else {
+            return;
+        };
+        let Some(pk) = self.streams.get(&stream).and_then(|e| e.publisher) else {
+            return;
+        };
+        let mut out = Vec::new();
+        if let Some(Role::Publisher(tracks)) = self.sessions[pk].as_ref().map(|s| &s.role)
+            && let Some(t) = tracks.iter().find(|t| t.index == n.track as usize)
+            && let Some(st) = t.stream(n.ssrc)
+        {
+            for &ext in n.ext_seqs.iter().take(64) {
+                let Some(pkt) = st.cached(ext) else { continue };
+                let Ok(h) = RtpHeader::parse(pkt) else {
+                    continue;
+                };
+                let payload = h.payload(pkt);
+                let vp8 = (t.line.codec == Codec::Vp8)
+                    .then(|| codec::vp8_descriptor(payload))
+                    .flatten()
+                    .and_then(|d| {
+                        d.picture_id
+                            .filter(|(_, long)| *long)
+                            .map(|(pid, _)| (pid, d.tl0_pic_idx.map(|(t, _)| t)))
+                    });
+                let src = SourcePacket {
+                    ssrc: n.ssrc,
+                    ext_seq: ext,
+                    ext_ts: st.extend_ts(h.timestamp),
+                    keyframe_start: t.line.codec.is_keyframe_start(payload),
+                    clock_rate: t.line.codec.clock_rate(),
+                    vp8,
+                };
+                let mut buf = Vec::with_capacity(pkt.len() + 64);
+                relay::write_media(
+                    &key,
+                    &MediaHeader {
+                        relay_id: n.relay_id,
+                        track: n.track as u8,
+                        src,
+                    },
+                    pkt,
+                    &mut buf,
+                );
+                out.push(buf);
+            }
+        }
+        for buf in out {
+            self.out.metrics.relay_retransmitted += 1;
+            self.out.send(from, buf);
+        }
+    }
+
+    /// Refreshes subscriptions, drops lapsed ones, sends relay-link NACKs and
+    /// sender reports. Returns when it wants to run again.
+    pub(super) fn relay_tick(&mut self, now: Instant) -> Option<Instant> {
+        self.config.cluster_key.as_ref()?;
+        let mut next: Option<Instant> = None;
+        let mut min = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+        let mut sends: Vec<(SocketAddr, Body)> = Vec::new();
+        let mut drop_streams = Vec::new();
+        let periodic = now >= self.next_relay_tick;
+        if periodic {
+            self.next_relay_tick = now + relay::REFRESH;
+        }
+        min(self.next_relay_tick);
+        let names: Vec<StreamId> = self.streams.keys().cloned().collect();
+        for name in names {
+            let sr: Vec<(u32, (u64, u64))> = if periodic {
+                self.streams
+                    .get(&name)
+                    .and_then(|e| e.publisher)
+                    .and_then(|k| self.sessions[k].as_ref())
+                    .map(|p| match &p.role {
+                        Role::Publisher(tracks) => tracks
+                            .iter()
+                            .filter_map(|t| t.sr_projection(now).map(|x| (t.index as u32, x)))
+                            .collect(),
+                        Role::Viewer(_) => Vec::new(),
+                    })
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            let Some(e) = self.streams.get_mut(&name) else {
+                continue;
+            };
+            e.relay_out
+                .retain(|r| now.saturating_duration_since(r.refreshed) < relay::SUBSCRIPTION_TTL);
+            for r in &e.relay_out {
+                for (track, (ntp, ext_ts)) in &sr {
+                    sends.push((
+                        r.addr,
+                        Body::SenderReport(RelaySr {
+                            relay_id: relay::relay_id(&name),
+                            track: *track,
+                            ntp: *ntp,
+                            ext_ts: *ext_ts,
+                        }),
+                    ));
+                }
+            }
+            if let Some(r) = e.relay_in.as_mut() {
+                if e.viewers.is_empty() && periodic && r.ready() {
+                    // No local viewer left: tear the relay down.
+                    sends.push((
+                        r.origin,
+                        Body::Unsubscribe(Subscribe {
+                            stream: name.to_string(),
+                        }),
+                    ));
+                    drop_streams.push(name.clone());
+                    continue;
+                }
+                if now >= r.next_refresh {
+                    r.next_refresh = now + relay::REFRESH;
+                    sends.push((
+                        r.origin,
+                        Body::Subscribe(Subscribe {
+                            stream: name.to_string(),
+                        }),
+                    ));
+                }
+                min(r.next_refresh);
+                if let Some(id) = r.relay_id {
+                    for (track, ssrc, ext_seqs) in r.poll_nacks(now) {
+                        sends.push((
+                            r.origin,
+                            Body::Nack(RelayNack {
+                                relay_id: id,
+                                track: u32::from(track),
+                                ssrc,
+                                ext_seqs,
+                            }),
+                        ));
+                    }
+                }
+                if let Some(t) = r.nack_deadline() {
+                    min(t);
+                }
+            }
+        }
+        for name in drop_streams {
+            if let Some(e) = self.streams.get_mut(&name) {
+                e.relay_in = None;
+                if e.unused() {
+                    self.streams.remove(&name);
+                }
+            }
+            self.relay_ids.retain(|_, s| *s != name);
+        }
+        for (to, body) in sends {
+            self.send_control(to, body);
+        }
+        next
+    }
+
+    /// A keyframe request for a relayed stream goes to its origin.
+    pub(super) fn request_relay_keyframe(&mut self, now: Instant, stream: &StreamId, line: usize) {
+        let throttle = self.config.pli_throttle;
+        let Some(r) = self
+            .streams
+            .get_mut(stream)
+            .and_then(|e| e.relay_in.as_mut())
+        else {
+            return;
+        };
+        let (Some(id), origin) = (r.relay_id, r.origin) else {
+            return;
+        };
+        if r.keyframe_request_due(now, line as u8, throttle) {
+            self.send_control(
+                origin,
+                Body::KeyframeRequest(RelayTrack {
+                    relay_id: id,
+                    track: line as u32,
+                }),
+            );
+        }
+    }
+}
