@@ -213,6 +213,14 @@ impl IceLite {
         }
     }
 
+    /// Consent starts afresh (a session activated on a new node: its
+    /// client's last check went to the old one).
+    pub fn refresh_consent(&mut self, now: Instant) {
+        if self.selected.is_some() {
+            self.consent_deadline = now.checked_add(CONSENT_TIMEOUT);
+        }
+    }
+
     /// The nominated remote address media goes to.
     pub fn selected(&self) -> Option<SocketAddr> {
         self.selected

@@ -62,6 +62,11 @@ impl IncomingStream {
         self.cache.get(ext_seq)
     }
 
+    /// The retransmission cache (migration moves it).
+    pub fn cache_mut(&mut self) -> &mut PacketCache {
+        &mut self.cache
+    }
+
     /// Extends a 32-bit RTP timestamp of this stream.
     pub fn extend_ts(&self, ts: u32) -> u64 {
         self.ts.peek(u64::from(ts))

@@ -9,6 +9,7 @@ pub mod cert;
 pub mod codec;
 pub mod driver;
 pub mod dtls;
+pub mod edge;
 pub mod egress;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
@@ -34,3 +35,4 @@ pub mod srtp;
 pub mod stun;
 pub mod testbed;
 pub mod time;
+pub mod tunnel;

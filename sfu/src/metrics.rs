@@ -95,6 +95,28 @@ metrics! {
     relay_refused,
     /// Packets re-sent on a relay link after a relay NACK.
     relay_retransmitted,
+    /// Client datagrams received through an edge or a forwarding node.
+    tunnel_received,
+    /// Tunnel datagrams refused (unauthenticated, malformed, no such session).
+    tunnel_refused,
+    /// Datagrams for a client dropped because a stale owner sent them.
+    tunnel_fenced,
+    /// Datagrams of a session that moved away sent on to its new owner.
+    forwarded_to_owner,
+    /// Datagrams of a moved session's new owner sent on to its client.
+    forwarded_to_client,
+    /// Datagrams held for a frozen or imported session.
+    held_datagrams,
+    /// Held datagrams dropped because the hold queue was full.
+    held_dropped,
+    /// Ownership claims sent to the edge.
+    edge_claims,
+    /// Sessions migrated away from this node (committed).
+    migrations_out,
+    /// Sessions migrated to this node (activated).
+    migrations_in,
+    /// Migrations of a session away from this node rolled back.
+    migrations_rolled_back,
 }
 
 impl NodeMetrics {

@@ -121,6 +121,19 @@ impl Munger {
         }
     }
 
+    /// The last source packet forwarded: `(ssrc, ext seq, ext ts)`; `None`
+    /// before the first or while waiting for a keyframe.
+    pub fn last_source(&self) -> Option<(u32, u64, u64)> {
+        let ssrc = self
+            .src_ssrc
+            .filter(|_| self.started && !self.waiting_keyframe)?;
+        Some((
+            ssrc,
+            self.last_src_seq,
+            self.last_out_ts.wrapping_sub(self.ts_delta),
+        ))
+    }
+
     /// Outgoing SSRC.
     pub fn out_ssrc(&self) -> u32 {
         self.out_ssrc

@@ -33,8 +33,13 @@ use crate::stun::{self, StunMessage};
 use crate::time::WallClock;
 
 mod forward;
+mod migration;
 mod relaying;
 mod signalling;
+mod tunnelling;
+
+pub use migration::MigrateError;
+use tunnelling::{Forward, Held, Ingress};
 
 /// Largest datagram the node accepts.
 pub const MAX_DATAGRAM: usize = 1500;
@@ -69,6 +74,12 @@ pub struct NodeConfig {
     /// Key authenticating relay and migration traffic between nodes (`None`:
     /// this node neither relays nor receives relays).
     pub cluster_key: Option<crate::relay::ClusterKey>,
+    /// Where other nodes reach this one (relay, forwarding); default: the
+    /// first candidate.
+    pub cluster_addr: Option<SocketAddr>,
+    /// The edge this node's clients reach it through (`None`: directly). The
+    /// candidates are then the edge's public address.
+    pub edge: Option<SocketAddr>,
 }
 
 impl NodeConfig {
@@ -92,6 +103,8 @@ impl NodeConfig {
             remb_min_bps: 150_000,
             remb_max_bps: 3_000_000,
             cluster_key: None,
+            cluster_addr: None,
+            edge: None,
         }
     }
 }
@@ -135,6 +148,22 @@ pub struct Node {
     epoch: Instant,
     relay_ids: HashMap<u32, StreamId>,
     next_relay_tick: Instant,
+    /// Path of the datagram being processed.
+    ingress: Ingress,
+    /// Datagrams of inactive (frozen or imported) sessions, by session key.
+    held: HashMap<usize, Vec<Held>>,
+    /// Forwarding pointers of sessions that moved away, by ICE ufrag.
+    forwards: HashMap<String, Forward>,
+    /// Client address → ufrag of a forwarding pointer.
+    forward_addrs: HashMap<SocketAddr, String>,
+    /// Streams whose publisher moved away: the new origin, until when.
+    moved_streams: HashMap<StreamId, (SocketAddr, Instant)>,
+    /// Other nodes' cluster addresses.
+    peers: HashMap<NodeId, SocketAddr>,
+    /// Imported sessions waiting for activation: what they take over.
+    imports: HashMap<usize, migration::Takeover>,
+    /// Next repeat of pending edge claims.
+    next_claim: Instant,
 }
 
 fn random_token(rng: &mut ChaCha20Rng, len: usize) -> String {
@@ -171,7 +200,34 @@ impl Node {
             epoch: now,
             relay_ids: HashMap::new(),
             next_relay_tick: now + crate::relay::REFRESH,
+            ingress: Ingress::Direct,
+            held: HashMap::new(),
+            forwards: HashMap::new(),
+            forward_addrs: HashMap::new(),
+            moved_streams: HashMap::new(),
+            peers: HashMap::new(),
+            imports: HashMap::new(),
+            next_claim: now,
         }
+    }
+
+    /// Where other nodes reach this one.
+    pub fn cluster_addr(&self) -> Option<SocketAddr> {
+        self.config
+            .cluster_addr
+            .or_else(|| self.config.candidates.first().copied())
+    }
+
+    /// Puts the node behind an edge (`None`: clients reach it directly) and
+    /// sets where other nodes reach it.
+    pub fn set_edge(&mut self, edge: Option<SocketAddr>, cluster_addr: Option<SocketAddr>) {
+        self.config.edge = edge;
+        self.config.cluster_addr = cluster_addr;
+    }
+
+    /// Records another node's cluster address (migration targets, relays).
+    pub fn set_peer(&mut self, node: NodeId, addr: SocketAddr) {
+        self.peers.insert(node, addr);
     }
 
     /// This node's id.
@@ -196,7 +252,15 @@ impl Node {
 
     /// Next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.out.queue.pop_front()
+        loop {
+            let t = self.out.queue.pop_front()?;
+            if t.via.is_none() {
+                return Some(t);
+            }
+            if let Some(t) = self.wrap(t) {
+                return Some(t);
+            }
+        }
     }
 
     /// Next event.
@@ -242,6 +306,14 @@ impl Node {
     }
 
     fn insert(&mut self, session: Session) -> usize {
+        let key = self.insert_detached(session);
+        self.attach(key);
+        key
+    }
+
+    /// Adds a session to the indexes but not to its stream: it neither
+    /// receives forwarded media nor feeds viewers.
+    fn insert_detached(&mut self, session: Session) -> usize {
         let key = match self.free.pop() {
             Some(k) => k,
             None => {
@@ -251,26 +323,40 @@ impl Node {
         };
         self.by_id.insert(session.id.clone(), key);
         self.by_ufrag.insert(session.ice.local().ufrag.clone(), key);
+        // A moved session is no longer forwarded from here.
+        if let Some(f) = self.forwards.remove(&session.ice.local().ufrag) {
+            self.forward_addrs.retain(|_, u| *u != f.ufrag);
+        }
         if let Some(addr) = session.ice.selected() {
             self.by_addr.insert(addr, key);
-        }
-        let entry = self.streams.entry(session.stream.clone()).or_default();
-        let mut unsubscribe = None;
-        match session.role {
-            Role::Publisher(_) => {
-                entry.publisher = Some(key);
-                // Published here now: stop relaying it in.
-                unsubscribe = entry.relay_in.take().map(|r| r.origin);
-            }
-            Role::Viewer(_) => entry.viewers.push(key),
-        }
-        if let Some(origin) = unsubscribe {
-            self.unsubscribe_relay(&session.stream, origin);
         }
         self.sessions[key] = Some(session);
         self.out.metrics.sessions_created += 1;
         self.note_deadline(key);
         key
+    }
+
+    /// Makes a session part of its stream: a publisher feeds it, a viewer
+    /// is fed by it.
+    fn attach(&mut self, key: usize) {
+        let Some(session) = self.sessions[key].as_ref() else {
+            return;
+        };
+        let stream = session.stream.clone();
+        let publisher = matches!(session.role, Role::Publisher(_));
+        let entry = self.streams.entry(stream.clone()).or_default();
+        let mut unsubscribe = None;
+        if publisher {
+            entry.publisher = Some(key);
+            // Published here now: stop relaying it in.
+            unsubscribe = entry.relay_in.take().map(|r| r.origin);
+        } else if !entry.viewers.contains(&key) {
+            entry.viewers.push(key);
+        }
+        self.moved_streams.remove(&stream);
+        if let Some(origin) = unsubscribe {
+            self.unsubscribe_relay(&stream, origin);
+        }
     }
 
     fn new_local_ice(&mut self) -> IceCredentials {
@@ -297,6 +383,8 @@ impl Node {
             return;
         };
         session.say_goodbye(&mut self.out);
+        self.held.remove(&key);
+        self.imports.remove(&key);
         self.free.push(key);
         self.by_id.remove(&session.id);
         self.by_ufrag.remove(&session.ice.local().ufrag);
@@ -343,6 +431,17 @@ impl Node {
         match data.first() {
             Some(&crate::relay::MEDIA) => self.handle_relay_media(now, from, data),
             Some(&crate::relay::CONTROL) => self.handle_relay_control(now, from, data),
+            Some(&crate::tunnel::TUNNEL) => self.handle_tunnel(now, from, data),
+            _ => {
+                self.ingress = Ingress::Direct;
+                self.handle_client(now, from, data);
+            }
+        }
+    }
+
+    /// A datagram from a client (directly, or out of a tunnel).
+    fn handle_client(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
+        match data.first() {
             Some(0..=3) => self.handle_stun(now, from, data),
             Some(20..=63) => self.handle_dtls(now, from, data),
             Some(128..=191) => self.handle_srtp(now, from, data),
@@ -355,27 +454,39 @@ impl Node {
             self.out.metrics.stun_errors += 1;
             return;
         };
-        let key = msg
-            .username()
-            .and_then(|u| u.split(':').next())
-            .and_then(|local| self.by_ufrag.get(local))
-            .copied();
+        let local = msg.username().and_then(|u| u.split(':').next());
+        let key = local.and_then(|local| self.by_ufrag.get(local)).copied();
         let Some(key) = key else {
+            if let Some(f) = local.and_then(|l| self.forwards.get(l)) {
+                let (to, epoch) = (f.target, f.epoch);
+                self.forward(now, to, epoch, from, data);
+                return;
+            }
             self.out.metrics.stun_errors += 1;
             return;
         };
+        if self.sessions[key].as_ref().is_some_and(|s| !s.active) {
+            self.hold(key, from, data);
+            return;
+        }
+        let ingress = self.ingress;
         let Some(session) = self.sessions[key].as_mut() else {
             return;
         };
         let mut buf = self.out.buffer();
         buf.resize(stun::MAX_MESSAGE_LEN, 0);
+        let reply_via = ingress.reply_path(session);
         match session
             .ice
             .handle_binding_request(now, from, &msg, &mut buf)
         {
             Ok((n, event)) => {
                 buf.truncate(n);
-                self.out.send(from, buf);
+                self.out.send_via(from, reply_via, buf);
+                if msg.use_candidate() || session.ice.selected() == Some(from) {
+                    // A check on the media path: it tells which way the client is reached.
+                    ingress.update_path(session);
+                }
                 if !self.by_addr.contains_key(&from) && session.ice.selected().is_none() {
                     // A check before nomination: let the peer's DTLS reach us.
                     self.by_addr.insert(from, key);
@@ -413,7 +524,7 @@ impl Node {
                 match e.response {
                     Some(n) => {
                         buf.truncate(n);
-                        self.out.send(from, buf);
+                        self.out.send_via(from, reply_via, buf);
                     }
                     None => self.out.recycle(buf),
                 }
@@ -422,8 +533,7 @@ impl Node {
     }
 
     fn handle_dtls(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
-        let Some(&key) = self.by_addr.get(&from) else {
-            self.out.metrics.dropped_unknown_source += 1;
+        let Some(key) = self.session_by_addr(now, from, data) else {
             return;
         };
         let Some(s) = self.sessions[key].as_mut() else {
@@ -438,8 +548,7 @@ impl Node {
     }
 
     fn handle_srtp(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
-        let Some(&key) = self.by_addr.get(&from) else {
-            self.out.metrics.dropped_unknown_source += 1;
+        let Some(key) = self.session_by_addr(now, from, data) else {
             return;
         };
         let Some(s) = self.sessions[key].as_mut() else {
@@ -495,6 +604,9 @@ impl Node {
         if let Some(t) = self.relay_tick(now) {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
+        if let Some(t) = self.tunnel_tick(now) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         self.next_timeout = next;
     }
 
@@ -502,6 +614,10 @@ impl Node {
         let Some(s) = self.sessions[key].as_mut() else {
             return;
         };
+        if !s.active {
+            // Frozen or imported: its timers belong to whoever runs it.
+            return;
+        }
         s.dtls.handle_timeout(now);
         if let Some(r) = s.flush_dtls(&mut self.out) {
             self.close(key, r);

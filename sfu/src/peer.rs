@@ -54,7 +54,7 @@ use crate::codec::Codec;
 use crate::dtls::{self, DtlsEvent, DtlsRole, DtlsTransport};
 use crate::ice::{IceClient, IceClientEvent, IceCredentials};
 use crate::rtcp::{RtcpIter, RtcpPacket};
-use crate::rtp;
+use crate::rtp::{self, RtpHeader};
 use crate::srtp::{SrtpContext, SrtpProfile};
 use crate::stun::{self, StunMessage};
 use crate::time::WallClock;
@@ -167,6 +167,8 @@ pub struct Peer {
     dtls: Option<DtlsTransport>,
     srtp_tx: Option<SrtpContext>,
     srtp_rx: Option<SrtpContext>,
+    /// (RTCP?, SSRC, index) → digest of what was encrypted under it.
+    srtp_ledger: std::collections::HashMap<(bool, u32, u64), u32>,
     sender: Sender,
     receiver: Receiver,
     bases: Vec<StreamBases>,
@@ -317,6 +319,7 @@ impl Peer {
             dtls: None,
             srtp_tx: None,
             srtp_rx: None,
+            srtp_ledger: std::collections::HashMap::new(),
             bases,
             plain: Vec::new(),
             out: VecDeque::new(),
@@ -536,7 +539,32 @@ impl Peer {
         self.media_timeout(now);
     }
 
+    /// Records which plaintext the sender encrypted under each (SSRC,
+    /// index), replay check or not: two different ones are a reuse.
+    fn audit_srtp(&mut self, data: &[u8]) {
+        let Some(rx) = self.srtp_rx.as_ref() else {
+            return;
+        };
+        let mut copy = data.to_vec();
+        let entry = if rtp::is_rtcp(data) {
+            rx.inspect_rtcp(&mut copy)
+                .ok()
+                .map(|(n, ssrc, i)| ((true, ssrc, u64::from(i)), crc32fast::hash(&copy[8..n])))
+        } else {
+            rx.inspect_rtp(&mut copy).ok().and_then(|(n, ssrc, i)| {
+                let h = RtpHeader::parse(&copy[..n]).ok()?;
+                Some(((false, ssrc, i), crc32fast::hash(h.payload(&copy[..n]))))
+            })
+        };
+        if let Some((k, digest)) = entry
+            && *self.srtp_ledger.entry(k).or_insert(digest) != digest
+        {
+            self.stats.srtp_index_reuse += 1;
+        }
+    }
+
     fn on_srtp(&mut self, now: Instant, data: &mut [u8]) {
+        self.audit_srtp(data);
         let Some(rx) = self.srtp_rx.as_mut() else {
             self.stats.datagrams_dropped += 1;
             return;

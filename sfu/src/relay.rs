@@ -237,6 +237,14 @@ pub struct Offer {
     /// False: the origin no longer has this stream.
     #[prost(bool, tag = "4")]
     pub live: bool,
+    /// Not live here because the publisher moved: the new origin's cluster
+    /// address (subscribers follow it).
+    #[prost(string, tag = "5")]
+    pub moved_to: String,
+    /// Live here because the publisher moved here from this origin (a
+    /// subscriber of that origin switches to the sender).
+    #[prost(string, tag = "6")]
+    pub previous_origin: String,
 }
 
 /// `Nack`.
@@ -342,6 +350,19 @@ impl RelayIn {
             last_keyframe_request: HashMap::new(),
             cache_size,
         }
+    }
+
+    /// Seeds the cache of `(track, ssrc)` with a publisher's cache (the
+    /// publisher moved to the origin this relay now comes from).
+    pub fn seed(&mut self, track: u8, ssrc: u32, cache: PacketCache) {
+        let (c, _, _) = self.caches.entry((track, ssrc)).or_insert_with(|| {
+            (
+                PacketCache::new(1),
+                NackGenerator::new(NackConfig::default()),
+                0,
+            )
+        });
+        *c = cache;
     }
 
     /// Whether the offer arrived (viewers can be negotiated).

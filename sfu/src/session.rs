@@ -37,6 +37,18 @@ pub struct Transmit {
     pub to: SocketAddr,
     /// Bytes (a pooled buffer: hand it back with `Node::recycle`).
     pub data: Vec<u8>,
+    /// Send through this edge (or forwarding node) at this ownership epoch,
+    /// in a tunnel datagram (the node wraps it before handing it out).
+    pub via: Option<Via>,
+}
+
+/// The path to a client through an edge or a forwarding node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Via {
+    /// The edge's (or forwarding node's) cluster address.
+    pub addr: SocketAddr,
+    /// The sender's ownership epoch of the session.
+    pub epoch: u64,
 }
 
 /// Something that happened to a session.
@@ -98,9 +110,14 @@ impl Outbox {
 
     /// Queues a datagram.
     pub fn send(&mut self, to: SocketAddr, data: Vec<u8>) {
+        self.send_via(to, None, data);
+    }
+
+    /// Queues a datagram for a client, through `via` when it is set.
+    pub fn send_via(&mut self, to: SocketAddr, via: Option<Via>, data: Vec<u8>) {
         self.metrics.tx_datagrams += 1;
         self.metrics.tx_bytes += data.len() as u64;
-        self.queue.push_back(Transmit { to, data });
+        self.queue.push_back(Transmit { to, data, via });
     }
 }
 
@@ -161,6 +178,61 @@ pub struct Session {
     pub active: bool,
     /// Ownership epoch (raised by every migration cutover).
     pub epoch: u64,
+    /// The edge or forwarding node the client is reached through (`None`: directly).
+    pub via: Option<SocketAddr>,
+    /// WAL capture while the session is being migrated away.
+    pub wal: Option<WalLog>,
+    /// Highest WAL position applied while being migrated here.
+    pub wal_applied: u64,
+}
+
+/// WAL records captured for a migration.
+#[derive(Debug, Default)]
+pub struct WalLog {
+    /// Position of the next record.
+    pub next: u64,
+    /// Records not yet taken.
+    pub records: Vec<ferry_proto::state::WalRecord>,
+    /// Bytes of the records not yet taken.
+    pub bytes: usize,
+    /// Records were lost because the capture was full.
+    pub overflowed: bool,
+}
+
+/// Records a WAL may hold before the capture gives up (the migration then
+/// fails instead of exhausting memory).
+pub const WAL_MAX_RECORDS: usize = 20_000;
+
+impl WalLog {
+    /// A capture whose first record gets position 1.
+    pub fn new() -> Self {
+        Self {
+            next: 1,
+            ..Self::default()
+        }
+    }
+
+    /// Records a packet added to a publisher track's cache. Returns false
+    /// once the capture is full.
+    pub fn cache_packet(&mut self, track: usize, ssrc: u32, ext_seq: u64, data: &[u8]) -> bool {
+        use ferry_proto::state::{WalCachePacket, WalRecord, wal_record::Change};
+        if self.records.len() >= WAL_MAX_RECORDS {
+            self.overflowed = true;
+            return false;
+        }
+        self.bytes += data.len();
+        self.records.push(WalRecord {
+            position: self.next,
+            change: Some(Change::CachePacket(WalCachePacket {
+                track: track as u32,
+                ssrc,
+                ext_seq,
+                data: data.to_vec(),
+            })),
+        });
+        self.next += 1;
+        true
+    }
 }
 
 /// Settings sessions need from the node.
@@ -213,6 +285,9 @@ impl Session {
             answer,
             active: true,
             epoch: 1,
+            via: None,
+            wal: None,
+            wal_applied: 0,
         }
     }
 
@@ -222,6 +297,15 @@ impl Session {
             Role::Publisher(_) => SessionKind::Publish,
             Role::Viewer(_) => SessionKind::View,
         }
+    }
+
+    /// The tunnel path to the client, if it is reached through an edge or a
+    /// forwarding node.
+    pub fn path(&self) -> Option<Via> {
+        self.via.map(|addr| Via {
+            addr,
+            epoch: self.epoch,
+        })
     }
 
     /// Where we send: the nominated address, else the last that passed a check.
@@ -265,10 +349,11 @@ impl Session {
     /// Moves DTLS output (records, events) along. Returns a close reason
     /// if DTLS failed or the peer closed it.
     pub fn flush_dtls(&mut self, out: &mut Outbox) -> Option<CloseReason> {
-        let to = self.remote_addr();
+        let to = self.remote_addr().filter(|_| self.active);
+        let via = self.path();
         while let Some(rec) = self.dtls.poll_transmit() {
             if let Some(to) = to {
-                out.send(to, rec);
+                out.send_via(to, via, rec);
             }
         }
         let mut reason = None;
@@ -294,7 +379,9 @@ impl Session {
 
     /// Encrypts `buf[..len]` as SRTP and queues it.
     pub fn send_rtp(&mut self, out: &mut Outbox, mut buf: Vec<u8>, len: usize) -> bool {
-        let (Some(to), Some(tx)) = (self.remote_addr(), self.srtp_tx.as_mut()) else {
+        let via = self.path();
+        let (true, Some(to), Some(tx)) = (self.active, self.remote_addr(), self.srtp_tx.as_mut())
+        else {
             out.recycle(buf);
             return false;
         };
@@ -302,7 +389,7 @@ impl Session {
         match tx.protect_rtp(&mut buf, len) {
             Ok(n) => {
                 buf.truncate(n);
-                out.send(to, buf);
+                out.send_via(to, via, buf);
                 true
             }
             Err(_) => {
@@ -315,7 +402,9 @@ impl Session {
     /// Builds an RTCP compound with `build` (which returns its length, 0 to
     /// send nothing), encrypts it as SRTCP and queues it.
     pub fn send_rtcp(&mut self, out: &mut Outbox, build: impl FnOnce(&mut [u8]) -> usize) {
-        let (Some(to), Some(tx)) = (self.remote_addr(), self.srtp_tx.as_mut()) else {
+        let via = self.path();
+        let (true, Some(to), Some(tx)) = (self.active, self.remote_addr(), self.srtp_tx.as_mut())
+        else {
             return;
         };
         let mut buf = out.buffer();
@@ -328,7 +417,7 @@ impl Session {
         match tx.protect_rtcp(&mut buf, n) {
             Ok(m) => {
                 buf.truncate(m);
-                out.send(to, buf);
+                out.send_via(to, via, buf);
             }
             Err(_) => out.recycle(buf),
         }
@@ -488,6 +577,9 @@ impl Session {
 
     /// When this session next needs `handle_timeout`.
     pub fn poll_timeout(&self, cfg: &SessionConfig) -> Option<Instant> {
+        if !self.active {
+            return None;
+        }
         let mut t = self.dtls.poll_timeout();
         let mut min = |x: Option<Instant>| {
             if let Some(x) = x {
@@ -533,6 +625,9 @@ impl Session {
             age_ms: crate::time::age_ms(now, self.created),
             remb_bps: self.remb_bps,
             epoch: self.epoch,
+            via: self.via.map(|v| v.to_string()).unwrap_or_default(),
+            origin: String::new(),
+            relay_to: Vec::new(),
         }
     }
 
@@ -619,6 +714,17 @@ impl Session {
             answer: s.answer_sdp.clone(),
             active: true,
             epoch: s.epoch.max(1),
+            via: if s.via.is_empty() {
+                None
+            } else {
+                Some(
+                    s.via
+                        .parse()
+                        .map_err(|_| format!("bad via address {:?}", s.via))?,
+                )
+            },
+            wal: None,
+            wal_applied: 0,
         })
     }
 }

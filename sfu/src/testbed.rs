@@ -28,6 +28,15 @@ pub struct TestNode {
     pub events: Vec<Event>,
 }
 
+/// An edge in the testbed.
+#[derive(Debug)]
+pub struct TestEdge {
+    /// Its address (public and cluster side).
+    pub addr: SocketAddr,
+    /// The core.
+    pub edge: crate::edge::Edge,
+}
+
 /// Nodes, peers, network and clock.
 #[derive(Debug)]
 pub struct Testbed {
@@ -41,6 +50,8 @@ pub struct Testbed {
     pub nodes: Vec<TestNode>,
     /// Peers.
     pub peers: Vec<Peer>,
+    /// Edges.
+    pub edges: Vec<TestEdge>,
     seed: u64,
 }
 
@@ -64,8 +75,35 @@ impl Testbed {
             },
             nodes: Vec::new(),
             peers: Vec::new(),
+            edges: Vec::new(),
             seed,
         }
+    }
+
+    /// The cluster key every node and edge of the testbed shares.
+    pub fn cluster_key(&self) -> crate::relay::ClusterKey {
+        crate::relay::ClusterKey::new(&secret(self.seed, 0x60))
+    }
+
+    /// An edge at `addr`.
+    pub fn add_edge(&mut self, addr: SocketAddr) {
+        let edge = crate::edge::Edge::new(self.cluster_key(), self.now());
+        self.edges.push(TestEdge { addr, edge });
+    }
+
+    /// A node at `addr` whose clients reach it through the edge at `edge`
+    /// (its candidates are the edge's address).
+    pub fn add_node_behind_edge(
+        &mut self,
+        id: NodeId,
+        addr: SocketAddr,
+        edge: SocketAddr,
+    ) -> Result<usize, CertError> {
+        let i = self.add_node(id, addr)?;
+        let n = &mut self.nodes[i].node;
+        n.set_candidates(vec![edge]);
+        n.set_edge(Some(edge), Some(addr));
+        Ok(i)
     }
 
     /// Current virtual time.
@@ -89,8 +127,12 @@ impl Testbed {
             self.seed.wrapping_add(n),
             0x20,
         ))?);
-        let node = Node::new(cfg, cert, self.now());
+        let mut node = Node::new(cfg, cert, self.now());
         self.nodes.retain(|n| n.addr != addr);
+        for other in &mut self.nodes {
+            other.node.set_peer(node.id().clone(), addr);
+            node.set_peer(other.node.id().clone(), other.addr);
+        }
         self.nodes.push(TestNode {
             addr,
             node,
@@ -180,6 +222,16 @@ impl Testbed {
                 n.events.push(e);
             }
         }
+        for e in &mut self.edges {
+            while let Some(t) = e.edge.poll_transmit() {
+                self.net.send(now, e.addr, t.to, t.data);
+            }
+        }
+    }
+
+    /// Removes the node at `addr` (a crashed process): what is sent to it is lost.
+    pub fn crash_node(&mut self, addr: SocketAddr) {
+        self.nodes.retain(|n| n.addr != addr);
     }
 
     /// Runs the world for `d` of virtual time.
@@ -192,6 +244,7 @@ impl Testbed {
                 .iter()
                 .filter_map(Peer::poll_timeout)
                 .chain(self.nodes.iter().filter_map(|n| n.node.poll_timeout()))
+                .chain(self.edges.iter().filter_map(|e| e.edge.poll_timeout()))
                 .chain(self.net.next_delivery())
                 .min();
             let Some(next) = next.filter(|t| *t <= until) else {
@@ -204,6 +257,11 @@ impl Testbed {
                     n.node.handle_datagram(now, d.from, &mut d.data);
                     while let Some(t) = n.node.poll_transmit() {
                         self.net.send(now, n.addr, t.to, t.data);
+                    }
+                } else if let Some(e) = self.edges.iter_mut().find(|e| e.addr == d.to) {
+                    e.edge.handle_datagram(now, d.from, &d.data);
+                    while let Some(t) = e.edge.poll_transmit() {
+                        self.net.send(now, e.addr, t.to, t.data);
                     }
                 } else if let Some(p) = self
                     .peers
@@ -221,6 +279,11 @@ impl Testbed {
             for n in &mut self.nodes {
                 if n.node.poll_timeout().is_some_and(|t| t <= now) {
                     n.node.handle_timeout(now);
+                }
+            }
+            for e in &mut self.edges {
+                if e.edge.poll_timeout().is_some_and(|t| t <= now) {
+                    e.edge.handle_timeout(now);
                 }
             }
         }

@@ -181,6 +181,18 @@ pub struct SessionSnapshot {
     /// Ownership epoch.
     #[prost(uint64, tag = "16")]
     pub epoch: u64,
+    /// Where the client is reached through (an edge, or the node the session
+    /// left: its forwarding pointer); empty when the client is reached directly.
+    #[prost(string, tag = "17")]
+    pub via: String,
+    /// Cluster address of the node the session's stream is published on (the
+    /// relay origin a migration target subscribes to).
+    #[prost(string, tag = "18")]
+    pub origin: String,
+    /// Publisher: cluster addresses of the nodes the stream is relayed to
+    /// (the target takes over relaying to them at cutover).
+    #[prost(string, repeated, tag = "19")]
+    pub relay_to: Vec<String>,
 }
 
 /// A change to a session's state after its snapshot was taken, streamed to

@@ -58,6 +58,9 @@ impl Node {
             }
         };
         self.out.metrics.rtp_received += 1;
+        if let Some(w) = s.wal.as_mut() {
+            w.cache_packet(ing.line, ing.src.ssrc, ing.src.ext_seq, &data[..ing.len]);
+        }
         if tracks[ti].keyframe_wanted {
             s.send_keyframe_requests(now, &self.scfg, &mut self.out);
         }
@@ -215,6 +218,31 @@ impl Node {
         entry.relay_in.as_ref()?.cached(line as u8, ssrc, ext_seq)
     }
 
+    /// A cached source packet with what the munger needs to know of it;
+    /// `near_ts` is an extended timestamp close to the packet's.
+    pub(super) fn cached_source_packet(
+        &self,
+        stream: &StreamId,
+        line: usize,
+        ssrc: u32,
+        ext_seq: u64,
+        near_ts: u64,
+    ) -> Option<(Vec<u8>, SourcePacket)> {
+        let pkt = self.cached_source(stream, line, ssrc, ext_seq)?;
+        let entry = self.streams.get(stream)?;
+        let media = match entry.publisher.and_then(|k| self.sessions[k].as_ref()) {
+            Some(p) => p.media.get(line)?,
+            None => entry.relay_in.as_ref()?.media.get(line)?,
+        };
+        let h = RtpHeader::parse(pkt).ok()?;
+        let ext_ts =
+            crate::seq::TsUnwrapper::from_highest(Some(near_ts)).peek(u64::from(h.timestamp));
+        Some((
+            pkt.to_vec(),
+            source_packet(media, ssrc, ext_seq, ext_ts, pkt)?,
+        ))
+    }
+
     /// Answers a viewer's NACKs from the source's cache.
     fn retransmit(&mut self, vkey: usize, stream: &StreamId, nacks: &[(usize, u16)]) {
         self.out.metrics.nacks_received += nacks.len() as u64;
@@ -265,4 +293,33 @@ impl Node {
             }
         }
     }
+}
+
+/// What the munger needs to know of a cached packet of track `line`.
+pub(super) fn source_packet(
+    line: &crate::negotiate::MediaLine,
+    ssrc: u32,
+    ext_seq: u64,
+    ext_ts: u64,
+    pkt: &[u8],
+) -> Option<SourcePacket> {
+    use crate::codec::{self, Codec};
+    let h = RtpHeader::parse(pkt).ok()?;
+    let payload = h.payload(pkt);
+    let vp8 = (line.codec == Codec::Vp8)
+        .then(|| codec::vp8_descriptor(payload))
+        .flatten()
+        .and_then(|d| {
+            d.picture_id
+                .filter(|(_, long)| *long)
+                .map(|(pid, _)| (pid, d.tl0_pic_idx.map(|(t, _)| t)))
+        });
+    Some(SourcePacket {
+        ssrc,
+        ext_seq,
+        ext_ts,
+        keyframe_start: line.codec.is_keyframe_start(payload),
+        clock_rate: line.codec.clock_rate(),
+        vp8,
+    })
 }

@@ -8,7 +8,6 @@ use std::time::Instant;
 use ferry_proto::StreamId;
 
 use super::Node;
-use crate::codec::{self, Codec};
 use crate::munger::SourcePacket;
 use crate::negotiate::MediaLine;
 use crate::relay::{
@@ -73,7 +72,7 @@ impl Node {
             .is_some_and(RelayIn::ready)
     }
 
-    fn note_relay_deadline(&mut self, now: Instant) {
+    pub(super) fn note_relay_deadline(&mut self, now: Instant) {
         let t = self.next_relay_tick.max(now);
         self.next_timeout = Some(self.next_timeout.map_or(t, |n| n.min(t)));
     }
@@ -93,6 +92,18 @@ impl Node {
 
     /// Sends `Offer` for a local stream to a subscriber.
     pub(super) fn send_offer(&mut self, stream: &StreamId, to: SocketAddr, live: bool) {
+        self.send_offer_from(stream, to, live, None);
+    }
+
+    /// Sends `Offer`; `previous_origin` when the publisher just moved here
+    /// from that node.
+    pub(super) fn send_offer_from(
+        &mut self,
+        stream: &StreamId,
+        to: SocketAddr,
+        live: bool,
+        previous_origin: Option<SocketAddr>,
+    ) {
         let media = if live {
             self.streams
                 .get(stream)
@@ -110,6 +121,13 @@ impl Node {
                 relay_id: relay::relay_id(stream),
                 media,
                 live,
+                moved_to: self
+                    .moved_streams
+                    .get(stream)
+                    .filter(|_| !live)
+                    .map(|(to, _)| to.to_string())
+                    .unwrap_or_default(),
+                previous_origin: previous_origin.map(|a| a.to_string()).unwrap_or_default(),
             }),
         );
     }
@@ -208,6 +226,11 @@ impl Node {
                     .streams
                     .get(&stream)
                     .is_some_and(|e| e.publisher.is_some());
+                if !live && self.importing_publisher(&stream) {
+                    // The publisher is moving here: the subscriber gets the
+                    // stream once it is activated (relay_to); no "ended".
+                    return;
+                }
                 if live && let Some(e) = self.streams.get_mut(&stream) {
                     match e.relay_out.iter_mut().find(|r| r.addr == from) {
                         Some(r) => r.refreshed = now,
@@ -263,12 +286,27 @@ impl Node {
         let Some(entry) = self.streams.get_mut(&stream) else {
             return;
         };
-        let Some(r) = entry.relay_in.as_mut().filter(|r| r.origin == from) else {
+        let Some(r) = entry.relay_in.as_mut() else {
             return;
         };
+        if r.origin != from {
+            // The publisher moved from our origin to the sender: follow it.
+            let took_over = o.live && o.previous_origin.parse() == Ok(r.origin);
+            if !took_over {
+                return;
+            }
+            r.origin = from;
+        }
         if o.live {
             r.offered(o.relay_id, &o.media);
             self.relay_ids.insert(o.relay_id, stream);
+            return;
+        }
+        if let Ok(to) = o.moved_to.parse::<SocketAddr>() {
+            // The publisher moved on: subscribe where it went.
+            r.origin = to;
+            r.next_refresh = now;
+            self.note_relay_deadline(now);
             return;
         }
         // The origin no longer publishes it: the stream ended.
@@ -303,22 +341,14 @@ impl Node {
                 let Ok(h) = RtpHeader::parse(pkt) else {
                     continue;
                 };
-                let payload = h.payload(pkt);
-                let vp8 = (t.line.codec == Codec::Vp8)
-                    .then(|| codec::vp8_descriptor(payload))
-                    .flatten()
-                    .and_then(|d| {
-                        d.picture_id
-                            .filter(|(_, long)| *long)
-                            .map(|(pid, _)| (pid, d.tl0_pic_idx.map(|(t, _)| t)))
-                    });
-                let src = SourcePacket {
-                    ssrc: n.ssrc,
-                    ext_seq: ext,
-                    ext_ts: st.extend_ts(h.timestamp),
-                    keyframe_start: t.line.codec.is_keyframe_start(payload),
-                    clock_rate: t.line.codec.clock_rate(),
-                    vp8,
+                let Some(src) = super::forward::source_packet(
+                    &t.line,
+                    n.ssrc,
+                    ext,
+                    st.extend_ts(h.timestamp),
+                    pkt,
+                ) else {
+                    continue;
                 };
                 let mut buf = Vec::with_capacity(pkt.len() + 64);
                 relay::write_media(

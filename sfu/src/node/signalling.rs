@@ -136,12 +136,19 @@ impl Node {
             now,
             &self.scfg,
         );
+        let mut session = session;
+        // Behind an edge, the client reaches us through it from the start.
+        session.via = self.config.edge;
         let answer = SessionAnswer {
             session: session.id.clone(),
             sdp: neg.answer,
             etag: session.etag.clone(),
         };
+        let (ufrag, epoch) = (session.ice.local().ufrag.clone(), session.epoch);
         self.insert(session);
+        self.send_claim(&ufrag, epoch);
+        self.next_claim = now + super::tunnelling::CLAIM_REPEAT;
+        self.note_claim_deadline();
         Ok(answer)
     }
 
@@ -211,6 +218,7 @@ impl Node {
             .ice
             .restart(local.clone(), IceCredentials { ufrag, pwd });
         session.etag = crate::session::etag_for(&local);
+        let epoch = session.epoch;
         self.by_ufrag.insert(local.ufrag.clone(), key);
         let first = session.media.iter().find(|m| m.accepted);
         let media = first.map(|m| {
@@ -250,9 +258,13 @@ impl Node {
             candidates,
             end_of_candidates: true,
         };
+        let etag = session.etag.clone();
+        let ufrag = answer.ufrag.clone();
+        // Behind an edge, checks under the new ufrag come through it too.
+        self.send_claim(&ufrag, epoch);
         Ok(PatchOutcome::Restarted {
             sdpfrag: answer.into_frag().to_string(),
-            etag: session.etag.clone(),
+            etag,
         })
     }
 

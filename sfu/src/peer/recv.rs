@@ -67,6 +67,7 @@ struct RecvStream {
     jitter_q4: u64,
     last_transit: Option<i64>,
     last_sr_at: Option<Instant>,
+    last_arrival: Option<Instant>,
 }
 
 impl RecvStream {
@@ -86,6 +87,7 @@ impl RecvStream {
             jitter_q4: 0,
             last_transit: None,
             last_sr_at: None,
+            last_arrival: None,
         }
     }
 
@@ -324,6 +326,11 @@ impl Receiver {
         }
         let payload = h.payload(pkt);
         s.stats.packets += 1;
+        if let Some(last) = s.last_arrival {
+            let gap = now.saturating_duration_since(last);
+            s.stats.max_arrival_gap = s.stats.max_arrival_gap.max(gap);
+        }
+        s.last_arrival = Some(now);
         s.stats.bytes += payload.len() as u64;
         match arrival {
             Arrival::Recovered => s.stats.recovered += 1,

@@ -255,6 +255,9 @@ pub struct RecvStreamStats {
     /// stamped packets, in clock ticks: 0–1 when the sender's (or the SFU's rewritten) NTP↔RTP
     /// mapping is exact.
     pub sr_max_deviation_ticks: Option<u64>,
+    /// Largest time between two packets that were new to the receiver (a
+    /// blackout shows here).
+    pub max_arrival_gap: std::time::Duration,
 }
 
 impl RecvStreamStats {
@@ -280,6 +283,7 @@ impl RecvStreamStats {
             sender_reports: 0,
             last_sr: None,
             sr_max_deviation_ticks: None,
+            max_arrival_gap: std::time::Duration::ZERO,
         }
     }
 
@@ -304,6 +308,9 @@ pub struct PeerStats {
     pub datagrams_dropped: u64,
     /// SRTP/SRTCP packets that failed authentication or replay checks.
     pub srtp_errors: u64,
+    /// Packets the sender encrypted under an (SSRC, index) it had used for a
+    /// different plaintext (a two-time pad: must stay 0).
+    pub srtp_index_reuse: u64,
     /// ICE error responses received.
     pub ice_errors: u64,
     /// Publisher: streams sent.

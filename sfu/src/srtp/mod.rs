@@ -384,6 +384,38 @@ impl SrtpContext {
         Ok(plain_len)
     }
 
+    /// Decrypts an SRTP packet in place without the replay check and without
+    /// changing any state; returns `(plaintext length, SSRC, index)`. For
+    /// audits of what a sender encrypted (tests: no index used twice).
+    pub fn inspect_rtp(&self, buf: &mut [u8]) -> Result<(usize, u32, u64), SrtpError> {
+        let (meta, seq) = parse_rtp(buf)?;
+        if buf.len() < meta.header_len + self.profile.tag_len() {
+            return Err(SrtpError::TooShort);
+        }
+        let index = match self.rtp.get(meta.ssrc) {
+            None => u64::from(seq),
+            Some(stream) => estimate_index(stream.highest, seq)?,
+        };
+        let n = self.transform.unprotect_rtp(buf, meta, index)?;
+        Ok((n, meta.ssrc, index))
+    }
+
+    /// Like [`SrtpContext::inspect_rtp`] for SRTCP: `(length, SSRC, SRTCP index)`.
+    pub fn inspect_rtcp(&self, buf: &mut [u8]) -> Result<(usize, u32, u32), SrtpError> {
+        let n = buf.len();
+        if n < RTCP_CLEAR_LEN + self.profile.rtcp_overhead() {
+            return Err(SrtpError::TooShort);
+        }
+        let ssrc = parse_rtcp(buf)?;
+        let at = self.transform.rtcp_trailer_at(n);
+        let trailer = read_u32(buf, at).ok_or(SrtpError::TooShort)?;
+        let index = trailer & MAX_RTCP_INDEX;
+        let len = self
+            .transform
+            .unprotect_rtcp(buf, ssrc, index, trailer & 0x8000_0000 != 0)?;
+        Ok((len, ssrc, index))
+    }
+
     /// The 48-bit index (ROC << 16 | seq) last used for this SSRC on the protect side, or the
     /// highest accepted on the unprotect side.
     pub fn rtp_index(&self, ssrc: u32) -> Option<u64> {
