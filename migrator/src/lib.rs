@@ -3,13 +3,18 @@
 //! The migrator never links media code: a node exposes its sessions through
 //! [`SessionHost`], and the migration protocol (plan/prewarm, snapshot, WAL,
 //! quiesce, cutover with a fencing epoch, commit/rollback, report) drives
-//! that trait. The protocol core is a pure state machine; transports carry
-//! its messages between nodes.
+//! that trait.
+
+pub mod crc32c;
+pub mod frame;
+pub mod wire;
 
 use std::time::Instant;
 
 use ferry_proto::state::{SessionSnapshot, WalRecord};
 use ferry_proto::{NodeId, SessionId, StreamId};
+
+pub use crate::wire::{Body, Message};
 
 /// What a node offers the migrator for its sessions. All calls are
 /// synchronous and made from the task that owns the node core.
