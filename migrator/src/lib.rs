@@ -3,10 +3,13 @@
 //! The migrator never links media code: a node exposes its sessions through
 //! [`SessionHost`], and the migration protocol (plan/prewarm, snapshot, WAL,
 //! quiesce, cutover with a fencing epoch, commit/rollback, report) drives
-//! that trait.
+//! that trait. The protocol core ([`Migrator`]) is a pure state machine.
 
+pub mod config;
+mod core;
 pub mod crc32c;
 pub mod frame;
+pub mod report;
 pub mod wire;
 
 use std::time::Instant;
@@ -14,6 +17,9 @@ use std::time::Instant;
 use ferry_proto::state::{SessionSnapshot, WalRecord};
 use ferry_proto::{NodeId, SessionId, StreamId};
 
+pub use crate::config::Config;
+pub use crate::core::{AbortError, MigrationPlan, Migrator, StartError};
+pub use crate::report::{MigrationEvent, MigrationReport, Outcome, Phase, PhaseDurations, Role};
 pub use crate::wire::{Body, Message};
 
 /// What a node offers the migrator for its sessions. All calls are
@@ -115,4 +121,14 @@ pub trait SessionHost {
 
     /// Abort on the target: forget the session.
     fn discard(&mut self, now: Instant, session: &SessionId);
+
+    /// Rollback on the source before [`SessionHost::freeze`] (the target
+    /// refused the snapshot, went silent, or the operator cancelled): stop
+    /// capturing WAL and drop what was captured. The session never stopped
+    /// sending and keeps its epoch; [`SessionHost::resume`] is not called.
+    /// The default does nothing: a host that buffers WAL should override it,
+    /// or the capture grows until the next `export_snapshot`.
+    fn cancel_export(&mut self, now: Instant, session: &SessionId) {
+        let _ = (now, session);
+    }
 }
