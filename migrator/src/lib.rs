@@ -3,13 +3,43 @@
 //! The migrator never links media code: a node exposes its sessions through
 //! [`SessionHost`], and the migration protocol (plan/prewarm, snapshot, WAL,
 //! quiesce, cutover with a fencing epoch, commit/rollback, report) drives
-//! that trait. The protocol core ([`Migrator`]) is a pure state machine.
+//! that trait. The protocol core ([`Migrator`]) is a pure state machine;
+//! [`transport`]s carry its [`Message`]s between nodes. `docs/migration.md`
+//! describes the protocol.
+//!
+//! # Drive loop
+//!
+//! The node owns the task; the migrator is one more input of its select
+//! loop, next to media sockets:
+//!
+//! ```no_run
+//! # use ferry_migrator::{Migrator, SessionHost, driver, transport::Transport};
+//! # async fn node_loop<H: SessionHost, T: Transport>(
+//! #     mut migrator: Migrator, mut transport: T, mut host: H,
+//! # ) -> Result<(), ferry_migrator::transport::TransportError> {
+//! loop {
+//!     tokio::select! {
+//!         input = driver::next_input(migrator.poll_timeout(), &mut transport) => {
+//!             driver::handle_input(&mut migrator, std::time::Instant::now(), &mut host, input?);
+//!             driver::flush(&mut migrator, &transport);
+//!             while let Some(event) = migrator.poll_event() {
+//!                 // phase changes and final reports: metrics, traces, the API
+//!                 # let _ = event;
+//!             }
+//!         }
+//!         // media sockets, signalling, … (they may call `migrator.start`)
+//!     }
+//! }
+//! # }
+//! ```
 
 pub mod config;
 mod core;
 pub mod crc32c;
+pub mod driver;
 pub mod frame;
 pub mod report;
+pub mod transport;
 pub mod wire;
 
 use std::time::Instant;
