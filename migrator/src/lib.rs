@@ -3,13 +3,54 @@
 //! The migrator never links media code: a node exposes its sessions through
 //! [`SessionHost`], and the migration protocol (plan/prewarm, snapshot, WAL,
 //! quiesce, cutover with a fencing epoch, commit/rollback, report) drives
-//! that trait. The protocol core is a pure state machine; transports carry
-//! its messages between nodes.
+//! that trait. The protocol core ([`Migrator`]) is a pure state machine;
+//! [`transport`]s carry its [`Message`]s between nodes. `docs/migration.md`
+//! describes the protocol.
+//!
+//! # Drive loop
+//!
+//! The node owns the task; the migrator is one more input of its select
+//! loop, next to media sockets:
+//!
+//! ```no_run
+//! # use ferry_migrator::{Migrator, SessionHost, driver, transport::Transport};
+//! # async fn node_loop<H: SessionHost, T: Transport>(
+//! #     mut migrator: Migrator, mut transport: T, mut host: H,
+//! # ) -> Result<(), ferry_migrator::transport::TransportError> {
+//! loop {
+//!     tokio::select! {
+//!         input = driver::next_input(migrator.poll_timeout(), &mut transport) => {
+//!             driver::handle_input(&mut migrator, std::time::Instant::now(), &mut host, input?);
+//!             driver::flush(&mut migrator, &transport);
+//!             while let Some(event) = migrator.poll_event() {
+//!                 // phase changes and final reports: metrics, traces, the API
+//!                 # let _ = event;
+//!             }
+//!         }
+//!         // media sockets, signalling, … (they may call `migrator.start`)
+//!     }
+//! }
+//! # }
+//! ```
+
+pub mod config;
+mod core;
+pub mod crc32c;
+pub mod driver;
+pub mod frame;
+pub mod report;
+pub mod transport;
+pub mod wire;
 
 use std::time::Instant;
 
 use ferry_proto::state::{SessionSnapshot, WalRecord};
 use ferry_proto::{NodeId, SessionId, StreamId};
+
+pub use crate::config::Config;
+pub use crate::core::{AbortError, MigrationPlan, Migrator, StartError};
+pub use crate::report::{MigrationEvent, MigrationReport, Outcome, Phase, PhaseDurations, Role};
+pub use crate::wire::{Body, Message};
 
 /// What a node offers the migrator for its sessions. All calls are
 /// synchronous and made from the task that owns the node core.
@@ -110,4 +151,14 @@ pub trait SessionHost {
 
     /// Abort on the target: forget the session.
     fn discard(&mut self, now: Instant, session: &SessionId);
+
+    /// Rollback on the source before [`SessionHost::freeze`] (the target
+    /// refused the snapshot, went silent, or the operator cancelled): stop
+    /// capturing WAL and drop what was captured. The session never stopped
+    /// sending and keeps its epoch; [`SessionHost::resume`] is not called.
+    /// The default does nothing: a host that buffers WAL should override it,
+    /// or the capture grows until the next `export_snapshot`.
+    fn cancel_export(&mut self, now: Instant, session: &SessionId) {
+        let _ = (now, session);
+    }
 }
