@@ -407,3 +407,373 @@ fn the_srtp_audit_catches_two_owners() {
     let reuse = w.tb.peers[w.local].stats().srtp_index_reuse;
     assert!(reuse > 0, "two owners reuse SRTP/SRTCP indices");
 }
+
+// ---------------------------------------------------------------------------
+// The same scenarios driven by the real protocol engine: one
+// `ferry_migrator::Migrator` per node, its messages carried by a seeded
+// in-memory network (delay, loss) on the virtual clock.
+
+use ferry_migrator::{MigrationEvent, MigrationPlan, Migrator, Outcome, Phase, Role};
+use ferry_proto::MigrationId;
+use ferry_proto::api::CutoverMode;
+
+struct InFlight {
+    at: std::time::Instant,
+    from: NodeId,
+    to: NodeId,
+    msg: ferry_migrator::Message,
+}
+
+struct Protocol {
+    nodes: Vec<(SocketAddr, NodeId, Migrator)>,
+    net: Vec<InFlight>,
+    /// Everything delivered, for replay.
+    log: Vec<(NodeId, NodeId, ferry_migrator::Message)>,
+    events: Vec<(NodeId, MigrationEvent)>,
+    rng: rand_chacha::ChaCha8Rng,
+    loss: f64,
+    crashed: Vec<SocketAddr>,
+}
+
+impl Protocol {
+    fn new(tb: &mut Testbed, at: &[SocketAddr], seed: u64, loss: f64) -> Self {
+        let nodes = at
+            .iter()
+            .map(|&a| {
+                let id = id_of(tb, a);
+                (
+                    a,
+                    id.clone(),
+                    Migrator::new(id, ferry_migrator::Config::default()),
+                )
+            })
+            .collect();
+        Self {
+            nodes,
+            net: Vec::new(),
+            log: Vec::new(),
+            events: Vec::new(),
+            rng: rand_chacha::ChaCha8Rng::seed_from_u64(seed),
+            loss,
+            crashed: Vec::new(),
+        }
+    }
+
+    fn index(&self, id: &NodeId) -> usize {
+        self.nodes.iter().position(|n| &n.1 == id).unwrap()
+    }
+
+    fn start(
+        &mut self,
+        tb: &mut Testbed,
+        id: &str,
+        session: &SessionId,
+        from: SocketAddr,
+        to: SocketAddr,
+        publisher: bool,
+    ) {
+        let (stream, epoch) = {
+            let s = tb.node(from).session(session).unwrap();
+            (s.stream.clone(), s.epoch)
+        };
+        let target = id_of(tb, to);
+        let i = self.nodes.iter().position(|n| n.0 == from).unwrap();
+        let now = tb.now();
+        let plan = MigrationPlan {
+            id: MigrationId::new(id).unwrap(),
+            session: session.clone(),
+            stream,
+            publisher,
+            target,
+            epoch,
+            mode: CutoverMode::Edge,
+        };
+        self.nodes[i].2.start(now, tb.node(from), plan).unwrap();
+        self.collect(tb);
+    }
+
+    /// Moves transmits onto the network and events into the log.
+    fn collect(&mut self, tb: &Testbed) {
+        let now = tb.now();
+        for (_, me, m) in &mut self.nodes {
+            while let Some((to, msg)) = m.poll_transmit() {
+                if self.rng.random_bool(self.loss) {
+                    continue;
+                }
+                let delay = Duration::from_micros(self.rng.random_range(500..3_000));
+                self.net.push(InFlight {
+                    at: now + delay,
+                    from: me.clone(),
+                    to,
+                    msg,
+                });
+            }
+            while let Some(e) = m.poll_event() {
+                self.events.push((me.clone(), e));
+            }
+        }
+    }
+
+    /// Runs media and protocol together for `d`, in 1 ms steps.
+    fn run(&mut self, tb: &mut Testbed, d: Duration) {
+        let until = tb.now() + d;
+        while tb.now() < until {
+            tb.run_for(Duration::from_millis(1));
+            let now = tb.now();
+            let due: Vec<InFlight> = {
+                let (due, keep) = std::mem::take(&mut self.net)
+                    .into_iter()
+                    .partition(|f| f.at <= now);
+                self.net = keep;
+                due
+            };
+            for f in due {
+                let i = self.index(&f.to);
+                let at = self.nodes[i].0;
+                if self.crashed.contains(&at) {
+                    continue;
+                }
+                self.log.push((f.from.clone(), f.to.clone(), f.msg.clone()));
+                self.nodes[i]
+                    .2
+                    .handle_message(now, tb.node(at), &f.from, f.msg);
+            }
+            for i in 0..self.nodes.len() {
+                let at = self.nodes[i].0;
+                if self.crashed.contains(&at) {
+                    continue;
+                }
+                if self.nodes[i].2.poll_timeout().is_some_and(|t| t <= now) {
+                    self.nodes[i].2.handle_timeout(now, tb.node(at));
+                }
+            }
+            self.collect(tb);
+        }
+    }
+
+    /// Runs until a report for `id` arrives from `node` (or `limit` passes).
+    fn until_finished(
+        &mut self,
+        tb: &mut Testbed,
+        node: &NodeId,
+        id: &str,
+        limit: Duration,
+    ) -> Option<ferry_migrator::MigrationReport> {
+        let until = tb.now() + limit;
+        while tb.now() < until {
+            self.run(tb, Duration::from_millis(1));
+            if let Some(r) = self.report(node, id) {
+                return Some(r);
+            }
+        }
+        None
+    }
+
+    fn report(&self, node: &NodeId, id: &str) -> Option<ferry_migrator::MigrationReport> {
+        self.events.iter().find_map(|(n, e)| match e {
+            MigrationEvent::Finished(r) if n == node && r.id.as_str() == id => Some((**r).clone()),
+            _ => None,
+        })
+    }
+
+    /// Runs until `node` enters `phase` of `id` as `role`.
+    fn until_phase(&mut self, tb: &mut Testbed, node: &NodeId, id: &str, role: Role, phase: Phase) {
+        for _ in 0..5_000 {
+            let seen = self.events.iter().any(|(n, e)| {
+                matches!(e, MigrationEvent::Phase { id: i, role: r, phase: p }
+                    if n == node && i.as_str() == id && *r == role && *p == phase)
+            });
+            if seen {
+                return;
+            }
+            self.run(tb, Duration::from_millis(1));
+        }
+        panic!("{node} never entered {phase:?} of {id}");
+    }
+}
+
+/// What a node looks like from outside: its sessions, their epochs and
+/// whether they send, plus the migration counters.
+fn node_view(tb: &mut Testbed, at: SocketAddr) -> (Vec<(String, u64, bool)>, u64, u64, u64) {
+    let n = tb.node(at);
+    let mut s: Vec<_> = n
+        .sessions()
+        .iter()
+        .filter_map(|i| {
+            n.session(&i.id)
+                .map(|s| (i.id.to_string(), s.epoch, s.active))
+        })
+        .collect();
+    s.sort();
+    let m = n.metrics();
+    (
+        s,
+        m.migrations_out,
+        m.migrations_in,
+        m.migrations_rolled_back,
+    )
+}
+
+/// The acceptance scenario with the real protocol engine: publisher a→b,
+/// viewer a→b, both back, over a lossy control network; then every message
+/// of the four finished migrations is delivered again, and nothing changes.
+#[test]
+fn the_migrator_moves_sessions_and_replays_change_nothing() {
+    for (seed, codec, edge) in [(61, Codec::Vp8, true), (62, Codec::H264, false)] {
+        eprintln!("seed {seed} {codec:?} edge={edge}");
+        let mut w = world(seed, 0.02, codec, edge);
+        let (a, b) = (w.a, w.b);
+        let mut p = Protocol::new(&mut w.tb, &[a, b], seed, 0.05);
+        let (na, nb) = (id_of(&mut w.tb, a), id_of(&mut w.tb, b));
+        let steps = [
+            ("m1", w.publisher_id.clone(), a, b, true, &na),
+            ("m2", w.local_id.clone(), a, b, false, &na),
+            ("m3", w.publisher_id.clone(), b, a, true, &nb),
+            ("m4", w.local_id.clone(), b, a, false, &nb),
+        ];
+        let mut timing = Timing(rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+        for (id, session, from, to, publisher, source) in &steps {
+            p.start(&mut w.tb, id, session, *from, *to, *publisher);
+            let r = p
+                .until_finished(&mut w.tb, source, id, Duration::from_secs(5))
+                .unwrap_or_else(|| panic!("{id} did not finish"));
+            eprintln!(
+                "  {id}: {:?} phases={:?} snapshot={}B wal={}B/{} blackout={:?}",
+                r.outcome,
+                r.phases.to_ms(),
+                r.snapshot_bytes,
+                r.wal_bytes,
+                r.wal_records,
+                r.blackout
+            );
+            assert_eq!(r.outcome, Outcome::Committed, "{id}: {:?}", r.reason);
+            p.run(&mut w.tb, Duration::from_millis(1000) + timing.pause());
+        }
+        p.run(&mut w.tb, Duration::from_secs(1));
+        let before = (node_view(&mut w.tb, a), node_view(&mut w.tb, b));
+        assert_eq!(before.0.1 + before.1.1, 4, "four migrations out");
+        assert_eq!(before.0.2 + before.1.2, 4, "four migrations in");
+        // Replay: every message delivered so far, again, in order.
+        let log = std::mem::take(&mut p.log);
+        let reports = p
+            .events
+            .iter()
+            .filter(|(_, e)| matches!(e, MigrationEvent::Finished(_)))
+            .count();
+        for (from, to, msg) in log {
+            let i = p.index(&to);
+            let at = p.nodes[i].0;
+            let now = w.tb.now();
+            p.nodes[i].2.handle_message(now, w.tb.node(at), &from, msg);
+            p.collect(&w.tb);
+        }
+        p.run(&mut w.tb, Duration::from_secs(1));
+        let after = (node_view(&mut w.tb, a), node_view(&mut w.tb, b));
+        assert_eq!(
+            before, after,
+            "replaying finished migrations changed a node"
+        );
+        let reports_after = p
+            .events
+            .iter()
+            .filter(|(_, e)| matches!(e, MigrationEvent::Finished(_)))
+            .count();
+        assert_eq!(reports, reports_after, "a replay produced another report");
+        w.tb.peers[w.publisher].pause_media();
+        w.tb.run_for(Duration::from_secs(2));
+        check_invariants(&w.tb, w.publisher, &[w.local, w.remote], 400);
+        for v in [w.local, w.remote] {
+            let gap = video(&w.tb, v).max_arrival_gap;
+            assert!(
+                gap < Duration::from_millis(250),
+                "viewer {v}: largest gap {gap:?}"
+            );
+        }
+    }
+}
+
+/// The target process dies mid-migration (at a seeded phase): the source's
+/// engine times out, rolls back and the session plays on from the source.
+#[test]
+fn the_migrator_rolls_back_when_the_target_dies() {
+    for (seed, phase, publisher) in [
+        (71, Phase::Snapshot, true),
+        (72, Phase::Wal, false),
+        (73, Phase::Cutover, true),
+        (74, Phase::Cutover, false),
+    ] {
+        eprintln!("seed {seed} crash at {phase:?} publisher={publisher}");
+        let mut w = world(seed, 0.02, Codec::Vp8, true);
+        let (a, b) = (w.a, w.b);
+        let mut p = Protocol::new(&mut w.tb, &[a, b], seed, 0.0);
+        let na = id_of(&mut w.tb, a);
+        let id = if publisher {
+            w.publisher_id.clone()
+        } else {
+            w.local_id.clone()
+        };
+        p.start(&mut w.tb, "crash", &id, a, b, publisher);
+        p.until_phase(&mut w.tb, &na, "crash", Role::Source, phase);
+        w.tb.crash_node(b);
+        p.crashed.push(b);
+        let r = p
+            .until_finished(&mut w.tb, &na, "crash", Duration::from_secs(5))
+            .expect("the source gives up on a dead target");
+        eprintln!(
+            "  {:?} {:?} phases={:?}",
+            r.outcome,
+            r.reason,
+            r.phases.to_ms()
+        );
+        assert_eq!(r.outcome, Outcome::RolledBack);
+        p.run(&mut w.tb, Duration::from_secs(3));
+        w.tb.peers[w.publisher].pause_media();
+        w.tb.run_for(Duration::from_secs(2));
+        check_invariants(&w.tb, w.publisher, &[w.local], 300);
+        let s = w.tb.node(a).session(&id).unwrap();
+        assert!(s.active, "the session is live on the source");
+        assert_eq!(
+            w.tb.edges[0].edge.metrics().flips,
+            0,
+            "the route never moved"
+        );
+        let gap = video(&w.tb, w.local).max_arrival_gap;
+        assert!(gap < Duration::from_millis(800), "largest gap {gap:?}");
+    }
+}
+
+/// The source process dies right after it handed over: the target owns the
+/// session and it plays on from there.
+#[test]
+fn the_migrator_survives_the_source_dying_after_cutover() {
+    for seed in [81, 82, 83, 84, 85, 86] {
+        eprintln!("seed {seed}");
+        let mut w = world(seed, 0.02, Codec::Vp8, true);
+        let (a, b) = (w.a, w.b);
+        let mut p = Protocol::new(&mut w.tb, &[a, b], seed, 0.0);
+        let nb = id_of(&mut w.tb, b);
+        let na = id_of(&mut w.tb, a);
+        // Publisher first (so A then only holds the local viewer), then the viewer.
+        p.start(&mut w.tb, "p", &w.publisher_id.clone(), a, b, true);
+        assert_eq!(
+            p.until_finished(&mut w.tb, &na, "p", Duration::from_secs(5))
+                .unwrap()
+                .outcome,
+            Outcome::Committed
+        );
+        p.run(&mut w.tb, Duration::from_millis(500));
+        p.start(&mut w.tb, "v", &w.local_id.clone(), a, b, false);
+        // The target activated (it heard Commit); the source may not have
+        // heard Committed yet.
+        let r = p
+            .until_finished(&mut w.tb, &nb, "v", Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(r.outcome, Outcome::Committed);
+        w.tb.crash_node(a);
+        p.crashed.push(a);
+        p.run(&mut w.tb, Duration::from_secs(4));
+        w.tb.peers[w.publisher].pause_media();
+        w.tb.run_for(Duration::from_secs(2));
+        check_invariants(&w.tb, w.publisher, &[w.local, w.remote], 300);
+    }
+}

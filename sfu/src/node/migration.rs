@@ -581,3 +581,109 @@ impl Node {
         }
     }
 }
+
+impl Node {
+    /// Source, before the freeze: the target refused or went silent; WAL
+    /// capture stops and what it held is dropped. The session never stopped.
+    pub fn migration_cancel_export(&mut self, _now: Instant, id: &SessionId) {
+        if let Ok(key) = self.key_of(id) {
+            self.session_mut(key).wal = None;
+        }
+    }
+}
+
+/// The migrator drives a node through these steps (see
+/// [`ferry_migrator::SessionHost`] for the contract).
+impl ferry_migrator::SessionHost for Node {
+    type Error = MigrateError;
+
+    fn prewarm(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        stream: &StreamId,
+        publisher: bool,
+    ) -> Result<(), MigrateError> {
+        self.migration_prewarm(now, session, stream, publisher)
+    }
+
+    fn export_snapshot(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+    ) -> Result<SessionSnapshot, MigrateError> {
+        self.migration_export(now, session)
+    }
+
+    fn take_wal(&mut self, session: &SessionId) -> Result<Vec<WalRecord>, MigrateError> {
+        self.migration_take_wal(session)
+    }
+
+    fn freeze(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+    ) -> Result<(SessionSnapshot, Vec<WalRecord>), MigrateError> {
+        self.migration_freeze(now, session)
+    }
+
+    fn resume(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        epoch: u64,
+    ) -> Result<(), MigrateError> {
+        self.migration_resume(now, session, epoch)
+    }
+
+    fn release(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        target: &NodeId,
+    ) -> Result<(), MigrateError> {
+        self.migration_release(now, session, target)
+    }
+
+    fn import_snapshot(
+        &mut self,
+        now: Instant,
+        snapshot: SessionSnapshot,
+    ) -> Result<(), MigrateError> {
+        self.migration_import(now, snapshot)
+    }
+
+    fn apply_wal(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        records: &[WalRecord],
+    ) -> Result<(), MigrateError> {
+        self.migration_apply_wal(now, session, records)
+    }
+
+    fn install_final(
+        &mut self,
+        now: Instant,
+        final_state: SessionSnapshot,
+    ) -> Result<(), MigrateError> {
+        self.migration_install_final(now, final_state)
+    }
+
+    fn activate(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        epoch: u64,
+    ) -> Result<(), MigrateError> {
+        self.migration_activate(now, session, epoch)
+    }
+
+    fn discard(&mut self, now: Instant, session: &SessionId) {
+        self.migration_discard(now, session);
+    }
+
+    fn cancel_export(&mut self, now: Instant, session: &SessionId) {
+        self.migration_cancel_export(now, session);
+    }
+}
