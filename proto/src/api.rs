@@ -151,6 +151,13 @@ pub struct Heartbeat {
     /// Media (UDP) address clients reach.
     #[serde(default)]
     pub media: String,
+    /// Node-to-node UDP address (cascade relay, forwarding pointers, edge
+    /// tunnels); empty when the node takes no part in a cluster.
+    #[serde(default)]
+    pub cluster: String,
+    /// Migration transport (QUIC) address; empty when the node cannot migrate.
+    #[serde(default)]
+    pub migration: String,
     /// Zone (AZ or ISP line).
     #[serde(default)]
     pub zone: String,
@@ -223,6 +230,10 @@ pub struct NodeView {
     pub http: String,
     /// Media address.
     pub media: String,
+    /// Node-to-node UDP address (empty: none).
+    pub cluster: String,
+    /// Migration (QUIC) address (empty: none).
+    pub migration: String,
     /// CPU use 0..1.
     pub cpu: f64,
     /// Memory use 0..1.
@@ -462,6 +473,12 @@ pub struct RouteNode {
     pub http: String,
     /// Media address.
     pub media: String,
+    /// Node-to-node UDP address (empty: none).
+    #[serde(default)]
+    pub cluster: String,
+    /// Migration (QUIC) address (empty: none).
+    #[serde(default)]
+    pub migration: String,
 }
 
 /// Which node owns a session, at which fencing epoch.

@@ -299,6 +299,8 @@ impl Cluster {
         }
         if record.heartbeat.http != hb.http
             || record.heartbeat.media != hb.media
+            || record.heartbeat.cluster != hb.cluster
+            || record.heartbeat.migration != hb.migration
             || record.heartbeat.zone != hb.zone
         {
             changed = true;
@@ -512,6 +514,8 @@ impl Cluster {
             capabilities: hb.capabilities.clone(),
             http: hb.http.clone(),
             media: hb.media.clone(),
+            cluster: hb.cluster.clone(),
+            migration: hb.migration.clone(),
             cpu: hb.cpu,
             memory: hb.memory,
             bandwidth_bps: hb.bandwidth_bps,
@@ -811,6 +815,8 @@ impl Cluster {
                     zone: n.heartbeat.zone.clone(),
                     http: n.heartbeat.http.clone(),
                     media: n.heartbeat.media.clone(),
+                    cluster: n.heartbeat.cluster.clone(),
+                    migration: n.heartbeat.migration.clone(),
                 })
                 .collect(),
             sessions: self

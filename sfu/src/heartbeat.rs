@@ -61,6 +61,8 @@ pub struct Reporter {
     id: NodeId,
     http: String,
     media: String,
+    cluster: String,
+    migration: String,
     capacity: u64,
     last: Option<(Instant, f64, NodeMetrics)>,
 }
@@ -105,9 +107,18 @@ impl Reporter {
             id,
             http,
             media,
+            cluster: String::new(),
+            migration: String::new(),
             capacity,
             last: None,
         }
+    }
+
+    /// Also reports the node's cluster (relay/tunnel) and migration addresses.
+    pub fn with_cluster(mut self, cluster: String, migration: String) -> Self {
+        self.cluster = cluster;
+        self.migration = migration;
+        self
     }
 
     /// The heartbeat for the node's current sessions and counters.
@@ -139,6 +150,8 @@ impl Reporter {
         Heartbeat {
             http: self.http.clone(),
             media: self.media.clone(),
+            cluster: self.cluster.clone(),
+            migration: self.migration.clone(),
             zone: self.link.zone.clone(),
             host: if self.link.host.is_empty() {
                 self.id.to_string()
