@@ -93,11 +93,12 @@ pub enum NodeState {
 }
 
 /// Publish or view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SessionKind {
     /// WHIP.
+    #[default]
     Publish,
     /// WHEP.
     View,
@@ -496,6 +497,9 @@ pub struct RouteEntry {
     pub node: NodeId,
     /// Ownership epoch (raised by each migration cutover).
     pub epoch: u64,
+    /// Publish or view (a stream's publisher is where relays start).
+    #[serde(default)]
+    pub kind: SessionKind,
 }
 
 /// `GET /v1/routing`: versioned; watchers long-poll with `?since=VERSION`.

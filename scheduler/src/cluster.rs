@@ -827,6 +827,7 @@ impl Cluster {
                     stream: s.stream.clone(),
                     node: s.node.clone(),
                     epoch: self.epochs.get(&s.id).copied().unwrap_or(1),
+                    kind: s.kind,
                 })
                 .collect(),
         }
