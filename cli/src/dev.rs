@@ -1,6 +1,8 @@
 //! `ferry dev`: everything on loopback with embedded defaults — the
-//! scheduler (API, demo page, WHIP/WHEP 307s) on :8080 and two nodes,
-//! `node-a` (:8081) and `node-b` (:8082), that report to it.
+//! scheduler (API, demo page, WHIP/WHEP 307s) on :8080, an edge (the UDP
+//! ingress clients reach) on :3478 and two nodes behind it, `node-a`
+//! (:8081) and `node-b` (:8082), that report to the scheduler, relay
+//! streams to each other and migrate sessions between them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +34,12 @@ pub struct DevArgs {
     /// Media UDP address of the nodes' sockets (port 0 picks one each).
     #[arg(long, default_value = "127.0.0.1:0")]
     udp: SocketAddr,
+    /// The edge's UDP address: what clients' ICE candidates point at.
+    #[arg(long, default_value = "127.0.0.1:3478")]
+    edge: SocketAddr,
+    /// Clients reach the nodes directly instead of through the edge.
+    #[arg(long)]
+    no_edge: bool,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -50,6 +58,19 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     )
     .await?;
     let gateway = format!("http://{}", sched.addr);
+    let cluster_dir = std::env::temp_dir().join("ferry-dev").join("cluster");
+    let secrets = ferry_sfu::cluster::ClusterSecrets::load_or_create(&cluster_dir)
+        .context("cluster secrets")?;
+    let edge = if args.no_edge {
+        None
+    } else {
+        Some(
+            ferry_sfu::edge_driver::start_edge(args.edge, None, secrets.cluster_key())
+                .await
+                .with_context(|| format!("starting the edge on {}", args.edge))?,
+        )
+    };
+    let edge_addr = edge.as_ref().map(|e| e.udp);
     let mut nodes = Vec::new();
     for (name, http) in [("node-a", args.node_a), ("node-b", args.node_b)] {
         let id = NodeId::new(name).context("node id")?;
@@ -63,6 +84,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             max_sessions: 2000,
             process_metrics: Some(crate::alloc::prometheus),
             scheduler: Some(crate::scheduler::link(&gateway, &token, name)),
+            cluster: Some(crate::cluster_options(
+                &cluster_dir,
+                &id,
+                edge_addr,
+                "127.0.0.1:0".parse()?,
+                &token,
+            )?),
         })
         .await
         .with_context(|| format!("starting {name}"))?;
@@ -73,12 +101,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     for (name, n) in &nodes {
         first.push_str(&format!(" {name} http://{} udp {}", n.http, n.candidate));
     }
+    if let Some(e) = edge_addr {
+        first.push_str(&format!(" edge {e}"));
+    }
     println!("{first}");
     println!("  demo page + API   {gateway}/   (OpenAPI: {gateway}/openapi.json)");
     println!("  API token         {token}   (mutating calls: Authorization: Bearer …)");
     for (name, n) in &nodes {
         println!("  {name:<17} http://{}  media udp {}", n.http, n.candidate);
     }
+    match edge_addr {
+        Some(e) => println!("  edge              udp {e}  (clients' candidates; nodes behind it)"),
+        None => println!("  edge              none (--no-edge): clients reach the nodes directly"),
+    }
+    println!("  migrate           POST {gateway}/v1/migrations  or  ferry migrate --session …");
     println!("  publish           POST {gateway}/whip/{{stream}}  (307 to the placed node)");
     println!("  play              POST {gateway}/whep/{{stream}}  (307 to the stream's node)");
     println!("  state             {}", state_file.display());
@@ -89,6 +125,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         r = sched.server => r.context("scheduler")??,
         r = first_node => r.context("node-a")??,
         r = second_node => r.context("node-b")??,
+        r = async {
+            match edge {
+                Some(e) => e.task.await,
+                None => std::future::pending().await,
+            }
+        } => r.context("edge")??,
         _ = tokio::signal::ctrl_c() => println!("shutting down"),
     }
     sched.scheduler.flush().context("saving scheduler state")?;

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use ferry_proto::NodeId;
+use ferry_sfu::cluster::{ClusterOptions, ClusterSecrets};
 use ferry_sfu::driver::{self, NodeOptions};
 use ferry_sfu::http::IceServer;
 
@@ -33,6 +34,8 @@ enum Command {
     Node(NodeArgs),
     /// Run the scheduler (placement, drains, migrations, operator API).
     Scheduler(scheduler::SchedulerArgs),
+    /// Run an edge: the cluster's UDP ingress that routes clients to their node.
+    Edge(EdgeArgs),
     /// Benchmarks that print a table and write JSON under target/bench/.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -88,6 +91,29 @@ struct NodeArgs {
     /// Read GPU figures from NVML at every heartbeat (build with `--features nvml`).
     #[arg(long)]
     nvml: bool,
+    /// Cluster secrets directory (cluster.key, ca.pem, ca-key.pem; created
+    /// when missing). Enables relays between nodes, the edge and migration.
+    #[arg(long)]
+    cluster_dir: Option<std::path::PathBuf>,
+    /// The edge clients reach this node through (needs --cluster-dir).
+    #[arg(long, requires = "cluster_dir")]
+    edge: Option<SocketAddr>,
+    /// Where the migration transport (QUIC, mutual TLS) listens.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    migration_listen: SocketAddr,
+}
+
+#[derive(clap::Args, Debug)]
+struct EdgeArgs {
+    /// UDP address clients and nodes reach the edge at.
+    #[arg(long, default_value = "127.0.0.1:3478")]
+    udp: SocketAddr,
+    /// HTTP address for /metrics and /healthz.
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Cluster secrets directory (as for `ferry node`).
+    #[arg(long)]
+    cluster_dir: std::path::PathBuf,
 }
 
 fn init_tracing() {
@@ -108,14 +134,63 @@ fn main() -> anyhow::Result<()> {
             Command::Dev(args) => dev::run(args).await,
             Command::Node(args) => run_node(args).await,
             Command::Scheduler(args) => scheduler::run(args).await,
+            Command::Edge(args) => run_edge(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
         }
     })
 }
 
+async fn run_edge(args: EdgeArgs) -> anyhow::Result<()> {
+    let secrets = ClusterSecrets::load_or_create(&args.cluster_dir).context("--cluster-dir")?;
+    let edge = ferry_sfu::edge_driver::start_edge(args.udp, args.http, secrets.cluster_key())
+        .await
+        .context("starting the edge")?;
+    let http = edge
+        .http
+        .map(|h| h.to_string())
+        .unwrap_or_else(|| "-".into());
+    println!("edge udp {} http {http}", edge.udp);
+    tokio::select! {
+        r = edge.task => r.context("edge")?.context("edge")?,
+        _ = tokio::signal::ctrl_c() => println!("shutting down"),
+    }
+    Ok(())
+}
+
+/// Cluster membership of a node from its secrets directory.
+pub(crate) fn cluster_options(
+    dir: &std::path::Path,
+    id: &NodeId,
+    edge: Option<SocketAddr>,
+    migration_listen: SocketAddr,
+    token: &str,
+) -> anyhow::Result<ClusterOptions> {
+    let secrets = ClusterSecrets::load_or_create(dir).context("cluster secrets")?;
+    Ok(ClusterOptions {
+        key: secrets.key,
+        identity: std::sync::Arc::new(secrets.identity(id).context("migration certificate")?),
+        migration_listen,
+        edge,
+        token: token.to_owned(),
+        directory_interval: std::time::Duration::from_secs(1),
+    })
+}
+
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    let id = NodeId::new(args.id.clone()).context("--id")?;
+    let cluster = match &args.cluster_dir {
+        Some(dir) => Some(cluster_options(
+            dir,
+            &id,
+            args.edge,
+            args.migration_listen,
+            args.token.as_deref().unwrap_or(""),
+        )?),
+        None => None,
+    };
     let node = driver::start(NodeOptions {
-        id: NodeId::new(args.id.clone()).context("--id")?,
+        cluster,
+        id,
         http: args.http,
         udp: args.udp,
         announce: args.announce,
@@ -152,8 +227,12 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     })
     .await
     .context("starting node")?;
+    let migration = node
+        .migration
+        .map(|m| m.to_string())
+        .unwrap_or_else(|| "-".into());
     println!(
-        "node {} http http://{} media udp {} (candidate {})",
+        "node {} http http://{} media udp {} (candidate {}) migration {migration}",
         args.id, node.http, node.udp, node.candidate
     );
     tokio::select! {

@@ -12,6 +12,14 @@ use ferry_proto::{SessionId, StreamId};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 
+use ferry_migrator::transport::QuicTransport;
+use ferry_migrator::{MigrationPlan, Migrator};
+use ferry_proto::MigrationId;
+use ferry_proto::api::{CutoverMode, MigrationView};
+
+use crate::cluster::{
+    ClusterOptions, Directory, MigrationApiError, MigrationBook, SharedDirectory,
+};
 use crate::node::Node;
 use crate::signal::{PatchOutcome, SessionAnswer, SessionInfo, SignalError};
 
@@ -32,6 +40,19 @@ enum Command {
     Snapshot(SessionId, Reply<SessionSnapshot>),
     Restore(Box<SessionSnapshot>, Reply<SessionId>),
     Report(Reply<(Vec<SessionInfo>, crate::metrics::NodeMetrics)>),
+    Migrate(Box<MigrationView>, MigrationReply<MigrationView>),
+    MigrationStatus(MigrationId, MigrationReply<MigrationView>),
+    Directory(Box<Directory>),
+    SubscribeRelay(StreamId, SocketAddr),
+}
+
+type MigrationReply<T> = oneshot::Sender<Result<T, MigrationApiError>>;
+
+/// The migration engine of a node in a cluster, owned by the node's task.
+struct ClusterRuntime {
+    migrator: Migrator,
+    transport: QuicTransport,
+    book: MigrationBook,
 }
 
 /// A cheap, cloneable handle to a running node.
@@ -39,6 +60,8 @@ enum Command {
 pub struct NodeHandle {
     tx: mpsc::Sender<Command>,
     udp: SocketAddr,
+    directory: Option<SharedDirectory>,
+    token: Option<Arc<str>>,
 }
 
 impl NodeHandle {
@@ -65,13 +88,80 @@ impl NodeHandle {
         self.call(|r| Command::Publish(stream, offer, r)).await
     }
 
-    /// WHEP: a viewer's offer.
+    /// WHEP: a viewer's offer. A stream published on another node of the
+    /// cluster is relayed here first (its origin from the directory).
     pub async fn view(
         &self,
         stream: StreamId,
         offer: String,
     ) -> Result<SessionAnswer, SignalError> {
-        self.call(|r| Command::View(stream, offer, r)).await
+        let first = self
+            .call(|r| Command::View(stream.clone(), offer.clone(), r))
+            .await;
+        let Err(SignalError::StreamNotFound(_)) = first else {
+            return first;
+        };
+        let origin = self.directory.as_ref().and_then(|d| {
+            d.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .origins
+                .get(&stream)
+                .copied()
+        });
+        let Some(origin) = origin else {
+            tracing::debug!(%stream, "no origin known for the stream");
+            return first;
+        };
+        tracing::debug!(%stream, %origin, "relaying the stream in for a viewer");
+        let _ = self
+            .tx
+            .send(Command::SubscribeRelay(stream.clone(), origin))
+            .await;
+        // The origin answers with the stream's tracks within a round trip.
+        let deadline = tokio::time::Instant::now() + RELAY_WAIT;
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            let r = self
+                .call(|r| Command::View(stream.clone(), offer.clone(), r))
+                .await;
+            match r {
+                Err(SignalError::StreamNotFound(_)) if tokio::time::Instant::now() < deadline => {}
+                r => return r,
+            }
+        }
+    }
+
+    /// Whether `bearer` is the cluster's token (migration API).
+    pub fn authorized(&self, bearer: Option<&str>) -> bool {
+        match (&self.token, bearer) {
+            (Some(t), Some(b)) if !t.is_empty() => {
+                use subtle::ConstantTimeEq;
+                t.as_bytes().ct_eq(b.as_bytes()).into()
+            }
+            _ => false,
+        }
+    }
+
+    async fn migration_call<T>(
+        &self,
+        make: impl FnOnce(MigrationReply<T>) -> Command,
+    ) -> Result<T, MigrationApiError> {
+        let unavailable = || MigrationApiError::new(503, "node is shutting down");
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(make(tx)).await.map_err(|_| unavailable())?;
+        rx.await.map_err(|_| unavailable())?
+    }
+
+    /// Starts migrating a session away from this node (idempotent per id).
+    pub async fn migrate(&self, view: MigrationView) -> Result<MigrationView, MigrationApiError> {
+        self.migration_call(|r| Command::Migrate(Box::new(view), r))
+            .await
+    }
+
+    /// Where migration `id` is, as this node saw it.
+    pub async fn migration(&self, id: MigrationId) -> Result<MigrationView, MigrationApiError> {
+        self.migration_call(|r| Command::MigrationStatus(id, r))
+            .await
     }
 
     /// Trickle or ICE restart.
@@ -118,6 +208,9 @@ impl NodeHandle {
     }
 }
 
+/// How long a WHEP request waits for a relay from the stream's origin.
+const RELAY_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
+
 /// Binds the media socket and starts the node's task.
 pub async fn spawn(node: Node, udp_bind: SocketAddr) -> std::io::Result<NodeHandle> {
     let socket = UdpSocket::bind(udp_bind).await?;
@@ -128,13 +221,40 @@ pub async fn spawn(node: Node, udp_bind: SocketAddr) -> std::io::Result<NodeHand
 pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
     let udp = socket.local_addr()?;
     let (tx, rx) = mpsc::channel(256);
-    tokio::spawn(run(node, Arc::new(socket), rx));
-    Ok(NodeHandle { tx, udp })
+    tokio::spawn(run(node, Arc::new(socket), rx, None));
+    Ok(NodeHandle {
+        tx,
+        udp,
+        directory: None,
+        token: None,
+    })
 }
 
-async fn run(mut node: Node, socket: Arc<UdpSocket>, mut rx: mpsc::Receiver<Command>) {
+async fn migrator_input(
+    cluster: &mut Option<ClusterRuntime>,
+) -> Result<ferry_migrator::driver::Input, ferry_migrator::transport::TransportError> {
+    match cluster {
+        Some(c) => {
+            ferry_migrator::driver::next_input(c.migrator.poll_timeout(), &mut c.transport).await
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn run(
+    mut node: Node,
+    socket: Arc<UdpSocket>,
+    mut rx: mpsc::Receiver<Command>,
+    mut cluster: Option<ClusterRuntime>,
+) {
     let mut buf = vec![0u8; RECV_BUF];
     loop {
+        if let Some(c) = cluster.as_mut() {
+            ferry_migrator::driver::flush(&mut c.migrator, &c.transport);
+            while let Some(e) = c.migrator.poll_event() {
+                c.book.event(node.id(), e);
+            }
+        }
         flush(&mut node, &socket).await;
         while let Some(event) = node.poll_event() {
             match event {
@@ -175,14 +295,99 @@ async fn run(mut node: Node, socket: Arc<UdpSocket>, mut rx: mpsc::Receiver<Comm
             }
             cmd = rx.recv() => {
                 let Some(cmd) = cmd else { break };
-                command(&mut node, cmd);
+                command(&mut node, cluster.as_mut(), cmd);
+            }
+            input = migrator_input(&mut cluster) => {
+                if let (Ok(input), Some(c)) = (input, cluster.as_mut()) {
+                    ferry_migrator::driver::handle_input(&mut c.migrator, Instant::now(), &mut node, input);
+                }
             }
             () = sleep => node.handle_timeout(Instant::now()),
         }
     }
 }
 
-fn command(node: &mut Node, cmd: Command) {
+fn migrate(
+    node: &mut Node,
+    cluster: Option<&mut ClusterRuntime>,
+    now: Instant,
+    view: MigrationView,
+) -> Result<MigrationView, MigrationApiError> {
+    let Some(c) = cluster else {
+        return Err(MigrationApiError::new(
+            503,
+            "this node is not part of a cluster (no --cluster-dir)",
+        ));
+    };
+    if let Some(v) = c.book.get(&view.id) {
+        return if v.session == view.session && v.target == view.target {
+            Ok(v.clone())
+        } else {
+            Err(MigrationApiError::new(
+                409,
+                format!("migration {} exists for another session or target", view.id),
+            ))
+        };
+    }
+    let Some(target) = view.target.clone() else {
+        return Err(MigrationApiError::new(400, "a target node is required"));
+    };
+    if &target == node.id() {
+        return Err(MigrationApiError::new(
+            400,
+            "the target is the node the session is on",
+        ));
+    }
+    if view.mode != CutoverMode::Edge {
+        return Err(MigrationApiError::new(
+            400,
+            format!("cutover mode {:?} is not available on this node", view.mode),
+        ));
+    }
+    let Some(s) = node.session(&view.session) else {
+        return Err(MigrationApiError::new(
+            404,
+            format!("no session {} on {}", view.session, node.id()),
+        ));
+    };
+    if !s.active {
+        return Err(MigrationApiError::new(
+            409,
+            format!("session {} is migrating", view.session),
+        ));
+    }
+    if !node.has_peer(&target) {
+        return Err(MigrationApiError::new(
+            503,
+            format!("target {target} is not known to {} yet", node.id()),
+        ));
+    }
+    let plan = MigrationPlan {
+        id: view.id.clone(),
+        session: view.session.clone(),
+        stream: s.stream.clone(),
+        publisher: matches!(s.role, crate::session::Role::Publisher(_)),
+        target: target.clone(),
+        epoch: s.epoch,
+        mode: view.mode,
+    };
+    c.migrator.start(now, node, plan).map_err(|e| {
+        let status = match e {
+            ferry_migrator::StartError::SelfTarget => 400,
+            _ => 409,
+        };
+        MigrationApiError::new(status, e.to_string())
+    })?;
+    let me = node.id().clone();
+    let id = view.id.clone();
+    c.book.started(view, &me, &target);
+    c.book
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| MigrationApiError::new(500, "migration not recorded"))
+}
+
+fn command(node: &mut Node, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
     let now = Instant::now();
     // A dropped reply only means the HTTP client went away.
     match cmd {
@@ -202,7 +407,11 @@ fn command(node: &mut Node, cmd: Command) {
             let _ = r.send(Ok(node.sessions()));
         }
         Command::Metrics(r) => {
-            let _ = r.send(Ok(node.metrics().to_prometheus()));
+            let mut text = node.metrics().to_prometheus();
+            if let Some(c) = &cluster {
+                text.push_str(&c.book.to_prometheus());
+            }
+            let _ = r.send(Ok(text));
         }
         Command::Snapshot(id, r) => {
             let _ = r.send(node.snapshot_session(now, &id));
@@ -213,6 +422,26 @@ fn command(node: &mut Node, cmd: Command) {
         Command::Report(r) => {
             let _ = r.send(Ok((node.sessions(), node.metrics().clone())));
         }
+        Command::Migrate(view, r) => {
+            let _ = r.send(migrate(node, cluster, now, *view));
+        }
+        Command::MigrationStatus(id, r) => {
+            let found = cluster.and_then(|c| c.book.get(&id).cloned());
+            let _ = r.send(found.ok_or_else(|| {
+                MigrationApiError::new(404, format!("no migration {id} on this node"))
+            }));
+        }
+        Command::Directory(d) => {
+            for (id, (udp, quic)) in &d.peers {
+                if let Some(udp) = udp {
+                    node.set_peer(id.clone(), *udp);
+                }
+                if let (Some(quic), Some(c)) = (quic, cluster.as_ref()) {
+                    c.transport.add_peer(id.clone(), *quic);
+                }
+            }
+        }
+        Command::SubscribeRelay(stream, origin) => node.subscribe_relay(now, &stream, origin),
     }
 }
 
@@ -250,6 +479,8 @@ pub struct NodeOptions {
     pub process_metrics: Option<crate::http::ProcessMetrics>,
     /// The scheduler to report to, if any.
     pub scheduler: Option<crate::heartbeat::SchedulerLink>,
+    /// Cluster membership: relays, edge, migration (`None`: a lone node).
+    pub cluster: Option<ClusterOptions>,
 }
 
 /// A node started by [`start`].
@@ -265,6 +496,8 @@ pub struct RunningNode {
     pub candidate: SocketAddr,
     /// The HTTP server task.
     pub server: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// Where the migration transport listens (in a cluster).
+    pub migration: Option<SocketAddr>,
 }
 
 /// Binds sockets, makes a certificate and starts the node and its HTTP API.
@@ -292,24 +525,61 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default(),
     };
-    let mut config =
-        crate::node::NodeConfig::new(opts.id.clone(), vec![candidate], rng.random(), wall);
+    let candidates = match opts.cluster.as_ref().and_then(|c| c.edge) {
+        Some(edge) => vec![edge],
+        None => vec![candidate],
+    };
+    let mut config = crate::node::NodeConfig::new(opts.id.clone(), candidates, rng.random(), wall);
     config.nack_cache = opts.nack_cache;
     config.max_sessions = opts.max_sessions;
+    let mut runtime = None;
+    let mut migration = None;
+    let directory: SharedDirectory = Arc::default();
+    if let Some(c) = &opts.cluster {
+        config.cluster_key = Some(crate::relay::ClusterKey::new(&c.key));
+        config.cluster_addr = Some(candidate);
+        config.edge = c.edge;
+        let transport =
+            QuicTransport::bind(&c.identity, c.migration_listen).map_err(std::io::Error::other)?;
+        let quic = transport.local_addr().map_err(std::io::Error::other)?;
+        migration = Some(SocketAddr::new(ip, quic.port()));
+        runtime = Some(ClusterRuntime {
+            migrator: Migrator::new(opts.id.clone(), ferry_migrator::Config::default()),
+            transport,
+            book: MigrationBook::default(),
+        });
+    }
     let node = Node::new(config, Arc::new(cert), now);
-    let handle = spawn_on(node, socket)?;
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(run(node, Arc::new(socket), rx, runtime));
+    let handle = NodeHandle {
+        tx,
+        udp,
+        directory: opts.cluster.as_ref().map(|_| directory.clone()),
+        token: opts.cluster.as_ref().map(|c| Arc::from(c.token.as_str())),
+    };
     let listener = tokio::net::TcpListener::bind(opts.http).await?;
     let http = listener.local_addr()?;
     let app = crate::http::router(handle.clone(), opts.ice_servers, opts.process_metrics);
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     if let Some(link) = opts.scheduler {
-        let hb = crate::heartbeat::Reporter::new(
-            link,
+        let mut hb = crate::heartbeat::Reporter::new(
+            link.clone(),
             opts.id.clone(),
             format!("http://{http}"),
-            candidate.to_string(),
+            candidates_media(&opts.cluster, candidate),
             opts.max_sessions as u64,
         );
+        if let (Some(c), Some(m)) = (&opts.cluster, migration) {
+            hb = hb.with_cluster(candidate.to_string(), m.to_string());
+            tokio::spawn(refresh_directory(
+                link,
+                opts.id.clone(),
+                c.directory_interval,
+                directory,
+                handle.clone(),
+            ));
+        }
         tokio::spawn(hb.run(handle.clone()));
     }
     Ok(RunningNode {
@@ -318,5 +588,64 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
         udp,
         candidate,
         server,
+        migration,
     })
+}
+
+/// The media address clients are told: the edge's when behind one.
+fn candidates_media(cluster: &Option<ClusterOptions>, candidate: SocketAddr) -> String {
+    cluster
+        .as_ref()
+        .and_then(|c| c.edge)
+        .unwrap_or(candidate)
+        .to_string()
+}
+
+/// Keeps the directory (peers, stream origins) in step with the
+/// scheduler's routing table, long-polling for changes.
+async fn refresh_directory(
+    link: crate::heartbeat::SchedulerLink,
+    me: ferry_proto::NodeId,
+    interval: std::time::Duration,
+    directory: SharedDirectory,
+    node: NodeHandle,
+) {
+    let base = link.url.trim_end_matches('/').to_owned();
+    let mut version = 0u64;
+    loop {
+        let url = format!("{base}/v1/routing?since={version}&timeout_s=5");
+        let table = tokio::task::spawn_blocking(move || {
+            ureq::get(&url)
+                .config()
+                .timeout_global(Some(std::time::Duration::from_secs(10)))
+                .build()
+                .call()
+                .map_err(|e| e.to_string())?
+                .body_mut()
+                .read_json::<ferry_proto::api::RoutingTable>()
+                .map_err(|e| e.to_string())
+        })
+        .await;
+        match table {
+            Ok(Ok(t)) => {
+                version = t.version;
+                let d = Directory::from_routing(&me, &t);
+                tracing::debug!(
+                    version,
+                    peers = d.peers.len(),
+                    origins = d.origins.len(),
+                    "directory updated"
+                );
+                *directory.lock().unwrap_or_else(|e| e.into_inner()) = d.clone();
+                if node.tx.send(Command::Directory(Box::new(d))).await.is_err() {
+                    return;
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "routing table not read");
+                tokio::time::sleep(interval).await;
+            }
+            Err(_) => return,
+        }
+    }
 }

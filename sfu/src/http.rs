@@ -68,6 +68,7 @@ pub fn router(
             Method::POST,
             Method::PATCH,
             Method::DELETE,
+            Method::PUT,
             Method::OPTIONS,
         ])
         .allow_headers([
@@ -99,6 +100,10 @@ pub fn router(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/v1/sessions", get(sessions))
         .route("/metrics", get(metrics))
+        .route(
+            "/v1/migrations/{id}",
+            axum::routing::put(put_migration).get(get_migration),
+        )
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(cors)
         .with_state(AppState {
@@ -304,5 +309,97 @@ async fn metrics(State(st): State<AppState>) -> Response {
             ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }
         Err(e) => signal_error(e),
+    }
+}
+
+fn migration_error(e: crate::cluster::MigrationApiError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+    (
+        status,
+        axum::Json(ferry_proto::api::ApiError { error: e.reason }),
+    )
+        .into_response()
+}
+
+fn check_bearer(st: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if st.node.authorized(bearer) {
+        return Ok(());
+    }
+    let mut r = migration_error(crate::cluster::MigrationApiError::new(
+        401,
+        "the migration API needs the cluster token (Authorization: Bearer ...)",
+    ));
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"ferry-node\""),
+    );
+    Err(r)
+}
+
+fn parse_migration_id(id: &str) -> Result<ferry_proto::MigrationId, Response> {
+    ferry_proto::MigrationId::new(id).map_err(|e| {
+        migration_error(crate::cluster::MigrationApiError::new(
+            400,
+            format!("migration id: {e}"),
+        ))
+    })
+}
+
+/// `PUT /v1/migrations/{id}`: the scheduler asks this (source) node to move
+/// one of its sessions; idempotent per id.
+async fn put_migration(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = check_bearer(&st, &headers) {
+        return r;
+    }
+    let id = match parse_migration_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let view: ferry_proto::api::MigrationView = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return migration_error(crate::cluster::MigrationApiError::new(
+                400,
+                format!("body is not a migration: {e}"),
+            ));
+        }
+    };
+    if view.id != id {
+        return migration_error(crate::cluster::MigrationApiError::new(
+            400,
+            format!("the body names migration {}, the path {id}", view.id),
+        ));
+    }
+    match st.node.migrate(view).await {
+        Ok(v) => (StatusCode::ACCEPTED, axum::Json(v)).into_response(),
+        Err(e) => migration_error(e),
+    }
+}
+
+/// `GET /v1/migrations/{id}`: a migration as this node saw it.
+async fn get_migration(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = check_bearer(&st, &headers) {
+        return r;
+    }
+    let id = match parse_migration_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match st.node.migration(id).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => migration_error(e),
     }
 }

@@ -6,10 +6,12 @@
 //! returns. [`node`] holds the drive-loop contract; `docs/sfu.md` the design.
 
 pub mod cert;
+pub mod cluster;
 pub mod codec;
 pub mod driver;
 pub mod dtls;
 pub mod edge;
+pub mod edge_driver;
 pub mod egress;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;

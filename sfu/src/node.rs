@@ -230,6 +230,11 @@ impl Node {
         self.peers.insert(node, addr);
     }
 
+    /// Whether `node`'s cluster address is known.
+    pub fn has_peer(&self, node: &NodeId) -> bool {
+        self.peers.contains_key(node)
+    }
+
     /// This node's id.
     pub fn id(&self) -> &NodeId {
         &self.config.node_id

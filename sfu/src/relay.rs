@@ -335,7 +335,17 @@ pub struct RelayIn {
     pub next_refresh: Instant,
     last_keyframe_request: HashMap<u8, Instant>,
     cache_size: usize,
+    /// When it was asked for: a relay no viewer has used yet is kept
+    /// [`RELAY_IDLE`] after that (the viewer that asked for it is set up
+    /// once the offer arrived).
+    pub created: Instant,
+    /// Whether a local viewer has used it; once the last one leaves it is
+    /// torn down.
+    pub used: bool,
 }
+
+/// How long a relayed-in stream nobody has watched yet is kept.
+pub const RELAY_IDLE: Duration = Duration::from_secs(5);
 
 impl RelayIn {
     /// A subscription to `origin`, not yet offered.
@@ -349,6 +359,8 @@ impl RelayIn {
             next_refresh: now,
             last_keyframe_request: HashMap::new(),
             cache_size,
+            created: now,
+            used: false,
         }
     }
 

@@ -141,6 +141,11 @@ fn check_invariants(tb: &Testbed, publisher: usize, viewers: &[usize], min_packe
             st.srtp_errors,
             st.srtp_index_reuse,
         );
+        eprintln!(
+            "    gave_up={} nacks={} ",
+            s.nack_gave_up,
+            tb.peers[v].stats().nacks_sent
+        );
         assert!(s.packets > min_packets, "viewer {v} keeps receiving");
         assert_eq!(s.received.missing(), 0, "viewer {v}: gap-free after repair");
         assert_eq!(s.ts_regressions, 0, "viewer {v}: monotonic timestamps");

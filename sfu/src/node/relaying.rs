@@ -217,6 +217,7 @@ impl Node {
             self.out.metrics.relay_refused += 1;
             return;
         };
+        tracing::trace!(%from, ?body, "relay control");
         match body {
             Body::Subscribe(s) => {
                 let Ok(stream) = StreamId::new(s.stream) else {
@@ -420,7 +421,11 @@ impl Node {
                 }
             }
             if let Some(r) = e.relay_in.as_mut() {
-                if e.viewers.is_empty() && periodic && r.ready() {
+                if !e.viewers.is_empty() {
+                    r.used = true;
+                }
+                let idle = r.used || now.saturating_duration_since(r.created) >= relay::RELAY_IDLE;
+                if e.viewers.is_empty() && periodic && r.ready() && idle {
                     // No local viewer left: tear the relay down.
                     sends.push((
                         r.origin,

@@ -1,0 +1,478 @@
+//! A node's place in a cluster (driver side): the shared secrets, the
+//! migration engine's bookkeeping for the HTTP API and Prometheus, and the
+//! directory of peers and stream origins learnt from the scheduler.
+//!
+//! Secrets live in one directory (`ferry dev` creates it): `cluster.key`
+//! (32 random bytes, hex: authenticates relays and edge tunnels) and the
+//! cluster CA (`ca.pem`, `ca-key.pem`) from which each node issues its own
+//! migration (QUIC, mutual TLS) certificate at start.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferry_migrator::transport::{ClusterCa, NodeIdentity};
+use ferry_migrator::{MigrationEvent, MigrationReport, Outcome, Phase};
+use ferry_proto::api::{MigrationState, MigrationView, RoutingTable, SessionKind};
+use ferry_proto::{MigrationId, NodeId, SessionId, StreamId};
+
+use crate::relay::ClusterKey;
+
+/// Why the cluster secrets could not be read or made.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretsError {
+    /// File system.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// `cluster.key` is not 64 hex digits.
+    #[error("{0}: not 64 hex digits")]
+    BadKey(String),
+    /// The CA or a certificate.
+    #[error("cluster CA: {0}")]
+    Tls(#[from] ferry_migrator::transport::tls::TlsError),
+}
+
+/// The cluster's shared secrets.
+#[derive(Debug)]
+pub struct ClusterSecrets {
+    /// Relay and tunnel key material.
+    pub key: [u8; 32],
+    /// The CA migration certificates are issued from.
+    pub ca: ClusterCa,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SecretsError + '_ {
+    move |source| SecretsError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+impl ClusterSecrets {
+    /// Reads the secrets in `dir`, creating any that are missing. Processes
+    /// starting together agree: whoever creates a file first wins, the
+    /// others read it.
+    pub fn load_or_create(dir: &Path) -> Result<Self, SecretsError> {
+        let mut tries = 0;
+        loop {
+            match Self::try_load_or_create(dir) {
+                Err(SecretsError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists && tries < 5 =>
+                {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                // A file half written by another process reads as garbage
+                // for a moment.
+                Err(SecretsError::BadKey(_) | SecretsError::Tls(_)) if tries < 5 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn try_load_or_create(dir: &Path) -> Result<Self, SecretsError> {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let key_path = dir.join("cluster.key");
+        let key = match std::fs::read_to_string(&key_path) {
+            Ok(text) => {
+                let bytes = hex::decode(text.trim())
+                    .map_err(|_| SecretsError::BadKey(key_path.display().to_string()))?;
+                <[u8; 32]>::try_from(bytes.as_slice())
+                    .map_err(|_| SecretsError::BadKey(key_path.display().to_string()))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let key: [u8; 32] = rand::random();
+                write_private(&key_path, &hex::encode(key))?;
+                key
+            }
+            Err(e) => return Err(io_err(&key_path)(e)),
+        };
+        let (cert, priv_key) = (dir.join("ca.pem"), dir.join("ca-key.pem"));
+        let ca = match (
+            std::fs::read_to_string(&cert),
+            std::fs::read_to_string(&priv_key),
+        ) {
+            (Ok(c), Ok(k)) => ClusterCa::from_pem(&c, &k)?,
+            _ => {
+                let ca = ClusterCa::generate()?;
+                write_private(&priv_key, &ca.key_pem())?;
+                std::fs::write(&cert, ca.cert_pem()).map_err(io_err(&cert))?;
+                ca
+            }
+        };
+        Ok(Self { key, ca })
+    }
+
+    /// The relay/tunnel key.
+    pub fn cluster_key(&self) -> ClusterKey {
+        ClusterKey::new(&self.key)
+    }
+
+    /// A migration identity for `node`.
+    pub fn identity(&self, node: &NodeId) -> Result<NodeIdentity, SecretsError> {
+        Ok(self.ca.issue(node)?)
+    }
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), SecretsError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io_err(path))?;
+    f.write_all(text.as_bytes()).map_err(io_err(path))
+}
+
+/// What a node needs to take part in a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Relay/tunnel key material.
+    pub key: [u8; 32],
+    /// Migration certificate of this node.
+    pub identity: Arc<NodeIdentity>,
+    /// Where the migration transport (QUIC) listens.
+    pub migration_listen: SocketAddr,
+    /// The edge clients reach this node through (`None`: directly).
+    pub edge: Option<SocketAddr>,
+    /// Bearer token for the node's migration API (the cluster's API token).
+    pub token: String,
+    /// How often the directory is refreshed from the scheduler.
+    pub directory_interval: Duration,
+}
+
+/// Why a migration request to this node failed (the HTTP status goes with it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct MigrationApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// Why.
+    pub reason: String,
+}
+
+impl MigrationApiError {
+    pub(crate) fn new(status: u16, reason: impl Into<String>) -> Self {
+        Self {
+            status,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Migrations this node took part in, as the API shows them, and their
+/// Prometheus series.
+#[derive(Debug, Default)]
+pub struct MigrationBook {
+    views: HashMap<MigrationId, MigrationView>,
+    order: std::collections::VecDeque<MigrationId>,
+    /// Finished migrations by (role, outcome).
+    outcomes: BTreeMap<(&'static str, &'static str), u64>,
+    /// Sum and count of each phase's duration, seconds.
+    phases: BTreeMap<&'static str, (f64, u64)>,
+    /// Blackouts of committed migrations: sum, count, max (seconds).
+    blackout: (f64, u64, f64),
+    snapshot_bytes: u64,
+    wal_bytes: u64,
+    wal_records: u64,
+    /// Spans of running migrations (one trace per migration).
+    spans: HashMap<MigrationId, tracing::Span>,
+}
+
+/// Views kept for `GET /v1/migrations/{id}`.
+const BOOK_CAPACITY: usize = 10_000;
+
+fn role_name(r: ferry_migrator::Role) -> &'static str {
+    match r {
+        ferry_migrator::Role::Source => "source",
+        ferry_migrator::Role::Target => "target",
+    }
+}
+
+fn outcome_name(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Committed => "committed",
+        Outcome::Unconfirmed => "unconfirmed",
+        Outcome::RolledBack => "rolled_back",
+        Outcome::Refused => "refused",
+        Outcome::Lost => "lost",
+    }
+}
+
+impl MigrationBook {
+    /// The view of migration `id`.
+    pub fn get(&self, id: &MigrationId) -> Option<&MigrationView> {
+        self.views.get(id)
+    }
+
+    /// Whether `session` is in a running migration.
+    pub fn running_for(&self, session: &SessionId) -> Option<&MigrationId> {
+        self.views
+            .values()
+            .find(|v| &v.session == session && v.state == MigrationState::Running)
+            .map(|v| &v.id)
+    }
+
+    /// Records a migration this node started (source side).
+    pub fn started(&mut self, mut view: MigrationView, source: &NodeId, target: &NodeId) {
+        view.state = MigrationState::Running;
+        let span = tracing::info_span!(
+            "migration",
+            migration.id = %view.id,
+            session.id = %view.session,
+            source = %source,
+            target = %target,
+            mode = ?view.mode,
+        );
+        span.in_scope(|| tracing::info!("migration started"));
+        self.spans.insert(view.id.clone(), span);
+        self.insert(view);
+    }
+
+    fn insert(&mut self, view: MigrationView) {
+        if !self.views.contains_key(&view.id) {
+            self.order.push_back(view.id.clone());
+        }
+        self.views.insert(view.id.clone(), view);
+        while self.order.len() > BOOK_CAPACITY {
+            if let Some(old) = self.order.pop_front() {
+                self.views.remove(&old);
+            }
+        }
+    }
+
+    /// Folds in what the migrator reported.
+    pub fn event(&mut self, me: &NodeId, e: MigrationEvent) {
+        match e {
+            MigrationEvent::Phase { id, role, phase } => {
+                if let Some(span) = self.spans.get(&id) {
+                    span.in_scope(|| {
+                        tracing::info!(
+                            role = role_name(role),
+                            phase = phase.name(),
+                            "migration phase"
+                        )
+                    });
+                } else {
+                    tracing::info!(migration.id = %id, role = role_name(role), phase = phase.name(), "migration phase");
+                }
+            }
+            MigrationEvent::Finished(r) => self.finished(me, *r),
+        }
+    }
+
+    fn finished(&mut self, me: &NodeId, r: MigrationReport) {
+        let role = role_name(r.role);
+        let outcome = outcome_name(r.outcome);
+        *self.outcomes.entry((role, outcome)).or_default() += 1;
+        for (phase, d) in [
+            (Phase::Prepare, r.phases.prepare),
+            (Phase::Snapshot, r.phases.snapshot),
+            (Phase::Wal, r.phases.wal),
+            (Phase::Cutover, r.phases.cutover),
+            (Phase::Commit, r.phases.commit),
+        ] {
+            if let Some(d) = d {
+                let e = self.phases.entry(phase.name()).or_default();
+                e.0 += d.as_secs_f64();
+                e.1 += 1;
+            }
+        }
+        if r.role == ferry_migrator::Role::Source {
+            self.snapshot_bytes += r.snapshot_bytes;
+            self.wal_bytes += r.wal_bytes;
+            self.wal_records += r.wal_records;
+            if let Some(b) = r.blackout {
+                let s = b.as_secs_f64();
+                self.blackout.0 += s;
+                self.blackout.1 += 1;
+                self.blackout.2 = self.blackout.2.max(s);
+            }
+        }
+        let span = self.spans.remove(&r.id);
+        let log = || {
+            tracing::info!(
+                role,
+                outcome,
+                reason = r.reason.as_deref().unwrap_or(""),
+                epoch = r.epoch,
+                blackout_ms = r.blackout.map_or(-1.0, |b| b.as_secs_f64() * 1e3),
+                snapshot_bytes = r.snapshot_bytes,
+                wal_bytes = r.wal_bytes,
+                "migration finished"
+            )
+        };
+        match &span {
+            Some(s) => s.in_scope(log),
+            None => log(),
+        }
+        let (source, target) = match r.role {
+            ferry_migrator::Role::Source => (me.clone(), Some(r.peer.clone())),
+            ferry_migrator::Role::Target => (r.peer.clone(), Some(me.clone())),
+        };
+        let mut view = self.views.remove(&r.id).unwrap_or(MigrationView {
+            id: r.id.clone(),
+            session: r.session.clone(),
+            source,
+            target,
+            mode: Default::default(),
+            state: MigrationState::Running,
+            phases_ms: BTreeMap::new(),
+            blackout_ms: None,
+            bytes: 0,
+            error: None,
+        });
+        view.state = match r.outcome {
+            Outcome::Refused | Outcome::Lost => MigrationState::Failed,
+            o => o.state(),
+        };
+        view.phases_ms = r.phases.to_ms();
+        view.blackout_ms = r.blackout.map(|b| b.as_secs_f64() * 1e3);
+        view.bytes = r.snapshot_bytes + r.wal_bytes;
+        view.error = r.reason.clone();
+        self.insert(view);
+    }
+
+    /// Prometheus text of the migration series.
+    pub fn to_prometheus(&self) -> String {
+        let mut s = String::new();
+        s.push_str("# HELP ferry_migrations_total Migrations finished on this node, by role and outcome.\n# TYPE ferry_migrations_total counter\n");
+        for ((role, outcome), n) in &self.outcomes {
+            s.push_str(&format!(
+                "ferry_migrations_total{{role=\"{role}\",outcome=\"{outcome}\"}} {n}\n"
+            ));
+        }
+        s.push_str("# HELP ferry_migration_phase_seconds Time spent in each migration phase.\n# TYPE ferry_migration_phase_seconds summary\n");
+        for (phase, (sum, count)) in &self.phases {
+            s.push_str(&format!(
+                "ferry_migration_phase_seconds_sum{{phase=\"{phase}\"}} {sum}\nferry_migration_phase_seconds_count{{phase=\"{phase}\"}} {count}\n"
+            ));
+        }
+        let (sum, count, max) = self.blackout;
+        s.push_str(&format!(
+            "# HELP ferry_migration_blackout_seconds Media blackout of committed migrations (source side).\n# TYPE ferry_migration_blackout_seconds summary\nferry_migration_blackout_seconds_sum {sum}\nferry_migration_blackout_seconds_count {count}\n# HELP ferry_migration_blackout_max_seconds Largest blackout so far.\n# TYPE ferry_migration_blackout_max_seconds gauge\nferry_migration_blackout_max_seconds {max}\n"
+        ));
+        s.push_str(&format!(
+            "# HELP ferry_migration_bytes_total State moved by migrations from this node.\n# TYPE ferry_migration_bytes_total counter\nferry_migration_bytes_total{{kind=\"snapshot\"}} {}\nferry_migration_bytes_total{{kind=\"wal\"}} {}\n# HELP ferry_migration_wal_records_total WAL records shipped.\n# TYPE ferry_migration_wal_records_total counter\nferry_migration_wal_records_total {}\n",
+            self.snapshot_bytes, self.wal_bytes, self.wal_records
+        ));
+        s
+    }
+}
+
+/// Peers and stream origins as the scheduler's routing table shows them.
+#[derive(Debug, Default, Clone)]
+pub struct Directory {
+    /// Node → (cluster UDP address, migration address).
+    pub peers: HashMap<NodeId, (Option<SocketAddr>, Option<SocketAddr>)>,
+    /// Stream → the cluster address of the node holding its publisher.
+    pub origins: HashMap<StreamId, SocketAddr>,
+    /// Routing-table version it was built from.
+    pub version: u64,
+}
+
+impl Directory {
+    /// Builds the directory from a routing table, leaving out `me`.
+    pub fn from_routing(me: &NodeId, t: &RoutingTable) -> Self {
+        let mut d = Directory {
+            version: t.version,
+            ..Default::default()
+        };
+        for n in &t.nodes {
+            if &n.id == me {
+                continue;
+            }
+            d.peers.insert(
+                n.id.clone(),
+                (n.cluster.parse().ok(), n.migration.parse().ok()),
+            );
+        }
+        for s in &t.sessions {
+            if s.kind != SessionKind::Publish || &s.node == me {
+                continue;
+            }
+            if let Some((Some(addr), _)) = d.peers.get(&s.node) {
+                d.origins.insert(s.stream.clone(), *addr);
+            }
+        }
+        d
+    }
+}
+
+/// The directory, shared between the refresh task and request handlers.
+pub type SharedDirectory = Arc<Mutex<Directory>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_proto::api::{NodeState, RouteEntry, RouteNode};
+
+    #[allow(clippy::unwrap_used)]
+    #[test]
+    fn directory_knows_peers_and_publisher_origins() {
+        let node = |id: &str, cluster: &str| RouteNode {
+            id: NodeId::new(id).unwrap(),
+            state: NodeState::Active,
+            weight: 1.0,
+            zone: String::new(),
+            http: String::new(),
+            media: String::new(),
+            cluster: cluster.into(),
+            migration: "127.0.0.1:9000".into(),
+        };
+        let entry = |s: &str, node: &str, kind| RouteEntry {
+            session: SessionId::new(s).unwrap(),
+            stream: StreamId::new("cam").unwrap(),
+            node: NodeId::new(node).unwrap(),
+            epoch: 1,
+            kind,
+        };
+        let t = RoutingTable {
+            version: 7,
+            nodes: vec![node("a", "127.0.0.1:5000"), node("b", "")],
+            sessions: vec![
+                entry("v", "b", SessionKind::View),
+                entry("p", "a", SessionKind::Publish),
+            ],
+        };
+        let me = NodeId::new("b").unwrap();
+        let d = Directory::from_routing(&me, &t);
+        assert_eq!(d.version, 7);
+        assert_eq!(d.peers.len(), 1, "not itself");
+        let cam = StreamId::new("cam").unwrap();
+        assert_eq!(d.origins[&cam], "127.0.0.1:5000".parse().unwrap());
+        let d = Directory::from_routing(&NodeId::new("a").unwrap(), &t);
+        assert!(
+            d.origins.is_empty(),
+            "its own publisher is no remote origin"
+        );
+    }
+
+    #[allow(clippy::unwrap_used)]
+    #[test]
+    fn secrets_are_made_once_and_read_back() {
+        let dir = std::env::temp_dir().join(format!("ferry-secrets-{}", rand::random::<u64>()));
+        let a = ClusterSecrets::load_or_create(&dir).unwrap();
+        let b = ClusterSecrets::load_or_create(&dir).unwrap();
+        assert_eq!(a.key, b.key);
+        assert_eq!(a.ca.cert_pem(), b.ca.cert_pem());
+        std::fs::write(dir.join("cluster.key"), "zz").unwrap();
+        assert!(matches!(
+            ClusterSecrets::load_or_create(&dir),
+            Err(SecretsError::BadKey(_))
+        ));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,101 @@
+//! The edge's tokio driver (`ferry edge`, and in-process in `ferry dev`):
+//! one task owns the [`Edge`] core and its UDP socket; a small HTTP server
+//! serves `/metrics` and `/healthz`.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::net::UdpSocket;
+
+use crate::edge::Edge;
+use crate::relay::ClusterKey;
+
+const RECV_BUF: usize = 2048;
+
+/// An edge started by [`start_edge`].
+#[derive(Debug)]
+pub struct RunningEdge {
+    /// Where clients and nodes reach it.
+    pub udp: SocketAddr,
+    /// Where `/metrics` is served, if asked for.
+    pub http: Option<SocketAddr>,
+    /// The media task.
+    pub task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// Binds `udp` (and `http` for metrics, when given) and runs an edge with
+/// the cluster `key`.
+pub async fn start_edge(
+    udp: SocketAddr,
+    http: Option<SocketAddr>,
+    key: ClusterKey,
+) -> std::io::Result<RunningEdge> {
+    let socket = UdpSocket::bind(udp).await?;
+    let udp = socket.local_addr()?;
+    let metrics = Arc::new(Mutex::new(String::new()));
+    let edge = Edge::new(key, Instant::now());
+    let task = tokio::spawn(run(socket, edge, metrics.clone()));
+    let http = match http {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            let bound = listener.local_addr()?;
+            let app = axum::Router::new()
+                .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+                .route(
+                    "/metrics",
+                    axum::routing::get(move || {
+                        let text = metrics.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                        async move { text }
+                    }),
+                );
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            Some(bound)
+        }
+        None => None,
+    };
+    Ok(RunningEdge { udp, http, task })
+}
+
+async fn run(
+    socket: UdpSocket,
+    mut edge: Edge,
+    metrics: Arc<Mutex<String>>,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; RECV_BUF];
+    let mut publish = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        while let Some(t) = edge.poll_transmit() {
+            match socket.try_send_to(&t.data, t.to) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let _ = socket.send_to(&t.data, t.to).await;
+                }
+                Err(e) => tracing::debug!(to = %t.to, error = %e, "edge send failed"),
+            }
+        }
+        let deadline = edge.poll_timeout();
+        let sleep = async {
+            match deadline {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = socket.recv_from(&mut buf) => {
+                let Ok((n, from)) = r else { continue };
+                let now = Instant::now();
+                edge.handle_datagram(now, from, &buf[..n]);
+                for _ in 1..64 {
+                    let Ok((n, from)) = socket.try_recv_from(&mut buf) else { break };
+                    edge.handle_datagram(now, from, &buf[..n]);
+                }
+            }
+            () = sleep => edge.handle_timeout(Instant::now()),
+            _ = publish.tick() => {
+                let text = edge.metrics().to_prometheus(edge.routes());
+                *metrics.lock().unwrap_or_else(|e| e.into_inner()) = text;
+            }
+        }
+    }
+}

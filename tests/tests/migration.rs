@@ -1,0 +1,318 @@
+//! Hot migration end to end (issue 4 acceptance), in headless Chromium
+//! against `ferry dev` (scheduler, edge, node-a, node-b as real sockets and
+//! QUIC): page A publishes via WHIP to node-a, B plays from node-a, C from
+//! node-b (relayed from node-a). While media flows the operator API moves
+//! the publisher a→b, then viewer B a→b, then both back, in `edge` mode.
+//! Every viewer must be unaffected: no new freeze, no lost packet after
+//! retransmission, frames keep decoding, the same DTLS transport and no
+//! change of the selected candidate pair (the edge address never changes).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use ferry_tests::{Browser, Collector, FerryProcess, Reports, http, num};
+use serde_json::Value;
+
+const SETUP: Duration = Duration::from_secs(45);
+
+fn playing(r: &Value) -> bool {
+    r["connectionState"] == "connected" && num(r, "/inbound/video/framesDecoded") > 0.0
+}
+
+fn show(reports: &Reports, id: &str) -> String {
+    reports.get(id).map_or("no report".into(), |r| {
+        format!(
+            "{id}: conn={} transport={} video={}",
+            r["connectionState"], r["transport"], r["inbound"]["video"]
+        )
+    })
+}
+
+/// The session id at the end of a WHIP/WHEP `Location`.
+fn session_of(r: &Value) -> Result<String> {
+    let loc = r["whip"]["location"]
+        .as_str()
+        .or_else(|| r["whep"]["location"].as_str())
+        .context("no Location in the report")?;
+    Ok(loc.rsplit('/').next().unwrap_or_default().to_owned())
+}
+
+struct Dev {
+    _process: FerryProcess,
+    gateway: String,
+    token: String,
+    node_a: String,
+    node_b: String,
+}
+
+fn start_dev() -> Result<Dev> {
+    let process = FerryProcess::spawn(&[
+        "dev",
+        "--gateway",
+        "127.0.0.1:0",
+        "--node-a",
+        "127.0.0.1:0",
+        "--node-b",
+        "127.0.0.1:0",
+        "--edge",
+        "127.0.0.1:0",
+    ])?;
+    Ok(Dev {
+        gateway: process.after("gateway")?,
+        token: process.after("token")?,
+        node_a: process.after("node-a")?,
+        node_b: process.after("node-b")?,
+        _process: process,
+    })
+}
+
+/// Both nodes registered, with their cluster and migration addresses.
+async fn wait_registered(dev: &Dev) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = http(&format!("{}/v1/nodes", dev.gateway), "GET", &[], b"")?;
+        let nodes: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+        let ready = nodes.as_array().is_some_and(|n| {
+            n.len() == 2
+                && n.iter().all(|n| {
+                    n["state"] == "active" && n["migration"].as_str().is_some_and(|m| !m.is_empty())
+                })
+        });
+        if ready {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "nodes did not register: {}",
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `POST /v1/migrations` and follow it until it ends; the view at the end.
+async fn migrate(dev: &Dev, session: &str, target: &str) -> Result<Value> {
+    let auth = format!("Bearer {}", dev.token);
+    let body = serde_json::json!({ "session": session, "target": target, "mode": "edge" });
+    let r = http(
+        &format!("{}/v1/migrations", dev.gateway),
+        "POST",
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        body.to_string().as_bytes(),
+    )?;
+    ensure!(
+        r.status == 201 || r.status == 202 || r.status == 200,
+        "POST /v1/migrations: {} {}",
+        r.status,
+        r.body
+    );
+    let id = serde_json::from_str::<Value>(&r.body)?["id"]
+        .as_str()
+        .context("migration id")?
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = http(
+            &format!("{}/v1/migrations/{id}", dev.gateway),
+            "GET",
+            &[],
+            b"",
+        )?;
+        let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+        match v["state"].as_str() {
+            Some("committed") => return Ok(v),
+            Some("rolled_back" | "failed") => {
+                bail!("migration {id} ended {}: {}", v["state"], r.body)
+            }
+            _ => {}
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "migration {id} did not finish: {}",
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The scheduler sees `session` on `node` (heartbeats follow the cutover).
+async fn wait_session_on(dev: &Dev, session: &str, node: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = http(&format!("{}/v1/sessions", dev.gateway), "GET", &[], b"")?;
+        let list: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+        if list
+            .as_array()
+            .is_some_and(|l| l.iter().any(|s| s["id"] == session && s["node"] == node))
+        {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{session} not on {node}: {}",
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn run(codec: &str, mime: &str) -> Result<()> {
+    let dev = start_dev()?;
+    wait_registered(&dev).await?;
+    let collector = Collector::start()?;
+    let stream = format!("mig-{codec}");
+    let _a = Browser::open(&collector.page_url(
+        "publish.html",
+        &[
+            ("whip", &format!("{}/whip/{stream}", dev.node_a)),
+            ("codec", codec),
+            ("audio", "1"),
+            ("id", "A"),
+        ],
+    ))?;
+    collector
+        .wait_until(SETUP, |r| {
+            r.get("A").is_some_and(|a| {
+                a["connectionState"] == "connected" && num(a, "/outbound/video/framesEncoded") > 0.0
+            })
+        })
+        .await?;
+    let publisher = session_of(&collector.reports()["A"])?;
+    // node-b finds the stream's origin in the routing table (heartbeats).
+    wait_session_on(&dev, &publisher, "node-a").await?;
+    let _b = Browser::open(&collector.page_url(
+        "view.html",
+        &[
+            ("whep", &format!("{}/whep/{stream}", dev.node_a)),
+            ("id", "B"),
+        ],
+    ))?;
+    let _c = Browser::open(&collector.page_url(
+        "view.html",
+        &[
+            ("whep", &format!("{}/whep/{stream}", dev.node_b)),
+            ("id", "C"),
+        ],
+    ))?;
+    if let Err(e) = collector
+        .wait_until(SETUP, |r| {
+            ["B", "C"].iter().all(|id| r.get(*id).is_some_and(playing))
+        })
+        .await
+    {
+        for n in [&dev.node_a, &dev.node_b] {
+            let m = http(&format!("{n}/metrics"), "GET", &[], b"")?.body;
+            let relay: Vec<&str> = m
+                .lines()
+                .filter(|l| l.contains("relay") || l.contains("tunnel"))
+                .collect();
+            eprintln!("{n}: {relay:?}");
+        }
+        let r = http(&format!("{}/v1/routing", dev.gateway), "GET", &[], b"")?;
+        eprintln!("routing: {}", r.body);
+        return Err(e);
+    }
+    let viewer_b = session_of(&collector.reports()["B"])?;
+    // Let playback settle (first keyframe, jitter buffer) before the baseline.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let start = collector.reports();
+
+    let mut views = Vec::new();
+    for (session, target) in [
+        (&publisher, "node-b"),
+        (&viewer_b, "node-b"),
+        (&publisher, "node-a"),
+        (&viewer_b, "node-a"),
+    ] {
+        let t = Instant::now();
+        let v = migrate(&dev, session, target).await?;
+        eprintln!(
+            "{codec}: {session} → {target} in {:?}: phases {} blackout {} ms bytes {}",
+            t.elapsed(),
+            v["phases_ms"],
+            v["blackout_ms"],
+            v["bytes"]
+        );
+        views.push(v);
+        wait_session_on(&dev, session, target).await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let end = collector.reports();
+    eprintln!("{codec}:\n  {}\n  {}", show(&end, "B"), show(&end, "C"));
+
+    for id in ["B", "C"] {
+        let (s, e) = (&start[id], &end[id]);
+        ensure!(
+            e["inbound"]["video"]["codec"] == mime,
+            "{id} plays {}",
+            e["inbound"]["video"]["codec"]
+        );
+        let delta = |p: &str| num(e, p) - num(s, p);
+        let decoded = delta("/inbound/video/framesDecoded");
+        ensure!(
+            decoded > 200.0,
+            "{id} decoded only {decoded} frames: {}",
+            show(&end, id)
+        );
+        ensure!(
+            delta("/inbound/video/freezeCount") == 0.0
+                && delta("/inbound/video/totalFreezesDuration") == 0.0,
+            "{id} froze during the migrations: {}",
+            show(&end, id)
+        );
+        ensure!(
+            delta("/inbound/video/packetsLost") <= 0.0,
+            "{id} lost video packets: {}",
+            show(&end, id)
+        );
+        ensure!(
+            delta("/inbound/audio/packetsReceived") > 0.0,
+            "{id} gets no audio: {}",
+            show(&end, id)
+        );
+        ensure!(
+            e["transport"]["dtlsState"] == "connected"
+                && s["transport"]["selectedCandidatePairId"]
+                    == e["transport"]["selectedCandidatePairId"]
+                && s["transport"]["selectedCandidatePairChanges"]
+                    == e["transport"]["selectedCandidatePairChanges"],
+            "{id}: the transport changed: {} → {}",
+            s["transport"],
+            e["transport"]
+        );
+        eprintln!(
+            "{codec} {id}: {decoded} frames, freezes {} ({} s), packetsLost video {} → {}, nack {}",
+            e["inbound"]["video"]["freezeCount"],
+            e["inbound"]["video"]["totalFreezesDuration"],
+            s["inbound"]["video"]["packetsLost"],
+            e["inbound"]["video"]["packetsLost"],
+            e["inbound"]["video"]["nackCount"]
+        );
+    }
+    let a = &end["A"];
+    ensure!(
+        a["connectionState"] == "connected"
+            && start["A"]["transport"]["selectedCandidatePairChanges"]
+                == a["transport"]["selectedCandidatePairChanges"],
+        "the publisher's transport changed: {}",
+        a["transport"]
+    );
+    // The nodes count what they did.
+    let m = http(&format!("{}/metrics", dev.node_a), "GET", &[], b"")?.body;
+    ensure!(
+        m.contains("ferry_migrations_total{role=\"source\",outcome=\"committed\"} 2"),
+        "node-a metrics:\n{m}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publisher_and_viewer_migrate_and_back_in_edge_mode_vp8_then_h264() -> Result<()> {
+    run("vp8", "video/VP8").await?;
+    run("h264", "video/H264").await?;
+    Ok(())
+}
