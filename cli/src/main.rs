@@ -13,6 +13,7 @@ mod alloc;
 mod bench;
 mod dev;
 mod gpu;
+mod migrate;
 mod scheduler;
 
 #[global_allocator]
@@ -33,6 +34,8 @@ enum Command {
     Node(NodeArgs),
     /// Run the scheduler (placement, drains, migrations, operator API).
     Scheduler(scheduler::SchedulerArgs),
+    /// Move one session to another node through the scheduler and follow it (exit 0 when committed).
+    Migrate(migrate::MigrateArgs),
     /// Benchmarks that print a table and write JSON under target/bench/.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -108,6 +111,7 @@ fn main() -> anyhow::Result<()> {
             Command::Dev(args) => dev::run(args).await,
             Command::Node(args) => run_node(args).await,
             Command::Scheduler(args) => scheduler::run(args).await,
+            Command::Migrate(args) => migrate::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
         }
     })
