@@ -316,6 +316,51 @@ mod tests {
         .unwrap()
     }
 
+    #[derive(clap::Parser, Debug)]
+    struct Cmd {
+        #[command(flatten)]
+        args: MigrateArgs,
+    }
+
+    #[test]
+    fn flags_parse_as_documented() {
+        use clap::{CommandFactory, Parser};
+        Cmd::command().debug_assert();
+        let a = Cmd::try_parse_from([
+            "migrate",
+            "--scheduler",
+            "http://s:1",
+            "--token",
+            "t",
+            "--session",
+            "s1",
+            "--to",
+            "b",
+            "--mode",
+            "reconnect",
+            "--no-wait",
+            "--json",
+        ])
+        .unwrap()
+        .args;
+        assert_eq!(
+            (a.scheduler.as_str(), a.token.as_deref(), a.session.as_str()),
+            ("http://s:1", Some("t"), "s1")
+        );
+        assert_eq!((a.target.as_deref(), a.mode), (Some("b"), Mode::Reconnect));
+        assert!(a.no_wait && a.json);
+        let a = Cmd::try_parse_from(["migrate", "--session", "s1", "--target", "c"])
+            .unwrap()
+            .args;
+        assert_eq!(a.scheduler, "http://127.0.0.1:8080");
+        assert_eq!((a.target.as_deref(), a.mode), (Some("c"), Mode::Edge));
+        assert!(
+            Cmd::try_parse_from(["migrate"]).is_err(),
+            "--session is required"
+        );
+        assert!(Cmd::try_parse_from(["migrate", "--session", "s", "--mode", "teleport"]).is_err());
+    }
+
     #[tokio::test]
     async fn follows_a_migration_to_commit_and_prints_one_line() {
         let (base, fake) = fake_scheduler("committed").await;
