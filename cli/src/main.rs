@@ -14,6 +14,7 @@ mod alloc;
 mod bench;
 mod dev;
 mod gpu;
+mod migrate;
 mod scheduler;
 
 #[global_allocator]
@@ -36,6 +37,8 @@ enum Command {
     Scheduler(scheduler::SchedulerArgs),
     /// Run an edge: the cluster's UDP ingress that routes clients to their node.
     Edge(EdgeArgs),
+    /// Move one session to another node through the scheduler and follow it (exit 0 when committed).
+    Migrate(migrate::MigrateArgs),
     /// Benchmarks that print a table and write JSON under target/bench/.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -135,6 +138,7 @@ fn main() -> anyhow::Result<()> {
             Command::Node(args) => run_node(args).await,
             Command::Scheduler(args) => scheduler::run(args).await,
             Command::Edge(args) => run_edge(args).await,
+            Command::Migrate(args) => migrate::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
         }
     })

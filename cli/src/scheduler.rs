@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use ferry_scheduler::cluster::ClusterConfig;
-use ferry_scheduler::drain::NoMigrator;
+use ferry_scheduler::node_client::HttpMigrations;
 use ferry_scheduler::service::Scheduler;
 use ferry_scheduler::store::{FileStore, MemoryStore, Store};
 use ferry_sfu::heartbeat::SchedulerLink;
@@ -72,7 +72,9 @@ pub async fn start_scheduler(
         Some(p) if p.as_os_str() != "none" => Box::new(FileStore::new(p)),
         _ => Box::new(MemoryStore::default()),
     };
-    let scheduler = Scheduler::open(ClusterConfig::default(), store, token, Arc::new(NoMigrator))
+    // Nodes accept migration orders with the same token they heartbeat with.
+    let migrations = Arc::new(HttpMigrations::new(&token));
+    let scheduler = Scheduler::open(ClusterConfig::default(), store, token, migrations)
         .context("opening the scheduler state")?;
     tokio::spawn(scheduler.clone().run());
     let listener = tokio::net::TcpListener::bind(args.http)

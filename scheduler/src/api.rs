@@ -323,9 +323,9 @@ async fn place(
     }
 }
 
-/// Starts a migration of one session.
+/// Starts a migration of one session on its source node (503 when no other node can take it).
 #[utoipa::path(post, path = "/v1/migrations", request_body = MigrationRequest, security(("bearer" = [])),
-    responses((status = 202, body = MigrationAccepted), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+    responses((status = 202, body = MigrationAccepted), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError), (status = 503, body = ApiError)))]
 async fn create_migration(
     State(s): State<Arc<Scheduler>>,
     req: Result<Json<MigrationRequest>, JsonRejection>,

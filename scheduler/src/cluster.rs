@@ -473,7 +473,8 @@ impl Cluster {
             };
             drain.refresh(&current, &budget);
             for session in drain.next(now, &budget) {
-                let m = self.new_migration(session.clone(), id.clone(), None, CutoverMode::Edge);
+                let target = self.migration_target(&session, &id);
+                let m = self.new_migration(session.clone(), id.clone(), target, CutoverMode::Edge);
                 drain.started(session, m.id.clone());
                 actions.push(Action::StartMigration(m));
             }
@@ -767,7 +768,54 @@ impl Cluster {
                 s.id
             )));
         }
-        Ok(self.new_migration(s.id, s.node, req.target.clone(), req.mode))
+        let target = match &req.target {
+            Some(t) => t.clone(),
+            None => self.migration_target(&s.id, &s.node).ok_or_else(|| {
+                ClusterError::Unavailable(format!(
+                    "no active node other than {} can take session {}",
+                    s.node, s.id
+                ))
+            })?,
+        };
+        Ok(self.new_migration(s.id, s.node, Some(target), req.mode))
+    }
+
+    /// Where a session leaving `source` goes: the placement of its stream
+    /// among the other active nodes (so a stream's sessions leave together),
+    /// else, while every other node still ramps up from weight 0, the least
+    /// loaded active node. `None` when no other node is active.
+    fn migration_target(&self, session: &SessionId, source: &NodeId) -> Option<NodeId> {
+        let active = |id: &NodeId| {
+            id != source
+                && self
+                    .nodes
+                    .get(id)
+                    .is_some_and(|n| n.state == NodeState::Active)
+        };
+        let loads = self.loads();
+        let load = |id: &NodeId| loads.get(id).copied().unwrap_or(0);
+        let placed = self.sessions.get(session).and_then(|s| {
+            let total = loads.values().sum::<u64>() + 1;
+            let p = self
+                .placement
+                .place(
+                    s.stream.as_str().as_bytes(),
+                    &Requirements::default(),
+                    &load,
+                    total,
+                )
+                .ok()?;
+            std::iter::once(p.node)
+                .chain(p.backups)
+                .find(|id| active(id))
+        });
+        placed.or_else(|| {
+            self.nodes
+                .keys()
+                .filter(|id| active(id))
+                .min_by_key(|id| load(id))
+                .cloned()
+        })
     }
 
     /// Records what the migrator says about a migration.

@@ -169,27 +169,45 @@ impl Drain {
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What the orchestrator needs from the migration machinery (DESIGN §4).
+///
+/// `source_http` is the base URL the migration's source node reports in its
+/// heartbeats (`NodeView::http`): the node that carries the migration out.
 pub trait Migrations: Send + Sync {
-    /// Starts `migration` (state `planned`, target chosen). Resolves once it
-    /// is under way or has been refused.
-    fn start(&self, migration: MigrationView) -> BoxFuture<'_, Result<(), String>>;
+    /// Starts `migration` (state `planned`, target chosen) on its source
+    /// node. Resolves once it is under way or has been refused; the error
+    /// says why, in words an operator can act on.
+    fn start(
+        &self,
+        migration: MigrationView,
+        source_http: String,
+    ) -> BoxFuture<'_, Result<(), String>>;
 
-    /// The migration's current view, `None` if unknown.
-    fn status(&self, id: MigrationId) -> BoxFuture<'_, Option<MigrationView>>;
+    /// The migration's current view as its source node reports it, `None`
+    /// if unknown or unreachable right now.
+    fn status(&self, id: MigrationId, source_http: String) -> BoxFuture<'_, Option<MigrationView>>;
 }
 
-/// The migrator used until the migration protocol exists in this build:
-/// it refuses every migration with a clear reason, so a drain degrades to
-/// "no new sessions, wait for the existing ones to end".
+/// A migrator that refuses every migration with a clear reason, so a drain
+/// degrades to "no new sessions, wait for the existing ones to end". For
+/// tests and setups whose nodes cannot migrate; `ferry` wires
+/// [`crate::node_client::HttpMigrations`].
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoMigrator;
 
 impl Migrations for NoMigrator {
-    fn start(&self, _migration: MigrationView) -> BoxFuture<'_, Result<(), String>> {
+    fn start(
+        &self,
+        _migration: MigrationView,
+        _source_http: String,
+    ) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async { Err("session migration is not available in this build".to_owned()) })
     }
 
-    fn status(&self, _id: MigrationId) -> BoxFuture<'_, Option<MigrationView>> {
+    fn status(
+        &self,
+        _id: MigrationId,
+        _source_http: String,
+    ) -> BoxFuture<'_, Option<MigrationView>> {
         Box::pin(async { None })
     }
 }

@@ -6,11 +6,13 @@
 //! - [`cluster`]: node registry, sessions, migrations, routing table, drains
 //!   (pure: `now` in, decisions out).
 //! - [`store`]: persistence seam; [`service`]: the process around the core;
-//!   [`api`]: the HTTP API with its OpenAPI document.
+//!   [`api`]: the HTTP API with its OpenAPI document; [`node_client`]: the
+//!   nodes' migration endpoints behind the [`drain::Migrations`] seam.
 
 pub mod api;
 pub mod cluster;
 pub mod drain;
+pub mod node_client;
 pub mod placement;
 pub mod scoring;
 pub mod service;

@@ -22,6 +22,10 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// How long a running migration may go without a status from its source
+/// node before the scheduler records it as failed.
+pub const STATUS_SILENCE: Duration = Duration::from_secs(10);
+
 struct Inner {
     cluster: Cluster,
     store: Box<dyn Store<Persisted>>,
@@ -123,30 +127,65 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Hands a planned migration to the migrator and follows it until it
-    /// ends, recording every state it reports.
+    /// Hands a planned migration to its source node through the migrator
+    /// and follows it until it ends, recording every state it reports.
+    ///
+    /// The migration fails at once, with the reason recorded, when it has no
+    /// target, when its source node is unknown, or when the source refuses
+    /// it; it also fails when the source gives no status for
+    /// [`STATUS_SILENCE`], so a vanished node cannot hold a drain forever.
     pub fn start_migration(self: &Arc<Self>, m: MigrationView) {
         let s = self.clone();
         tokio::spawn(async move {
-            let id = m.id.clone();
-            if let Err(reason) = s.migrations.start(m.clone()).await {
-                let mut failed = m;
+            let fail = |reason: String| {
+                let mut failed = m.clone();
                 failed.state = MigrationState::Failed;
                 failed.error = Some(reason);
                 s.mutate(|c| c.update_migration(failed));
                 s.wake();
-                return;
+            };
+            if m.target.is_none() {
+                return fail("no active node other than the source can take the session".into());
             }
+            let source_http = match s.with(|c| c.node(Instant::now(), &m.source)) {
+                Ok(n) => n.http,
+                Err(_) => {
+                    return fail(format!(
+                        "source node {} is unknown to the scheduler",
+                        m.source
+                    ));
+                }
+            };
+            if let Err(reason) = s.migrations.start(m.clone(), source_http.clone()).await {
+                return fail(reason);
+            }
+            let mut last_heard = Instant::now();
             loop {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                let Some(view) = s.migrations.status(id.clone()).await else {
+                let Some(view) = s.migrations.status(m.id.clone(), source_http.clone()).await
+                else {
+                    if last_heard.elapsed() >= STATUS_SILENCE {
+                        return fail(format!(
+                            "source node {} gave no status for {} s",
+                            m.source,
+                            STATUS_SILENCE.as_secs()
+                        ));
+                    }
                     continue;
                 };
+                last_heard = Instant::now();
+                // What the node may change: progress, never identity.
+                let mut next = m.clone();
+                next.state = view.state;
+                next.phases_ms = view.phases_ms;
+                next.blackout_ms = view.blackout_ms;
+                next.bytes = view.bytes;
+                next.error = view.error;
                 let done = !matches!(
-                    view.state,
+                    next.state,
                     MigrationState::Planned | MigrationState::Running
                 );
-                s.mutate(|c| c.update_migration(view));
+                s.mutate(|c| c.update_migration(next));
                 if done {
                     s.wake();
                     return;

@@ -420,7 +420,7 @@ struct Committing {
 }
 
 impl Migrations for Committing {
-    fn start(&self, m: MigrationView) -> BoxFuture<'_, Result<(), String>> {
+    fn start(&self, m: MigrationView, _source_http: String) -> BoxFuture<'_, Result<(), String>> {
         let mut started = self.started.lock().unwrap();
         let running = started
             .values()
@@ -434,7 +434,11 @@ impl Migrations for Committing {
         Box::pin(async { Ok(()) })
     }
 
-    fn status(&self, id: MigrationId) -> BoxFuture<'_, Option<MigrationView>> {
+    fn status(
+        &self,
+        id: MigrationId,
+        _source_http: String,
+    ) -> BoxFuture<'_, Option<MigrationView>> {
         let mut started = self.started.lock().unwrap();
         let v = started.get_mut(&id).map(|v| {
             v.state = MigrationState::Committed;
