@@ -29,10 +29,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Local setup on loopback: gateway + demo page on :8080, node-a on :8081.
+    /// Local cluster on loopback: scheduler + demo page on :8080, edge, node-a and node-b.
     Dev(dev::DevArgs),
     /// Run one media node.
-    Node(NodeArgs),
+    Node(Box<NodeArgs>),
     /// Run the scheduler (placement, drains, migrations, operator API).
     Scheduler(scheduler::SchedulerArgs),
     /// Run an edge: the cluster's UDP ingress that routes clients to their node.
@@ -135,7 +135,7 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async move {
         match cli.command {
             Command::Dev(args) => dev::run(args).await,
-            Command::Node(args) => run_node(args).await,
+            Command::Node(args) => run_node(*args).await,
             Command::Scheduler(args) => scheduler::run(args).await,
             Command::Edge(args) => run_edge(args).await,
             Command::Migrate(args) => migrate::run(args).await,

@@ -80,6 +80,14 @@ impl FerryProcess {
     }
 }
 
+impl FerryProcess {
+    /// SIGKILL: the process dies at once, as in a crash.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for FerryProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
