@@ -30,6 +30,11 @@ pub enum BenchCommand {
     /// Placement under scale events: keys moved and load spread, ours
     /// against a vnode ring and Maglev.
     Placement(PlacementArgs),
+    /// Live migration of N sessions between two nodes behind an edge:
+    /// blackout at the receiver, migration time, state moved.
+    Migrate(crate::bench_migrate::MigrateArgs),
+    /// Drain a node with N sessions: time to empty it, packets lost.
+    Drain(crate::bench_migrate::DrainArgs),
     /// The raw-UDP fan-out baseline (started by `forward`).
     #[command(hide = true)]
     Relay {
@@ -60,18 +65,20 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Forward(args) => forward(args).await,
         BenchCommand::Placement(args) => placement(args),
+        BenchCommand::Migrate(args) => crate::bench_migrate::migrate(args).await,
+        BenchCommand::Drain(args) => crate::bench_migrate::drain(args).await,
         BenchCommand::Relay { udp } => relay(udp).await,
     }
 }
 
 /// A child process of ours (`ferry node` or `ferry bench relay`), killed on drop.
-struct ChildProc {
+pub(crate) struct ChildProc {
     child: Child,
     words: Vec<String>,
 }
 
 impl ChildProc {
-    fn spawn(args: &[&str]) -> Result<ChildProc> {
+    pub(crate) fn spawn(args: &[&str]) -> Result<ChildProc> {
         let exe = std::env::current_exe().context("current_exe")?;
         let mut child = Command::new(exe)
             .args(args)
@@ -96,7 +103,7 @@ impl ChildProc {
         })
     }
 
-    fn after(&self, key: &str) -> Result<String> {
+    pub(crate) fn after(&self, key: &str) -> Result<String> {
         self.words
             .windows(2)
             .find(|w| w[0] == key)
@@ -153,6 +160,7 @@ const FPS: f64 = 30.0;
 
 enum PeerCmd {
     Stats(oneshot::Sender<PeerStats>),
+    ResetGaps,
     Stop,
 }
 
@@ -185,6 +193,7 @@ async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::Receiver<Pe
             }
             cmd = rx.recv() => match cmd {
                 Some(PeerCmd::Stats(tx)) => { let _ = tx.send(peer.stats()); }
+                Some(PeerCmd::ResetGaps) => peer.reset_arrival_gaps(),
                 Some(PeerCmd::Stop) | None => break,
             },
             () = sleep => peer.handle_timeout(Instant::now()),
@@ -192,12 +201,21 @@ async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::Receiver<Pe
     }
 }
 
-struct PeerHandle {
+pub(crate) struct PeerHandle {
     tx: mpsc::Sender<PeerCmd>,
 }
 
 impl PeerHandle {
-    async fn stats(&self) -> Result<PeerStats> {
+    /// Starts a new window for the largest arrival gap.
+    pub(crate) async fn reset_gaps(&self) -> Result<()> {
+        self.tx
+            .send(PeerCmd::ResetGaps)
+            .await
+            .ok()
+            .context("peer gone")
+    }
+
+    pub(crate) async fn stats(&self) -> Result<PeerStats> {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(PeerCmd::Stats(tx))
@@ -239,12 +257,28 @@ async fn signal(url: String, offer: String) -> Result<String> {
     .await?
 }
 
-struct Clocks {
+pub(crate) struct Clocks {
     wall: WallClock,
     epoch: Instant,
 }
 
-async fn start_peer(
+impl Clocks {
+    /// Wall clock and latency epoch anchored now.
+    pub(crate) fn now() -> Self {
+        let now = Instant::now();
+        Clocks {
+            wall: WallClock {
+                base: now,
+                unix_at_base: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default(),
+            },
+            epoch: now,
+        }
+    }
+}
+
+pub(crate) async fn start_peer(
     role: PeerRole,
     seed: u64,
     bitrate: u32,
@@ -446,7 +480,7 @@ async fn all_stats(peers: &[PeerHandle]) -> Result<Vec<PeerStats>> {
     Ok(out)
 }
 
-async fn wait_for<F, Fut>(timeout: Duration, mut check: F) -> Result<()>
+pub(crate) async fn wait_for<F, Fut>(timeout: Duration, mut check: F) -> Result<()>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<bool>>,

@@ -12,6 +12,7 @@ use ferry_sfu::http::IceServer;
 
 mod alloc;
 mod bench;
+mod bench_migrate;
 mod dev;
 mod gpu;
 mod migrate;

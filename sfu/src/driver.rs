@@ -299,7 +299,16 @@ async fn run(
             }
             input = migrator_input(&mut cluster) => {
                 if let (Ok(input), Some(c)) = (input, cluster.as_mut()) {
-                    ferry_migrator::driver::handle_input(&mut c.migrator, Instant::now(), &mut node, input);
+                    let t = Instant::now();
+                    let what = match &input {
+                        ferry_migrator::driver::Input::Message(_, m) => m.body.name(),
+                        ferry_migrator::driver::Input::Timeout => "timeout",
+                    };
+                    ferry_migrator::driver::handle_input(&mut c.migrator, t, &mut node, input);
+                    let took = t.elapsed();
+                    if took > std::time::Duration::from_millis(2) {
+                        tracing::warn!(?took, what, "slow migration step");
+                    }
                 }
             }
             () = sleep => node.handle_timeout(Instant::now()),

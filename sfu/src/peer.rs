@@ -701,6 +701,12 @@ impl Peer {
         self.remote
     }
 
+    /// Starts a new window for `max_arrival_gap` (benchmarks measure a
+    /// migration's blackout in it).
+    pub fn reset_arrival_gaps(&mut self) {
+        self.receiver.reset_arrival_gaps();
+    }
+
     /// Everything counted so far.
     pub fn stats(&self) -> PeerStats {
         let mut s = self.stats.clone();

@@ -201,6 +201,13 @@ pub(super) struct Receiver {
 }
 
 impl Receiver {
+    /// Forgets the largest arrival gap seen so far (a measurement window starts).
+    pub fn reset_arrival_gaps(&mut self) {
+        for s in &mut self.streams {
+            s.stats.max_arrival_gap = std::time::Duration::ZERO;
+        }
+    }
+
     pub fn new(rtcp_ssrc: u32, cname: String, wall: WallClock, latency_epoch: Instant) -> Self {
         Receiver {
             rtcp_ssrc,

@@ -1,0 +1,565 @@
+//! `ferry bench migrate` and `ferry bench drain`: live migration end to end.
+//!
+//! A real cluster is started as separate processes — `ferry scheduler`,
+//! `ferry edge`, `ferry node` ×2 sharing one secrets directory — and
+//! synthetic WebRTC peers (ICE, DTLS, SRTP, NACK: the test peer of
+//! `ferry_sfu::peer`) publish and play through the edge over loopback.
+//!
+//! `migrate`: one publisher and N viewers on node-a; all N viewers are
+//! moved to node-b at once through `POST /v1/migrations`. Per viewer, the
+//! blackout is the largest gap in video packet arrival during the
+//! migration window minus the normal gap (the mean packet interval of a
+//! window without migration); total time is POST to committed; snapshot
+//! and WAL bytes come from node-a's `ferry_migration_bytes_total`.
+//!
+//! `drain`: N viewers on node-a (publisher on node-b, relayed), then
+//! `POST /v1/nodes/node-a/drain`: time until node-a is drained and the
+//! packets every viewer lost after repair (must be 0).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use ferry_sfu::codec::Codec;
+use ferry_sfu::peer::{PeerRole, PeerStats};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::bench::{ChildProc, Clocks, PeerHandle, start_peer, wait_for};
+
+/// Options of `ferry bench migrate`.
+#[derive(clap::Args, Debug)]
+pub struct MigrateArgs {
+    /// Session counts to measure (each run moves that many viewers at once).
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+    sessions: Vec<usize>,
+    /// Cutover mode.
+    #[arg(long, default_value = "edge")]
+    mode: String,
+    /// Migrations in flight at once (the scheduler's drain budget uses 16).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Publisher video bitrate in bit/s.
+    #[arg(long, default_value_t = 1_000_000)]
+    bitrate: u32,
+    /// Where the JSON goes.
+    #[arg(long, default_value = "target/bench/migrate.json")]
+    out: PathBuf,
+}
+
+/// Options of `ferry bench drain`.
+#[derive(clap::Args, Debug)]
+pub struct DrainArgs {
+    /// Sessions on the drained node.
+    #[arg(long, default_value_t = 500)]
+    sessions: usize,
+    /// Publisher video bitrate in bit/s.
+    #[arg(long, default_value_t = 300_000)]
+    bitrate: u32,
+    /// Where the JSON goes.
+    #[arg(long, default_value = "target/bench/drain.json")]
+    out: PathBuf,
+}
+
+/// A cluster of separate processes on loopback.
+struct Cluster {
+    _scheduler: ChildProc,
+    _edge: ChildProc,
+    _nodes: Vec<ChildProc>,
+    gateway: String,
+    token: String,
+    node_http: Vec<String>,
+    dir: PathBuf,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn get_json(url: &str) -> Result<Value> {
+    let mut r = ureq::get(url)
+        .call()
+        .with_context(|| format!("GET {url}"))?;
+    Ok(r.body_mut().read_json()?)
+}
+
+fn post_json(url: &str, token: &str, body: &Value) -> Result<Value> {
+    let mut r = ureq::post(url)
+        .header("Authorization", &format!("Bearer {token}"))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .send_json(body)
+        .with_context(|| format!("POST {url}"))?;
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string()?;
+    ensure!((200..300).contains(&status), "POST {url}: {status} {text}");
+    Ok(serde_json::from_str(&text)?)
+}
+
+impl Cluster {
+    async fn start(max_sessions: usize) -> Result<Cluster> {
+        let dir = std::env::temp_dir().join(format!("ferry-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let d = dir.to_str().context("temp dir")?.to_owned();
+        let token = format!("{:032x}", rand::random::<u128>());
+        let state = format!("{d}/scheduler.json");
+        let scheduler = ChildProc::spawn(&[
+            "scheduler",
+            "--http",
+            "127.0.0.1:0",
+            "--state-file",
+            &state,
+            "--token",
+            &token,
+        ])?;
+        let gateway = scheduler.after("http")?;
+        let edge = ChildProc::spawn(&["edge", "--udp", "127.0.0.1:0", "--cluster-dir", &d])?;
+        let edge_udp = edge.after("udp")?;
+        let max = max_sessions.to_string();
+        let mut nodes = Vec::new();
+        let mut node_http = Vec::new();
+        for id in ["node-a", "node-b"] {
+            let n = ChildProc::spawn(&[
+                "node",
+                "--id",
+                id,
+                "--http",
+                "127.0.0.1:0",
+                "--udp",
+                "127.0.0.1:0",
+                "--scheduler",
+                &gateway,
+                "--token",
+                &token,
+                "--cluster-dir",
+                &d,
+                "--edge",
+                &edge_udp,
+                "--max-sessions",
+                &max,
+            ])?;
+            node_http.push(n.after("http")?);
+            nodes.push(n);
+        }
+        let c = Cluster {
+            _scheduler: scheduler,
+            _edge: edge,
+            _nodes: nodes,
+            gateway,
+            token,
+            node_http,
+            dir,
+        };
+        let url = format!("{}/v1/nodes", c.gateway);
+        wait_for(Duration::from_secs(20), || {
+            let url = url.clone();
+            async move {
+                let nodes = tokio::task::spawn_blocking(move || get_json(&url)).await??;
+                Ok(nodes.as_array().is_some_and(|n| {
+                    n.len() == 2
+                        && n.iter().all(|n| {
+                            n["state"] == "active"
+                                && n["migration"].as_str().is_some_and(|m| !m.is_empty())
+                        })
+                }))
+            }
+        })
+        .await
+        .context("nodes did not register")?;
+        Ok(c)
+    }
+
+    /// Sessions the scheduler sees on `node`.
+    async fn sessions_on(&self, node: &str) -> Result<Vec<String>> {
+        let url = format!("{}/v1/sessions", self.gateway);
+        let list = tokio::task::spawn_blocking(move || get_json(&url)).await??;
+        Ok(list
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter(|s| s["node"] == node)
+                    .filter_map(|s| s["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn migration_bytes(&self, node: usize) -> Result<(u64, u64)> {
+        let url = format!("{}/metrics", self.node_http[node]);
+        let text = tokio::task::spawn_blocking(move || -> Result<String> {
+            Ok(ureq::get(&url).call()?.body_mut().read_to_string()?)
+        })
+        .await??;
+        let get = |kind: &str| {
+            let key = format!("ferry_migration_bytes_total{{kind=\"{kind}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&key))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Ok((get("snapshot"), get("wal")))
+    }
+}
+
+fn video_packets(s: &PeerStats) -> u64 {
+    s.video().map(|r| r.packets).sum()
+}
+
+fn video_missing(s: &PeerStats) -> u64 {
+    s.video().map(|r| r.received.missing()).sum()
+}
+
+fn max_gap(s: &PeerStats) -> Duration {
+    s.video()
+        .map(|r| r.max_arrival_gap)
+        .max()
+        .unwrap_or_default()
+}
+
+async fn stats(peers: &[PeerHandle]) -> Result<Vec<PeerStats>> {
+    let mut out = Vec::with_capacity(peers.len());
+    for p in peers {
+        out.push(p.stats().await?);
+    }
+    Ok(out)
+}
+
+/// Publisher on `pub_node`, `n` viewers on `view_node`, all playing.
+async fn start_media(
+    c: &Cluster,
+    stream: &str,
+    n: usize,
+    bitrate: u32,
+    pub_node: usize,
+    view_node: usize,
+) -> Result<(PeerHandle, Vec<PeerHandle>)> {
+    let clocks = Clocks::now();
+    let publisher = start_peer(
+        PeerRole::Publisher {
+            video: Codec::Vp8,
+            audio: false,
+        },
+        1,
+        bitrate,
+        &clocks,
+        format!("{}/whip/{stream}", c.node_http[pub_node]),
+    )
+    .await?;
+    wait_for(Duration::from_secs(20), || async {
+        Ok(publisher.stats().await?.connected)
+    })
+    .await
+    .context("publisher did not connect")?;
+    if pub_node != view_node {
+        // The viewers' node finds the origin in the routing table.
+        wait_for(Duration::from_secs(10), || async {
+            Ok(!c
+                .sessions_on(["node-a", "node-b"][pub_node])
+                .await?
+                .is_empty())
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    let mut viewers = Vec::with_capacity(n);
+    for i in 0..n {
+        viewers.push(
+            start_peer(
+                PeerRole::Viewer,
+                100 + i as u64,
+                bitrate,
+                &clocks,
+                format!("{}/whep/{stream}", c.node_http[view_node]),
+            )
+            .await?,
+        );
+    }
+    // Hundreds of DTLS handshakes share the machine with the cluster.
+    wait_for(Duration::from_secs(60 + n as u64 / 2), || async {
+        for v in &viewers {
+            let s = v.stats().await?;
+            if !s.connected || video_packets(&s) == 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await
+    .context("viewers did not all start playing")?;
+    Ok((publisher, viewers))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[derive(Debug, Serialize)]
+struct MigrateRow {
+    sessions: usize,
+    mode: String,
+    concurrency: usize,
+    committed: usize,
+    failed: usize,
+    normal_gap_ms: f64,
+    blackout_p50_ms: f64,
+    blackout_p99_ms: f64,
+    blackout_max_ms: f64,
+    /// What the migrator itself reports (freeze to commit + half an RTT).
+    reported_blackout_p50_ms: f64,
+    total_p50_ms: f64,
+    total_max_ms: f64,
+    batch_ms: f64,
+    snapshot_bytes_per_session: f64,
+    wal_bytes_per_session: f64,
+    packets_missing: u64,
+}
+
+async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
+    let c = Cluster::start(n + 10).await?;
+    let (_publisher, viewers) = start_media(&c, "bench", n, args.bitrate, 0, 0).await?;
+    // Baseline window: the normal packet spacing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let s0 = stats(&viewers).await?;
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let s1 = stats(&viewers).await?;
+    let packets: u64 = s1
+        .iter()
+        .zip(&s0)
+        .map(|(b, a)| video_packets(b) - video_packets(a))
+        .sum();
+    let normal_gap = t0.elapsed().as_secs_f64() * n as f64 / packets.max(1) as f64;
+    let ids = c.sessions_on("node-a").await?;
+    let publisher_id = {
+        // The publisher is the first session created; viewers are the rest.
+        let url = format!("{}/v1/sessions", c.gateway);
+        let list = tokio::task::spawn_blocking(move || get_json(&url)).await??;
+        list.as_array()
+            .and_then(|l| l.iter().find(|s| s["kind"] == "publish"))
+            .and_then(|s| s["id"].as_str().map(str::to_owned))
+            .context("no publisher in the scheduler's sessions")?
+    };
+    let viewer_ids: Vec<String> = ids.into_iter().filter(|s| *s != publisher_id).collect();
+    ensure!(
+        viewer_ids.len() == n,
+        "{} viewers on node-a, expected {n}",
+        viewer_ids.len()
+    );
+    let bytes0 = c.migration_bytes(0).await?;
+    for v in &viewers {
+        v.reset_gaps().await?;
+    }
+    let start = Instant::now();
+    let mut queue: std::collections::VecDeque<&String> = viewer_ids.iter().collect();
+    let mut running: Vec<(String, Instant)> = Vec::new();
+    let mut totals = Vec::new();
+    let mut reported = Vec::new();
+    let (mut committed, mut failed) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !running.is_empty() || !queue.is_empty() {
+        ensure!(
+            Instant::now() < deadline,
+            "{} migrations still running",
+            running.len()
+        );
+        while running.len() < args.concurrency.max(1) {
+            let Some(session) = queue.pop_front() else {
+                break;
+            };
+            let body =
+                serde_json::json!({ "session": session, "target": "node-b", "mode": args.mode });
+            let (url, token) = (format!("{}/v1/migrations", c.gateway), c.token.clone());
+            let t = Instant::now();
+            let v = tokio::task::spawn_blocking(move || post_json(&url, &token, &body)).await??;
+            running.push((v["id"].as_str().context("id")?.to_owned(), t));
+        }
+        let mut still = Vec::new();
+        for (id, t) in running {
+            let url = format!("{}/v1/migrations/{id}", c.gateway);
+            let v = tokio::task::spawn_blocking(move || get_json(&url)).await??;
+            match v["state"].as_str() {
+                Some("committed") => {
+                    committed += 1;
+                    totals.push(t.elapsed().as_secs_f64() * 1e3);
+                    reported.push(v["blackout_ms"].as_f64().unwrap_or(0.0));
+                    if std::env::var_os("FERRY_BENCH_VERBOSE").is_some() {
+                        eprintln!(
+                            "migration {id}: {} blackout {} ms",
+                            v["phases_ms"], v["blackout_ms"]
+                        );
+                    }
+                }
+                Some("rolled_back" | "failed") => {
+                    failed += 1;
+                    eprintln!("migration {id}: {v}");
+                }
+                _ => still.push((id, t)),
+            }
+        }
+        running = still;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let batch = start.elapsed();
+    // Keep playing a while so late repairs land, then read the window.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let s2 = stats(&viewers).await?;
+    let bytes1 = c.migration_bytes(0).await?;
+    let mut blackouts: Vec<f64> = s2
+        .iter()
+        .map(|s| (max_gap(s).as_secs_f64() - normal_gap).max(0.0) * 1e3)
+        .collect();
+    blackouts.sort_by(f64::total_cmp);
+    totals.sort_by(f64::total_cmp);
+    reported.sort_by(f64::total_cmp);
+    let missing = s2.iter().map(video_missing).sum();
+    Ok(MigrateRow {
+        sessions: n,
+        mode: args.mode.clone(),
+        concurrency: args.concurrency,
+        committed,
+        failed,
+        normal_gap_ms: normal_gap * 1e3,
+        blackout_p50_ms: percentile(&blackouts, 0.5),
+        blackout_p99_ms: percentile(&blackouts, 0.99),
+        blackout_max_ms: blackouts.last().copied().unwrap_or(0.0),
+        reported_blackout_p50_ms: percentile(&reported, 0.5),
+        total_p50_ms: percentile(&totals, 0.5),
+        total_max_ms: totals.last().copied().unwrap_or(0.0),
+        batch_ms: batch.as_secs_f64() * 1e3,
+        snapshot_bytes_per_session: (bytes1.0 - bytes0.0) as f64 / n as f64,
+        wal_bytes_per_session: (bytes1.1 - bytes0.1) as f64 / n as f64,
+        packets_missing: missing,
+    })
+}
+
+fn write_json<T: Serialize>(out: &PathBuf, rows: &T) -> Result<()> {
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(out, serde_json::to_string_pretty(rows)?)?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+pub async fn migrate(args: MigrateArgs) -> Result<()> {
+    if !["edge", "ice-restart", "reconnect"].contains(&args.mode.as_str()) {
+        bail!("--mode must be edge, ice-restart or reconnect");
+    }
+    let mut rows = Vec::new();
+    for &n in &args.sessions {
+        let row = migrate_run(n, &args)
+            .await
+            .with_context(|| format!("{n} sessions"))?;
+        eprintln!("{row:?}");
+        rows.push(row);
+    }
+    println!(
+        "{:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>7}",
+        "sessions",
+        "mode",
+        "gap ms",
+        "bo p50",
+        "bo p99",
+        "bo max",
+        "tot p50",
+        "tot max",
+        "batch ms",
+        "snap B/s",
+        "wal B/s",
+        "missing"
+    );
+    for r in &rows {
+        println!(
+            "{:>8} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.0} {:>10.0} {:>9.0} {:>7}",
+            r.sessions,
+            r.mode,
+            r.normal_gap_ms,
+            r.blackout_p50_ms,
+            r.blackout_p99_ms,
+            r.blackout_max_ms,
+            r.total_p50_ms,
+            r.total_max_ms,
+            r.batch_ms,
+            r.snapshot_bytes_per_session,
+            r.wal_bytes_per_session,
+            r.packets_missing
+        );
+        if r.failed > 0 {
+            println!("  {} of {} migrations failed", r.failed, r.sessions);
+        }
+    }
+    write_json(&args.out, &rows)
+}
+
+#[derive(Debug, Serialize)]
+struct DrainRow {
+    sessions: usize,
+    drain_ms: f64,
+    migrations_committed: u64,
+    migrations_failed: u64,
+    packets_missing: u64,
+    viewers_connected_after: usize,
+}
+
+pub async fn drain(args: DrainArgs) -> Result<()> {
+    let n = args.sessions;
+    let c = Cluster::start(n + 10).await?;
+    // Publisher on node-b, the N viewers on node-a (relayed): draining
+    // node-a moves only viewers and the publisher keeps sending.
+    let (_publisher, viewers) = start_media(&c, "drain", n, args.bitrate, 1, 0).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let start = Instant::now();
+    let url = format!("{}/v1/nodes/node-a/drain", c.gateway);
+    let token = c.token.clone();
+    tokio::task::spawn_blocking(move || post_json(&url, &token, &Value::Null)).await??;
+    let status_url = format!("{}/v1/nodes/node-a/drain", c.gateway);
+    let status = loop {
+        let url = status_url.clone();
+        let s = tokio::task::spawn_blocking(move || get_json(&url)).await??;
+        if s["state"] == "drained" || s["sessions_left"].as_u64() == Some(0) {
+            break s;
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(600),
+            "node-a did not drain: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let drain_ms = start.elapsed().as_secs_f64() * 1e3;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let s = stats(&viewers).await?;
+    let row = DrainRow {
+        sessions: n,
+        drain_ms,
+        migrations_committed: status["migrations_committed"].as_u64().unwrap_or(0),
+        migrations_failed: status["migrations_failed"].as_u64().unwrap_or(0),
+        packets_missing: s.iter().map(video_missing).sum(),
+        viewers_connected_after: s.iter().filter(|s| s.connected).count(),
+    };
+    println!(
+        "{:>8} {:>10} {:>9} {:>7} {:>8} {:>10}",
+        "sessions", "drain ms", "committed", "failed", "missing", "connected"
+    );
+    println!(
+        "{:>8} {:>10.0} {:>9} {:>7} {:>8} {:>10}",
+        row.sessions,
+        row.drain_ms,
+        row.migrations_committed,
+        row.migrations_failed,
+        row.packets_missing,
+        row.viewers_connected_after
+    );
+    write_json(&args.out, &row)?;
+    if row.packets_missing > 0 {
+        bail!("{} packets lost during the drain", row.packets_missing);
+    }
+    Ok(())
+}
