@@ -377,6 +377,8 @@ impl MigrationBook {
 pub struct Directory {
     /// Node → (cluster UDP address, migration address).
     pub peers: HashMap<NodeId, (Option<SocketAddr>, Option<SocketAddr>)>,
+    /// Node → base URL of its HTTP API (where a migrated client goes).
+    pub http: HashMap<NodeId, String>,
     /// Stream → the cluster address of the node holding its publisher.
     pub origins: HashMap<StreamId, SocketAddr>,
     /// Routing-table version it was built from.
@@ -398,6 +400,7 @@ impl Directory {
                 n.id.clone(),
                 (n.cluster.parse().ok(), n.migration.parse().ok()),
             );
+            d.http.insert(n.id.clone(), n.http.clone());
         }
         for s in &t.sessions {
             if s.kind != SessionKind::Publish || &s.node == me {
@@ -474,5 +477,31 @@ mod tests {
             Err(SecretsError::BadKey(_))
         ));
         let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Per-session event streams (`GET …/{session}/events`, server-sent
+/// events): a migrated session's client learns there where to go.
+#[derive(Debug, Clone, Default)]
+pub struct SessionEvents(Arc<Mutex<HashMap<SessionId, tokio::sync::broadcast::Sender<String>>>>);
+
+/// Events a session's stream keeps for a slow reader.
+const EVENT_BACKLOG: usize = 8;
+
+impl SessionEvents {
+    /// A receiver of `session`'s events from now on.
+    pub fn subscribe(&self, session: &SessionId) -> tokio::sync::broadcast::Receiver<String> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, tx| tx.receiver_count() > 0);
+        map.entry(session.clone())
+            .or_insert_with(|| tokio::sync::broadcast::channel(EVENT_BACKLOG).0)
+            .subscribe()
+    }
+
+    /// Sends `data` (one JSON object: the `migrate` event) to `session`'s
+    /// listeners; whether anyone listened.
+    pub fn send(&self, session: &SessionId, data: String) -> bool {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(session).is_some_and(|tx| tx.send(data).is_ok())
     }
 }

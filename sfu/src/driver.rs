@@ -18,7 +18,7 @@ use ferry_proto::MigrationId;
 use ferry_proto::api::{CutoverMode, MigrationView};
 
 use crate::cluster::{
-    ClusterOptions, Directory, MigrationApiError, MigrationBook, SharedDirectory,
+    ClusterOptions, Directory, MigrationApiError, MigrationBook, SessionEvents, SharedDirectory,
 };
 use crate::node::Node;
 use crate::signal::{PatchOutcome, SessionAnswer, SessionInfo, SignalError};
@@ -53,6 +53,49 @@ struct ClusterRuntime {
     migrator: Migrator,
     transport: QuicTransport,
     book: MigrationBook,
+    /// What the client of each outgoing migration is told on commit.
+    plans: std::collections::HashMap<MigrationId, Planned>,
+    /// Peers' HTTP base URLs.
+    peer_http: std::collections::HashMap<ferry_proto::NodeId, String>,
+    events: SessionEvents,
+}
+
+/// An outgoing migration, as its client will be told about it.
+struct Planned {
+    session: SessionId,
+    stream: StreamId,
+    publisher: bool,
+    target: ferry_proto::NodeId,
+    mode: CutoverMode,
+}
+
+impl ClusterRuntime {
+    fn event(&mut self, me: &ferry_proto::NodeId, e: ferry_migrator::MigrationEvent) {
+        if let ferry_migrator::MigrationEvent::Finished(r) = &e
+            && r.role == ferry_migrator::Role::Source
+            && let Some(p) = self.plans.remove(&r.id)
+            && matches!(
+                r.outcome,
+                ferry_migrator::Outcome::Committed | ferry_migrator::Outcome::Unconfirmed
+            )
+            && p.mode != CutoverMode::Edge
+        {
+            // Tell the client where its session went: it restarts ICE
+            // (or reconnects) towards the target.
+            let base = self.peer_http.get(&p.target).cloned().unwrap_or_default();
+            let kind = if p.publisher { "whip" } else { "whep" };
+            let data = serde_json::json!({
+                "mode": p.mode,
+                "target": p.target,
+                "location": format!("{base}/{kind}/{}/{}", p.stream, p.session),
+                "epoch": r.epoch,
+            })
+            .to_string();
+            let heard = self.events.send(&p.session, data);
+            tracing::info!(session = %p.session, target = %p.target, heard, "client told to follow its session");
+        }
+        self.book.event(me, e);
+    }
 }
 
 /// A cheap, cloneable handle to a running node.
@@ -62,6 +105,7 @@ pub struct NodeHandle {
     udp: SocketAddr,
     directory: Option<SharedDirectory>,
     token: Option<Arc<str>>,
+    events: SessionEvents,
 }
 
 impl NodeHandle {
@@ -129,6 +173,12 @@ impl NodeHandle {
                 r => return r,
             }
         }
+    }
+
+    /// The events of `session` from now on (the migration events its
+    /// client follows).
+    pub fn session_events(&self, session: &SessionId) -> tokio::sync::broadcast::Receiver<String> {
+        self.events.subscribe(session)
     }
 
     /// Whether `bearer` is the cluster's token (migration API).
@@ -227,6 +277,7 @@ pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
         udp,
         directory: None,
         token: None,
+        events: SessionEvents::default(),
     })
 }
 
@@ -252,7 +303,7 @@ async fn run(
         if let Some(c) = cluster.as_mut() {
             ferry_migrator::driver::flush(&mut c.migrator, &c.transport);
             while let Some(e) = c.migrator.poll_event() {
-                c.book.event(node.id(), e);
+                c.event(node.id(), e);
             }
         }
         flush(&mut node, &socket).await;
@@ -347,10 +398,10 @@ fn migrate(
             "the target is the node the session is on",
         ));
     }
-    if view.mode != CutoverMode::Edge {
+    if view.mode == CutoverMode::Reconnect {
         return Err(MigrationApiError::new(
             400,
-            format!("cutover mode {:?} is not available on this node", view.mode),
+            "cutover mode reconnect is not available on this node",
         ));
     }
     let Some(s) = node.session(&view.session) else {
@@ -380,6 +431,8 @@ fn migrate(
         epoch: s.epoch,
         mode: view.mode,
     };
+    let (plan_session, plan_stream, plan_publisher) =
+        (plan.session.clone(), plan.stream.clone(), plan.publisher);
     c.migrator.start(now, node, plan).map_err(|e| {
         let status = match e {
             ferry_migrator::StartError::SelfTarget => 400,
@@ -389,6 +442,16 @@ fn migrate(
     })?;
     let me = node.id().clone();
     let id = view.id.clone();
+    c.plans.insert(
+        id.clone(),
+        Planned {
+            session: plan_session,
+            stream: plan_stream,
+            publisher: plan_publisher,
+            target: target.clone(),
+            mode: view.mode,
+        },
+    );
     c.book.started(view, &me, &target);
     c.book
         .get(&id)
@@ -396,7 +459,7 @@ fn migrate(
         .ok_or_else(|| MigrationApiError::new(500, "migration not recorded"))
 }
 
-fn command(node: &mut Node, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
+fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Command) {
     let now = Instant::now();
     // A dropped reply only means the HTTP client went away.
     match cmd {
@@ -441,6 +504,9 @@ fn command(node: &mut Node, cluster: Option<&mut ClusterRuntime>, cmd: Command) 
             }));
         }
         Command::Directory(d) => {
+            if let Some(c) = cluster.as_deref_mut() {
+                c.peer_http = d.http.clone();
+            }
             for (id, (udp, quic)) in &d.peers {
                 if let Some(udp) = udp {
                     node.set_peer(id.clone(), *udp);
@@ -544,6 +610,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     let mut runtime = None;
     let mut migration = None;
     let directory: SharedDirectory = Arc::default();
+    let events = SessionEvents::default();
     if let Some(c) = &opts.cluster {
         config.cluster_key = Some(crate::relay::ClusterKey::new(&c.key));
         config.cluster_addr = Some(candidate);
@@ -556,6 +623,9 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
             migrator: Migrator::new(opts.id.clone(), ferry_migrator::Config::default()),
             transport,
             book: MigrationBook::default(),
+            plans: Default::default(),
+            peer_http: Default::default(),
+            events: events.clone(),
         });
     }
     let node = Node::new(config, Arc::new(cert), now);
@@ -566,6 +636,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
         udp,
         directory: opts.cluster.as_ref().map(|_| directory.clone()),
         token: opts.cluster.as_ref().map(|c| Arc::from(c.token.as_str())),
+        events,
     };
     let listener = tokio::net::TcpListener::bind(opts.http).await?;
     let http = listener.local_addr()?;

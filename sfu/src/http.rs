@@ -97,6 +97,8 @@ pub fn router(
                 .delete(delete_session)
                 .options(options),
         )
+        .route("/whip/{stream}/{session}/events", get(session_events))
+        .route("/whep/{stream}/{session}/events", get(session_events))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/v1/sessions", get(sessions))
         .route("/metrics", get(metrics))
@@ -208,6 +210,15 @@ async fn create(
             for s in &st.ice_servers {
                 append(h, header::LINK, &s.link());
             }
+            // Server-sent events of the session (WHEP's SSE extension):
+            // where to go when the session migrates.
+            append(
+                h,
+                header::LINK,
+                &format!(
+                    "<{location}/events>; rel=\"urn:ietf:params:whep:ext:core:server-sent-events\"; events=\"migrate\""
+                ),
+            );
             r
         }
         Err(e) => signal_error(e),
@@ -402,4 +413,42 @@ async fn get_migration(
         Ok(v) => axum::Json(v).into_response(),
         Err(e) => migration_error(e),
     }
+}
+
+/// `GET /{whip|whep}/{stream}/{session}/events`: server-sent events of one
+/// session. `migrate` tells its client that the session moved (data: JSON
+/// with `mode`, `target`, `location` — the session's URL on the target —
+/// and `epoch`); an `ice-restart` client PATCHes `location` with new ICE
+/// credentials and keeps its DTLS and SRTP state.
+async fn session_events(
+    State(st): State<AppState>,
+    Path((_stream, session)): Path<(String, String)>,
+) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let Ok(id) = SessionId::new(session.clone()) else {
+        return error(StatusCode::BAD_REQUEST, "bad session id");
+    };
+    match st.node.sessions().await {
+        Ok(list) if list.iter().any(|s| s.id == id) => {}
+        Ok(_) => return error(StatusCode::NOT_FOUND, format!("no session {session} here")),
+        Err(e) => return signal_error(e),
+    }
+    let rx = st.node.session_events(&id);
+    // An async stream (a `recv` future kept between polls, so its waker
+    // stays registered and an event goes out at once).
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(data) => {
+                    let event = Event::default().event("migrate").data(data);
+                    return Some((Ok::<_, std::convert::Infallible>(event), rx));
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }

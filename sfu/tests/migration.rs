@@ -782,3 +782,21 @@ fn the_migrator_survives_the_source_dying_after_cutover() {
         check_invariants(&w.tb, w.publisher, &[w.local, w.remote], 300);
     }
 }
+
+/// After a migration the client can restart ICE at the target (the
+/// `ice-restart` cutover): the migrated session answers the PATCH.
+#[test]
+fn a_migrated_session_takes_an_ice_restart_at_the_target() {
+    let mut w = world(91, 0.0, Codec::Vp8, false);
+    let mut timing = Timing(rand_chacha::ChaCha8Rng::seed_from_u64(91));
+    let (a, b) = (w.a, w.b);
+    migrate(&mut w.tb, &mut timing, &w.publisher_id, a, b);
+    migrate(&mut w.tb, &mut timing, &w.local_id, a, b);
+    w.tb.run_for(Duration::from_millis(200));
+    for id in [w.publisher_id.clone(), w.local_id.clone()] {
+        let frag = "a=ice-ufrag:newU\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\nm=audio 9 RTP/AVP 0\r\na=mid:0\r\n";
+        let now = w.tb.now();
+        let r = w.tb.node(b).patch(now, &id, frag, Some("*"));
+        assert!(r.is_ok(), "{id}: {r:?}");
+    }
+}

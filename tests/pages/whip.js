@@ -124,3 +124,61 @@ export function preferVideoCodec(transceiver, codec) {
   if (ordered[0][0] === 3) throw new Error(`this browser cannot send ${mime}`);
   transceiver.setCodecPreferences(ordered.map(([, , c]) => c));
 }
+
+/**
+ * Follows the session's migrations (`ice-restart` mode): listens to the server-sent events of the
+ * session (`{location}/events`); on `migrate` it restarts ICE towards the target — a new offer
+ * with new ICE credentials, PATCHed to the session's URL on the target, whose answer fragment
+ * replaces the ICE credentials and candidates of the remote description. DTLS and SRTP carry on.
+ * Outcomes go to `session.migrations`: [{ to, status, ms, error }]; `events.add` logs them.
+ */
+export function followMigrations(pc, session, events) {
+  let source = null;
+  const listen = () => {
+    source?.close();
+    source = new EventSource(`${session.location}/events`);
+    source.addEventListener('open', () => events.add('events open'));
+    source.addEventListener('error', () => events.add('events error'));
+    source.addEventListener('migrate', async (e) => {
+      const m = JSON.parse(e.data);
+      const outcome = { to: m.location, mode: m.mode };
+      (session.migrations ??= []).push(outcome);
+      events.add(`migrate → ${m.target}`);
+      const t0 = performance.now();
+      try {
+        outcome.status = await restartIceAt(pc, session, m.location);
+        outcome.ms = Math.round(performance.now() - t0);
+        listen();
+      } catch (err) {
+        outcome.error = String(err);
+      }
+    });
+  };
+  listen();
+}
+
+async function restartIceAt(pc, session, location) {
+  pc.restartIce();
+  const offer = await pc.createOffer({ iceRestart: true });
+  await pc.setLocalDescription(offer);
+  const response = await fetch(location, {
+    method: 'PATCH',
+    headers: { 'Content-Type': 'application/trickle-ice-sdpfrag', 'If-Match': '*' },
+    body: sdpFrag(pc, [], false),
+  });
+  const frag = await response.text();
+  if (response.status !== 200) throw new Error(`PATCH ${location} answered ${response.status}: ${frag}`);
+  const ufrag = frag.match(/^a=ice-ufrag:(.*)$/m)?.[1].trim();
+  const pwd = frag.match(/^a=ice-pwd:(.*)$/m)?.[1].trim();
+  if (!ufrag || !pwd) throw new Error(`no ICE credentials in the answer: ${frag}`);
+  const candidates = [...frag.matchAll(/^a=(candidate:.*)$/gm)].map((c) => `a=${c[1].trim()}\r\n`);
+  const sdp = session.answer
+    .replace(/^a=ice-ufrag:.*\r\n/gm, `a=ice-ufrag:${ufrag}\r\n`)
+    .replace(/^a=ice-pwd:.*\r\n/gm, `a=ice-pwd:${pwd}\r\n${candidates.join('')}`)
+    .replace(/^a=candidate:.*\r\n(?=(?:a=candidate:.*\r\n)*a=end-of-candidates)/gm, '');
+  await pc.setRemoteDescription({ type: 'answer', sdp });
+  session.answer = sdp;
+  session.location = location;
+  session.etag = response.headers.get('ETag');
+  return response.status;
+}
