@@ -319,7 +319,10 @@ struct MigrateRow {
     batch_ms: f64,
     snapshot_bytes_per_session: f64,
     wal_bytes_per_session: f64,
+    /// Lost after repair from the first migration to 2 s after the last.
     packets_missing: u64,
+    /// Lost after repair in the 2 s window before (the machine's own loss).
+    packets_missing_baseline_2s: u64,
 }
 
 async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
@@ -331,6 +334,8 @@ async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let s1 = stats(&viewers).await?;
+    let missing_before: u64 = s1.iter().map(video_missing).sum();
+    let baseline_missing = missing_before - s0.iter().map(video_missing).sum::<u64>();
     let packets: u64 = s1
         .iter()
         .zip(&s0)
@@ -419,7 +424,7 @@ async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
     blackouts.sort_by(f64::total_cmp);
     totals.sort_by(f64::total_cmp);
     reported.sort_by(f64::total_cmp);
-    let missing = s2.iter().map(video_missing).sum();
+    let missing = s2.iter().map(video_missing).sum::<u64>() - missing_before;
     Ok(MigrateRow {
         sessions: n,
         mode: args.mode.clone(),
@@ -437,6 +442,7 @@ async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
         snapshot_bytes_per_session: (bytes1.0 - bytes0.0) as f64 / n as f64,
         wal_bytes_per_session: (bytes1.1 - bytes0.1) as f64 / n as f64,
         packets_missing: missing,
+        packets_missing_baseline_2s: baseline_missing,
     })
 }
 
@@ -462,7 +468,7 @@ pub async fn migrate(args: MigrateArgs) -> Result<()> {
         rows.push(row);
     }
     println!(
-        "{:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>7}",
+        "{:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>7} {:>7}",
         "sessions",
         "mode",
         "gap ms",
@@ -474,11 +480,12 @@ pub async fn migrate(args: MigrateArgs) -> Result<()> {
         "batch ms",
         "snap B/s",
         "wal B/s",
-        "missing"
+        "missing",
+        "base 2s"
     );
     for r in &rows {
         println!(
-            "{:>8} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.0} {:>10.0} {:>9.0} {:>7}",
+            "{:>8} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.0} {:>10.0} {:>9.0} {:>7} {:>7}",
             r.sessions,
             r.mode,
             r.normal_gap_ms,
@@ -490,7 +497,8 @@ pub async fn migrate(args: MigrateArgs) -> Result<()> {
             r.batch_ms,
             r.snapshot_bytes_per_session,
             r.wal_bytes_per_session,
-            r.packets_missing
+            r.packets_missing,
+            r.packets_missing_baseline_2s
         );
         if r.failed > 0 {
             println!("  {} of {} migrations failed", r.failed, r.sessions);
@@ -505,7 +513,10 @@ struct DrainRow {
     drain_ms: f64,
     migrations_committed: u64,
     migrations_failed: u64,
+    /// Lost after repair from the drain's start to 2 s after its end.
     packets_missing: u64,
+    /// Lost after repair in 5 s before the drain (the machine's own loss).
+    packets_missing_baseline_5s: u64,
     viewers_connected_after: usize,
 }
 
@@ -515,7 +526,12 @@ pub async fn drain(args: DrainArgs) -> Result<()> {
     // Publisher on node-b, the N viewers on node-a (relayed): draining
     // node-a moves only viewers and the publisher keeps sending.
     let (_publisher, viewers) = start_media(&c, "drain", n, args.bitrate, 1, 0).await?;
+    // A window without migration: what the machine loses on its own.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let b0: u64 = stats(&viewers).await?.iter().map(video_missing).sum();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let b1: u64 = stats(&viewers).await?.iter().map(video_missing).sum();
+    let s0: u64 = b1;
     let start = Instant::now();
     let url = format!("{}/v1/nodes/node-a/drain", c.gateway);
     let token = c.token.clone();
@@ -541,20 +557,22 @@ pub async fn drain(args: DrainArgs) -> Result<()> {
         drain_ms,
         migrations_committed: status["migrations_committed"].as_u64().unwrap_or(0),
         migrations_failed: status["migrations_failed"].as_u64().unwrap_or(0),
-        packets_missing: s.iter().map(video_missing).sum(),
+        packets_missing: s.iter().map(video_missing).sum::<u64>() - s0,
+        packets_missing_baseline_5s: b1 - b0,
         viewers_connected_after: s.iter().filter(|s| s.connected).count(),
     };
     println!(
-        "{:>8} {:>10} {:>9} {:>7} {:>8} {:>10}",
-        "sessions", "drain ms", "committed", "failed", "missing", "connected"
+        "{:>8} {:>10} {:>9} {:>7} {:>8} {:>12} {:>10}",
+        "sessions", "drain ms", "committed", "failed", "missing", "baseline 5s", "connected"
     );
     println!(
-        "{:>8} {:>10.0} {:>9} {:>7} {:>8} {:>10}",
+        "{:>8} {:>10.0} {:>9} {:>7} {:>8} {:>12} {:>10}",
         row.sessions,
         row.drain_ms,
         row.migrations_committed,
         row.migrations_failed,
         row.packets_missing,
+        row.packets_missing_baseline_5s,
         row.viewers_connected_after
     );
     write_json(&args.out, &row)?;
