@@ -800,3 +800,91 @@ fn a_migrated_session_takes_an_ice_restart_at_the_target() {
         assert!(r.is_ok(), "{id}: {r:?}");
     }
 }
+
+/// A drain of a relay-fed node: the publisher on B, viewers on A fed by a
+/// relay from B, all viewers moved to B by the real protocol engine, up to
+/// four at once, over a lossy network.
+#[test]
+fn draining_relay_fed_viewers_to_the_origin_loses_nothing() {
+    for seed in 101u64..=115 {
+        eprintln!("seed {seed}");
+        let (a, b) = (addr(A), addr(B));
+        let mut tb = Testbed::new(seed, link(0.02));
+        tb.add_edge(addr(EDGE));
+        tb.add_node_behind_edge(NodeId::new("node-a").unwrap(), a, addr(EDGE))
+            .unwrap();
+        tb.add_node_behind_edge(NodeId::new("node-b").unwrap(), b, addr(EDGE))
+            .unwrap();
+        let (publisher, _) = tb
+            .publish(b, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
+            .unwrap();
+        tb.run_for(Duration::from_secs(1));
+        let now = tb.now();
+        tb.node(a)
+            .subscribe_relay(now, &StreamId::new("cam").unwrap(), b);
+        tb.run_for(Duration::from_millis(300));
+        let mut viewers = Vec::new();
+        for i in 0..8 {
+            let (v, id) = tb
+                .view(a, "cam", addr(&format!("10.0.1.{i}:4000")))
+                .unwrap();
+            viewers.push((v, id));
+        }
+        // DTLS over a lossy link may need a retransmission or two (1 s, 2 s).
+        for _ in 0..10 {
+            tb.run_for(Duration::from_secs(1));
+            if viewers.iter().all(|(v, _)| {
+                let st = tb.peers[*v].stats();
+                st.connected && st.video().map(|r| r.packets).sum::<u64>() > 0
+            }) {
+                break;
+            }
+        }
+        for (v, id) in &viewers {
+            let st = tb.peers[*v].stats();
+            assert!(
+                st.connected && st.video().map(|r| r.packets).sum::<u64>() > 0,
+                "viewer {v} ({id}) plays before the drain: connected={} ssrcs={:?}",
+                st.connected,
+                st.ssrcs_seen
+            );
+        }
+        let mut p = Protocol::new(&mut tb, &[a, b], seed, 0.02);
+        let na = id_of(&mut tb, a);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        for chunk in viewers.chunks(4) {
+            for (i, (_, id)) in chunk.iter().enumerate() {
+                p.start(&mut tb, &format!("d{seed}-{id}-{i}"), id, a, b, false);
+                p.run(&mut tb, Duration::from_micros(rng.random_range(0..3_000)));
+            }
+            for (i, (_, id)) in chunk.iter().enumerate() {
+                let r = p
+                    .until_finished(
+                        &mut tb,
+                        &na,
+                        &format!("d{seed}-{id}-{i}"),
+                        Duration::from_secs(5),
+                    )
+                    .unwrap();
+                assert_eq!(r.outcome, Outcome::Committed, "{:?}", r.reason);
+            }
+        }
+        let at_end: Vec<u64> = viewers
+            .iter()
+            .map(|(v, _)| video(&tb, *v).packets)
+            .collect();
+        p.run(&mut tb, Duration::from_secs(2));
+        for ((v, id), before) in viewers.iter().zip(&at_end) {
+            let after = video(&tb, *v).packets;
+            assert!(
+                after > before + 50,
+                "viewer {v} ({id}) plays on from B: {before} → {after} packets"
+            );
+        }
+        tb.peers[publisher].pause_media();
+        tb.run_for(Duration::from_secs(2));
+        let ids: Vec<usize> = viewers.iter().map(|(v, _)| *v).collect();
+        check_invariants(&tb, publisher, &ids, 100);
+        assert_eq!(tb.node(b).sessions().len(), 9, "everyone on B");
+    }
+}
