@@ -40,13 +40,19 @@ pub struct DevArgs {
     /// Clients reach the nodes directly instead of through the edge.
     #[arg(long)]
     no_edge: bool,
+    /// Where the scheduler's state and the cluster secrets are kept
+    /// (default: `ferry-dev` in the temp directory).
+    #[arg(long)]
+    state_dir: Option<std::path::PathBuf>,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let token = crate::scheduler::token_from_env_or_random();
-    let state_file = std::env::temp_dir()
-        .join("ferry-dev")
-        .join("scheduler.json");
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("ferry-dev"));
+    let state_file = state_dir.join("scheduler.json");
     let demo: Router<Arc<Scheduler>> = Router::new().route("/", get(|| async { Html(DEMO) }));
     let sched = start_scheduler(
         SchedulerArgs {
@@ -58,7 +64,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     )
     .await?;
     let gateway = format!("http://{}", sched.addr);
-    let cluster_dir = std::env::temp_dir().join("ferry-dev").join("cluster");
+    let cluster_dir = state_dir.join("cluster");
     let secrets = ferry_sfu::cluster::ClusterSecrets::load_or_create(&cluster_dir)
         .context("cluster secrets")?;
     let edge = if args.no_edge {

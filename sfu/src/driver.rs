@@ -33,6 +33,7 @@ type Reply<T> = oneshot::Sender<Result<T, SignalError>>;
 enum Command {
     Publish(StreamId, String, Reply<SessionAnswer>),
     View(StreamId, String, Reply<SessionAnswer>),
+    ViewResume(StreamId, String, String, Reply<SessionAnswer>),
     Patch(SessionId, String, Option<String>, Reply<PatchOutcome>),
     Delete(SessionId, Reply<()>),
     Sessions(Reply<Vec<SessionInfo>>),
@@ -70,7 +71,8 @@ struct Planned {
 }
 
 impl ClusterRuntime {
-    fn event(&mut self, me: &ferry_proto::NodeId, e: ferry_migrator::MigrationEvent) {
+    fn event(&mut self, node: &Node, e: ferry_migrator::MigrationEvent) {
+        let me = node.id();
         if let ferry_migrator::MigrationEvent::Finished(r) = &e
             && r.role == ferry_migrator::Role::Source
             && let Some(p) = self.plans.remove(&r.id)
@@ -84,12 +86,24 @@ impl ClusterRuntime {
             // (or reconnects) towards the target.
             let base = self.peer_http.get(&p.target).cloned().unwrap_or_default();
             let kind = if p.publisher { "whip" } else { "whep" };
-            let data = serde_json::json!({
-                "mode": p.mode,
-                "target": p.target,
-                "location": format!("{base}/{kind}/{}/{}", p.stream, p.session),
-                "epoch": r.epoch,
-            })
+            let data = match p.mode {
+                // A new PeerConnection: POST to the target's endpoint with
+                // the ticket; the session keeps its id.
+                CutoverMode::Reconnect => serde_json::json!({
+                    "mode": p.mode,
+                    "target": p.target,
+                    "location": format!("{base}/{kind}/{}", p.stream),
+                    "session": p.session,
+                    "ticket": node.reconnect_ticket(std::time::Instant::now(), &p.session, &p.stream),
+                    "epoch": r.epoch,
+                }),
+                _ => serde_json::json!({
+                    "mode": p.mode,
+                    "target": p.target,
+                    "location": format!("{base}/{kind}/{}/{}", p.stream, p.session),
+                    "epoch": r.epoch,
+                }),
+            }
             .to_string();
             let heard = self.events.send(&p.session, data);
             tracing::info!(session = %p.session, target = %p.target, heard, "client told to follow its session");
@@ -179,6 +193,18 @@ impl NodeHandle {
     /// client follows).
     pub fn session_events(&self, session: &SessionId) -> tokio::sync::broadcast::Receiver<String> {
         self.events.subscribe(session)
+    }
+
+    /// WHEP with a reconnect ticket: a new transport for a viewer session
+    /// that migrated here.
+    pub async fn view_resume(
+        &self,
+        stream: StreamId,
+        offer: String,
+        ticket: String,
+    ) -> Result<SessionAnswer, SignalError> {
+        self.call(|r| Command::ViewResume(stream, offer, ticket, r))
+            .await
     }
 
     /// Whether `bearer` is the cluster's token (migration API).
@@ -303,7 +329,7 @@ async fn run(
         if let Some(c) = cluster.as_mut() {
             ferry_migrator::driver::flush(&mut c.migrator, &c.transport);
             while let Some(e) = c.migrator.poll_event() {
-                c.event(node.id(), e);
+                c.event(&node, e);
             }
         }
         flush(&mut node, &socket).await;
@@ -398,12 +424,7 @@ fn migrate(
             "the target is the node the session is on",
         ));
     }
-    if view.mode == CutoverMode::Reconnect {
-        return Err(MigrationApiError::new(
-            400,
-            "cutover mode reconnect is not available on this node",
-        ));
-    }
+
     let Some(s) = node.session(&view.session) else {
         return Err(MigrationApiError::new(
             404,
@@ -414,6 +435,12 @@ fn migrate(
         return Err(MigrationApiError::new(
             409,
             format!("session {} is migrating", view.session),
+        ));
+    }
+    if view.mode == CutoverMode::Reconnect && matches!(s.role, crate::session::Role::Publisher(_)) {
+        return Err(MigrationApiError::new(
+            400,
+            "the reconnect mode moves viewers only; move a publisher with edge or ice-restart",
         ));
     }
     if !node.has_peer(&target) {
@@ -468,6 +495,9 @@ fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Comma
         }
         Command::View(stream, offer, r) => {
             let _ = r.send(node.view(now, &stream, &offer));
+        }
+        Command::ViewResume(stream, offer, ticket, r) => {
+            let _ = r.send(node.view_resume(now, &stream, &offer, &ticket));
         }
         Command::Patch(id, frag, if_match, r) => {
             let _ = r.send(node.patch(now, &id, &frag, if_match.as_deref()));

@@ -18,6 +18,8 @@ use crate::signal::{PatchOutcome, SessionKind, SignalError};
 
 const SDP: &str = "application/sdp";
 const SDPFRAG: &str = "application/trickle-ice-sdpfrag";
+/// Header carrying a reconnect ticket on a WHEP POST (`reconnect` cutover).
+const FERRY_TICKET: HeaderName = HeaderName::from_static("ferry-ticket");
 /// Largest accepted SDP body.
 pub const MAX_BODY: usize = 64 * 1024;
 
@@ -75,6 +77,7 @@ pub fn router(
             header::CONTENT_TYPE,
             header::IF_MATCH,
             header::AUTHORIZATION,
+            FERRY_TICKET,
         ])
         .expose_headers([
             header::LOCATION,
@@ -191,9 +194,17 @@ async fn create(
         Ok(s) => s.to_owned(),
         Err(r) => return r,
     };
-    let result = match kind {
-        SessionKind::Publish => st.node.publish(stream.clone(), offer).await,
-        SessionKind::View => st.node.view(stream.clone(), offer).await,
+    let ticket = headers
+        .get(FERRY_TICKET)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let result = match (kind, ticket) {
+        (SessionKind::Publish, None) => st.node.publish(stream.clone(), offer).await,
+        (SessionKind::Publish, Some(_)) => Err(SignalError::BadTicket(
+            "reconnect tickets are for WHEP (viewers)",
+        )),
+        (SessionKind::View, None) => st.node.view(stream.clone(), offer).await,
+        (SessionKind::View, Some(t)) => st.node.view_resume(stream.clone(), offer, t).await,
     };
     match result {
         Ok(answer) => {

@@ -36,6 +36,7 @@ mod forward;
 mod migration;
 mod relaying;
 mod signalling;
+mod ticket;
 mod tunnelling;
 
 pub use migration::MigrateError;

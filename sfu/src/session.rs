@@ -75,6 +75,8 @@ pub enum CloseReason {
     DtlsFailed,
     /// The peer closed DTLS.
     PeerClosed,
+    /// Its client reconnected with a ticket: a new transport took over.
+    Replaced,
 }
 
 /// The node's outbound side: queued datagrams, the buffer pool, counters

@@ -93,6 +93,9 @@ pub enum SignalError {
     /// The node is shutting down (503).
     #[error("node is shutting down")]
     Unavailable,
+    /// A reconnect ticket that is forged, expired or for another stream (403).
+    #[error("bad reconnect ticket: {0}")]
+    BadTicket(&'static str),
 }
 
 impl SignalError {
@@ -106,6 +109,7 @@ impl SignalError {
             SignalError::PreconditionFailed => 412,
             SignalError::PreconditionRequired => 428,
             SignalError::Full | SignalError::Unavailable => 503,
+            SignalError::BadTicket(_) => 403,
         }
     }
 }

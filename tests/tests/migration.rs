@@ -46,15 +46,32 @@ fn session_of(r: &Value) -> Result<String> {
 
 struct Dev {
     _process: FerryProcess,
+    state: std::path::PathBuf,
     gateway: String,
     token: String,
     node_a: String,
     node_b: String,
 }
 
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
 fn start_dev(edge: bool) -> Result<Dev> {
+    // Each run its own state and secrets: runs of this file go in parallel.
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let state = std::env::temp_dir().join(format!(
+        "ferry-dev-test-{}-{}",
+        std::process::id(),
+        RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let state_arg = state.to_str().context("temp dir")?.to_owned();
     let mut args = vec![
         "dev",
+        "--state-dir",
+        state_arg.as_str(),
         "--gateway",
         "127.0.0.1:0",
         "--node-a",
@@ -69,6 +86,7 @@ fn start_dev(edge: bool) -> Result<Dev> {
     }
     let process = FerryProcess::spawn(&args)?;
     Ok(Dev {
+        state,
         gateway: process.after("gateway")?,
         token: process.after("token")?,
         node_a: process.after("node-a")?,
@@ -375,5 +393,93 @@ async fn publisher_and_viewer_migrate_and_back_in_edge_mode_vp8_then_h264() -> R
 async fn publisher_and_viewer_migrate_and_back_in_ice_restart_mode_vp8_then_h264() -> Result<()> {
     run("vp8", "video/VP8", "ice-restart").await?;
     run("h264", "video/H264", "ice-restart").await?;
+    Ok(())
+}
+
+/// `reconnect` mode: viewer B moves a→b; its page opens a new
+/// PeerConnection to node-b with the ticket from the `migrate` event. The
+/// session keeps its id and the new connection decodes within 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_reconnects_with_a_ticket_and_decodes_within_a_second() -> Result<()> {
+    let dev = start_dev(false)?;
+    wait_registered(&dev).await?;
+    let collector = Collector::start()?;
+    let stream = "mig-reconnect";
+    let _a = Browser::open(&collector.page_url(
+        "publish.html",
+        &[
+            ("whip", &format!("{}/whip/{stream}", dev.node_a)),
+            ("codec", "vp8"),
+            ("audio", "1"),
+            ("id", "A"),
+        ],
+    ))?;
+    collector
+        .wait_until(SETUP, |r| {
+            r.get("A").is_some_and(|a| {
+                a["connectionState"] == "connected" && num(a, "/outbound/video/framesEncoded") > 0.0
+            })
+        })
+        .await?;
+    let publisher = session_of(&collector.reports()["A"])?;
+    wait_session_on(&dev, &publisher, "node-a").await?;
+    let _b = Browser::open(&collector.page_url(
+        "reconnect.html",
+        &[
+            ("whep", &format!("{}/whep/{stream}", dev.node_a)),
+            ("id", "B"),
+        ],
+    ))?;
+    collector
+        .wait_until(SETUP, |r| r.get("B").is_some_and(playing))
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let viewer = collector.reports()["B"]["session"]
+        .as_str()
+        .context("B's session")?
+        .to_owned();
+    let v = migrate(&dev, &viewer, "node-b", "reconnect").await?;
+    eprintln!("reconnect migration: {v}");
+    let reports = collector
+        .wait_until(Duration::from_secs(15), |r| {
+            r.get("B").is_some_and(|b| {
+                b["reconnects"].as_array().is_some_and(|x| {
+                    x.iter()
+                        .any(|o| o["eventToFirstFrameMs"].is_number() || o["error"].is_string())
+                })
+            })
+        })
+        .await?;
+    let o = &reports["B"]["reconnects"][0];
+    eprintln!("B reconnect: {o}");
+    ensure!(o["error"].is_null(), "reconnect failed: {o}");
+    ensure!(o["status"] == 201 && o["sameSession"] == true, "{o}");
+    let ms = o["eventToFirstFrameMs"].as_f64().unwrap_or(f64::MAX);
+    ensure!(
+        ms < 1000.0,
+        "first frame on node-b {ms} ms after the migrate event"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = num(&collector.reports()["B"], "/inbound/video/framesDecoded");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = collector.reports();
+    ensure!(
+        num(&after["B"], "/inbound/video/framesDecoded") > before + 30.0,
+        "B plays on from node-b: {}",
+        after["B"]["inbound"]["video"]
+    );
+    let on_b = http(&format!("{}/v1/sessions", dev.node_b), "GET", &[], b"")?.body;
+    ensure!(
+        on_b.contains(&viewer),
+        "the session keeps its id on node-b: {on_b}"
+    );
+    let m = http(&format!("{}/metrics", dev.node_b), "GET", &[], b"")?.body;
+    eprintln!(
+        "node-b: {}",
+        m.lines()
+            .filter(|l| l.starts_with("ferry_node_sessions_"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     Ok(())
 }
