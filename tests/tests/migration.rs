@@ -22,6 +22,11 @@ use serde_json::Value;
 
 const SETUP: Duration = Duration::from_secs(45);
 
+/// One scenario at a time: each runs several Chromium instances and a
+/// cluster, and on two cores two of them at once starve each other (the
+/// figures would then measure the machine, not Ferry).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn playing(r: &Value) -> bool {
     r["connectionState"] == "connected" && num(r, "/inbound/video/framesDecoded") > 0.0
 }
@@ -384,6 +389,7 @@ async fn run(codec: &str, mime: &str, mode: &str) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publisher_and_viewer_migrate_and_back_in_edge_mode_vp8_then_h264() -> Result<()> {
+    let _serial = SERIAL.lock().await;
     run("vp8", "video/VP8", "edge").await?;
     run("h264", "video/H264", "edge").await?;
     Ok(())
@@ -391,6 +397,7 @@ async fn publisher_and_viewer_migrate_and_back_in_edge_mode_vp8_then_h264() -> R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publisher_and_viewer_migrate_and_back_in_ice_restart_mode_vp8_then_h264() -> Result<()> {
+    let _serial = SERIAL.lock().await;
     run("vp8", "video/VP8", "ice-restart").await?;
     run("h264", "video/H264", "ice-restart").await?;
     Ok(())
@@ -401,6 +408,7 @@ async fn publisher_and_viewer_migrate_and_back_in_ice_restart_mode_vp8_then_h264
 /// session keeps its id and the new connection decodes within 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_reconnects_with_a_ticket_and_decodes_within_a_second() -> Result<()> {
+    let _serial = SERIAL.lock().await;
     let dev = start_dev(false)?;
     wait_registered(&dev).await?;
     let collector = Collector::start()?;

@@ -15,6 +15,11 @@ use serde_json::Value;
 
 const SETUP: Duration = Duration::from_secs(45);
 
+/// One scenario at a time: each runs several Chromium instances and a
+/// cluster, and on two cores two of them at once starve each other (the
+/// figures would then measure the machine, not Ferry).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Cluster {
     _scheduler: FerryProcess,
     _edge: FerryProcess,
@@ -227,6 +232,7 @@ fn delta(s: &Reports, e: &Reports, id: &str, p: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_target_mid_migration_leaves_the_session_on_the_source() -> Result<()> {
+    let _serial = SERIAL.lock().await;
     let mut c = start_cluster()?;
     wait_registered(&c).await?;
     let collector = Collector::start()?;
@@ -291,6 +297,7 @@ async fn killing_the_target_mid_migration_leaves_the_session_on_the_source() -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_source_after_cutover_leaves_the_sessions_on_the_target() -> Result<()> {
+    let _serial = SERIAL.lock().await;
     let mut c = start_cluster()?;
     wait_registered(&c).await?;
     let collector = Collector::start()?;
