@@ -82,7 +82,10 @@ impl ChildProc {
         let exe = std::env::current_exe().context("current_exe")?;
         let mut child = Command::new(exe)
             .args(args)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("FERRY_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -130,3 +130,33 @@ async fn a_dialled_node_must_be_the_one_its_certificate_names() {
         Err(TransportError::UnknownPeer(_))
     ));
 }
+
+/// Round trips of small control messages once the connections are up
+/// (printed, not asserted: speed is for benchmarks). A message waits for
+/// nothing but the network and the receiving task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_round_trips_on_loopback() {
+    let ca = ClusterCa::generate().unwrap();
+    let mut a = bind(&ca.issue(&node("node-a")).unwrap());
+    let mut b = bind(&ca.issue(&node("node-b")).unwrap());
+    a.add_peer(node("node-b"), b.local_addr().unwrap());
+    b.add_peer(node("node-a"), a.local_addr().unwrap());
+    let ping = Message::new(mid("rt"), Body::WalAck(WalAck { position: 1 }));
+    let mut times = Vec::new();
+    for i in 0..40 {
+        let t = std::time::Instant::now();
+        a.send(&node("node-b"), ping.clone()).unwrap();
+        let (_, m) = recv(&mut b).await;
+        b.send(&node("node-a"), m).unwrap();
+        recv(&mut a).await;
+        if i >= 5 {
+            times.push(t.elapsed());
+        }
+    }
+    times.sort();
+    eprintln!(
+        "control round trip: p50 {:?}, max {:?} (35 after warm-up)",
+        times[times.len() / 2],
+        times[times.len() - 1]
+    );
+}
