@@ -17,6 +17,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use ferry_tests::cluster::{
+    migration_end, playing, session_of, start_migration, wait_registered, wait_session_on,
+};
 use ferry_tests::{Browser, Collector, FerryProcess, Reports, http, num};
 use serde_json::Value;
 
@@ -27,10 +30,6 @@ const SETUP: Duration = Duration::from_secs(45);
 /// figures would then measure the machine, not Ferry).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn playing(r: &Value) -> bool {
-    r["connectionState"] == "connected" && num(r, "/inbound/video/framesDecoded") > 0.0
-}
-
 fn show(reports: &Reports, id: &str) -> String {
     reports.get(id).map_or("no report".into(), |r| {
         format!(
@@ -38,15 +37,6 @@ fn show(reports: &Reports, id: &str) -> String {
             r["connectionState"], r["transport"], r["inbound"]["video"]
         )
     })
-}
-
-/// The session id at the end of a WHIP/WHEP `Location`.
-fn session_of(r: &Value) -> Result<String> {
-    let loc = r["whip"]["location"]
-        .as_str()
-        .or_else(|| r["whep"]["location"].as_str())
-        .context("no Location in the report")?;
-    Ok(loc.rsplit('/').next().unwrap_or_default().to_owned())
 }
 
 struct Dev {
@@ -100,97 +90,15 @@ fn start_dev(edge: bool) -> Result<Dev> {
     })
 }
 
-/// Both nodes registered, with their cluster and migration addresses.
-async fn wait_registered(dev: &Dev) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = http(&format!("{}/v1/nodes", dev.gateway), "GET", &[], b"")?;
-        let nodes: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
-        let ready = nodes.as_array().is_some_and(|n| {
-            n.len() == 2
-                && n.iter().all(|n| {
-                    n["state"] == "active" && n["migration"].as_str().is_some_and(|m| !m.is_empty())
-                })
-        });
-        if ready {
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "nodes did not register: {}",
-            r.body
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// `POST /v1/migrations` and follow it until it ends; the view at the end.
+/// `POST /v1/migrations` and follow it until it ends; the view at the end,
+/// which must be `committed`.
 async fn migrate(dev: &Dev, session: &str, target: &str, mode: &str) -> Result<Value> {
-    let auth = format!("Bearer {}", dev.token);
-    let body = serde_json::json!({ "session": session, "target": target, "mode": mode });
-    let r = http(
-        &format!("{}/v1/migrations", dev.gateway),
-        "POST",
-        &[
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        body.to_string().as_bytes(),
-    )?;
-    ensure!(
-        r.status == 201 || r.status == 202 || r.status == 200,
-        "POST /v1/migrations: {} {}",
-        r.status,
-        r.body
-    );
-    let id = serde_json::from_str::<Value>(&r.body)?["id"]
-        .as_str()
-        .context("migration id")?
-        .to_owned();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = http(
-            &format!("{}/v1/migrations/{id}", dev.gateway),
-            "GET",
-            &[],
-            b"",
-        )?;
-        let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
-        match v["state"].as_str() {
-            Some("committed") => return Ok(v),
-            Some("rolled_back" | "failed") => {
-                bail!("migration {id} ended {}: {}", v["state"], r.body)
-            }
-            _ => {}
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "migration {id} did not finish: {}",
-            r.body
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let id = start_migration(&dev.gateway, &dev.token, session, target, mode)?;
+    let v = migration_end(&dev.gateway, &id).await?;
+    if v["state"] != "committed" {
+        bail!("migration {id} ended {}: {v}", v["state"]);
     }
-}
-
-/// The scheduler sees `session` on `node` (heartbeats follow the cutover).
-async fn wait_session_on(dev: &Dev, session: &str, node: &str) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = http(&format!("{}/v1/sessions", dev.gateway), "GET", &[], b"")?;
-        let list: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
-        if list
-            .as_array()
-            .is_some_and(|l| l.iter().any(|s| s["id"] == session && s["node"] == node))
-        {
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "{session} not on {node}: {}",
-            r.body
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    Ok(v)
 }
 
 async fn run(codec: &str, mime: &str, mode: &str) -> Result<()> {
@@ -201,7 +109,7 @@ async fn run(codec: &str, mime: &str, mode: &str) -> Result<()> {
         "{codec} {mode}: node-a {} node-b {}",
         dev.node_a, dev.node_b
     );
-    wait_registered(&dev).await?;
+    wait_registered(&dev.gateway, 2).await?;
     let collector = Collector::start()?;
     let stream = format!("mig-{codec}");
     let _a = Browser::open(&collector.page_url(
@@ -223,7 +131,7 @@ async fn run(codec: &str, mime: &str, mode: &str) -> Result<()> {
         .await?;
     let publisher = session_of(&collector.reports()["A"])?;
     // node-b finds the stream's origin in the routing table (heartbeats).
-    wait_session_on(&dev, &publisher, "node-a").await?;
+    wait_session_on(&dev.gateway, &publisher, "node-a").await?;
     let _b = Browser::open(&collector.page_url(
         "view.html",
         &[
@@ -280,7 +188,7 @@ async fn run(codec: &str, mime: &str, mode: &str) -> Result<()> {
             v["bytes"]
         );
         views.push(v);
-        wait_session_on(&dev, session, target).await?;
+        wait_session_on(&dev.gateway, session, target).await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -410,7 +318,7 @@ async fn publisher_and_viewer_migrate_and_back_in_ice_restart_mode_vp8_then_h264
 async fn a_viewer_reconnects_with_a_ticket_and_decodes_within_a_second() -> Result<()> {
     let _serial = SERIAL.lock().await;
     let dev = start_dev(false)?;
-    wait_registered(&dev).await?;
+    wait_registered(&dev.gateway, 2).await?;
     let collector = Collector::start()?;
     let stream = "mig-reconnect";
     let _a = Browser::open(&collector.page_url(
@@ -430,7 +338,7 @@ async fn a_viewer_reconnects_with_a_ticket_and_decodes_within_a_second() -> Resu
         })
         .await?;
     let publisher = session_of(&collector.reports()["A"])?;
-    wait_session_on(&dev, &publisher, "node-a").await?;
+    wait_session_on(&dev.gateway, &publisher, "node-a").await?;
     let _b = Browser::open(&collector.page_url(
         "reconnect.html",
         &[

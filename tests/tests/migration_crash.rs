@@ -10,8 +10,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use ferry_tests::cluster::{migration_end, playing, session_of, start_migration, wait_registered};
 use ferry_tests::{Browser, Collector, FerryProcess, Reports, http, num};
-use serde_json::Value;
 
 const SETUP: Duration = Duration::from_secs(45);
 
@@ -91,90 +91,7 @@ fn start_cluster() -> Result<Cluster> {
     })
 }
 
-async fn wait_registered(c: &Cluster) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = http(&format!("{}/v1/nodes", c.gateway), "GET", &[], b"")?;
-        let nodes: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
-        if nodes.as_array().is_some_and(|n| {
-            n.len() == 2
-                && n.iter().all(|n| {
-                    n["state"] == "active" && n["migration"].as_str().is_some_and(|m| !m.is_empty())
-                })
-        }) {
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "nodes did not register: {}",
-            r.body
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn start_migration(c: &Cluster, session: &str, target: &str) -> Result<String> {
-    let auth = format!("Bearer {}", c.token);
-    let body = serde_json::json!({ "session": session, "target": target, "mode": "edge" });
-    let r = http(
-        &format!("{}/v1/migrations", c.gateway),
-        "POST",
-        &[
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        body.to_string().as_bytes(),
-    )?;
-    ensure!(
-        (200..300).contains(&r.status),
-        "POST /v1/migrations: {} {}",
-        r.status,
-        r.body
-    );
-    Ok(serde_json::from_str::<Value>(&r.body)?["id"]
-        .as_str()
-        .context("migration id")?
-        .to_owned())
-}
-
-/// Follows a migration until it ends; its final view.
-async fn finished(c: &Cluster, id: &str) -> Result<Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let r = http(
-            &format!("{}/v1/migrations/{id}", c.gateway),
-            "GET",
-            &[],
-            b"",
-        )?;
-        let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
-        if matches!(
-            v["state"].as_str(),
-            Some("committed" | "rolled_back" | "failed")
-        ) {
-            return Ok(v);
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "migration {id} did not end: {}",
-            r.body
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn session_of(r: &Value) -> Result<String> {
-    let loc = r["whip"]["location"]
-        .as_str()
-        .or_else(|| r["whep"]["location"].as_str())
-        .context("no Location in the report")?;
-    Ok(loc.rsplit('/').next().unwrap_or_default().to_owned())
-}
-
-fn playing(r: &Value) -> bool {
-    r["connectionState"] == "connected" && num(r, "/inbound/video/framesDecoded") > 0.0
-}
-
+/// The sessions a node lists (JSON text).
 fn sessions_on(node_http: &str) -> Result<String> {
     Ok(http(&format!("{node_http}/v1/sessions"), "GET", &[], b"")?.body)
 }
@@ -234,11 +151,11 @@ fn delta(s: &Reports, e: &Reports, id: &str, p: &str) -> f64 {
 async fn killing_the_target_mid_migration_leaves_the_session_on_the_source() -> Result<()> {
     let _serial = SERIAL.lock().await;
     let mut c = start_cluster()?;
-    wait_registered(&c).await?;
+    wait_registered(&c.gateway, 2).await?;
     let collector = Collector::start()?;
     let pages = open_pages(&c, &collector).await?;
     let start = collector.reports();
-    let id = start_migration(&c, &pages.publisher, "node-b")?;
+    let id = start_migration(&c.gateway, &c.token, &pages.publisher, "node-b", "edge")?;
     // Kill the target once it holds the imported (not yet active) session:
     // the snapshot arrived, the cutover has not happened.
     let deadline = Instant::now() + Duration::from_secs(3);
@@ -250,7 +167,7 @@ async fn killing_the_target_mid_migration_leaves_the_session_on_the_source() -> 
     }
     c.b.kill();
     let t = Instant::now();
-    let v = finished(&c, &id).await?;
+    let v = migration_end(&c.gateway, &id).await?;
     eprintln!(
         "migration after SIGKILL of the target: {v} ({:?})",
         t.elapsed()
@@ -299,13 +216,13 @@ async fn killing_the_target_mid_migration_leaves_the_session_on_the_source() -> 
 async fn killing_the_source_after_cutover_leaves_the_sessions_on_the_target() -> Result<()> {
     let _serial = SERIAL.lock().await;
     let mut c = start_cluster()?;
-    wait_registered(&c).await?;
+    wait_registered(&c.gateway, 2).await?;
     let collector = Collector::start()?;
     let pages = open_pages(&c, &collector).await?;
     let start = collector.reports();
     for session in [&pages.publisher, &pages.viewer] {
-        let id = start_migration(&c, session, "node-b")?;
-        let v = finished(&c, &id).await?;
+        let id = start_migration(&c.gateway, &c.token, session, "node-b", "edge")?;
+        let v = migration_end(&c.gateway, &id).await?;
         ensure!(v["state"] == "committed", "{v}");
     }
     c.a.kill();
