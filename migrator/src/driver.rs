@@ -47,7 +47,10 @@ pub fn handle_input<H: SessionHost>(
     input: Input,
 ) {
     match input {
-        Input::Message(from, msg) => migrator.handle_message(now, host, &from, msg),
+        Input::Message(from, msg) => {
+            tracing::debug!(migration = %msg.id, body = msg.body.name(), %from, "migration message in");
+            migrator.handle_message(now, host, &from, msg)
+        }
         Input::Timeout => migrator.handle_timeout(now, host),
     }
 }
@@ -57,6 +60,7 @@ pub fn handle_input<H: SessionHost>(
 /// lost message, and the migration times out and rolls back.
 pub fn flush<T: Transport>(migrator: &mut Migrator, transport: &T) {
     while let Some((to, msg)) = migrator.poll_transmit() {
+        tracing::debug!(migration = %msg.id, body = msg.body.name(), %to, "migration message out");
         if let Err(e) = transport.send(&to, msg) {
             tracing::warn!(node = %migrator.node(), peer = %to, error = %e, "migration message not sent");
         }

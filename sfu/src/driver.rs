@@ -327,12 +327,7 @@ async fn run(
     let mut buf = vec![0u8; RECV_BUF];
     loop {
         if let Some(c) = cluster.as_mut() {
-            while let Some((to, msg)) = c.migrator.poll_transmit() {
-                tracing::debug!(migration = %msg.id, body = msg.body.name(), %to, "migration message out");
-                if let Err(e) = ferry_migrator::transport::Transport::send(&c.transport, &to, msg) {
-                    tracing::warn!(peer = %to, error = %e, "migration message not sent");
-                }
-            }
+            ferry_migrator::driver::flush(&mut c.migrator, &c.transport);
             while let Some(e) = c.migrator.poll_event() {
                 c.event(&node, e);
             }
@@ -383,10 +378,7 @@ async fn run(
                 if let (Ok(input), Some(c)) = (input, cluster.as_mut()) {
                     let t = Instant::now();
                     let what = match &input {
-                        ferry_migrator::driver::Input::Message(_, m) => {
-                            tracing::debug!(migration = %m.id, body = m.body.name(), "migration message in");
-                            m.body.name()
-                        }
+                        ferry_migrator::driver::Input::Message(_, m) => m.body.name(),
                         ferry_migrator::driver::Input::Timeout => "timeout",
                     };
                     ferry_migrator::driver::handle_input(&mut c.migrator, t, &mut node, input);
