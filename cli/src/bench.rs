@@ -164,6 +164,13 @@ const FPS: f64 = 30.0;
 enum PeerCmd {
     Stats(oneshot::Sender<PeerStats>),
     ResetGaps,
+    /// Starts an ICE restart; answers with the offer fragment to PATCH.
+    IceRestart(oneshot::Sender<String>),
+    /// Applies the target's restart answer.
+    RestartAnswer(
+        String,
+        oneshot::Sender<Result<(), ferry_sfu::peer::PeerError>>,
+    ),
     Stop,
 }
 
@@ -197,6 +204,8 @@ async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::Receiver<Pe
             cmd = rx.recv() => match cmd {
                 Some(PeerCmd::Stats(tx)) => { let _ = tx.send(peer.stats()); }
                 Some(PeerCmd::ResetGaps) => peer.reset_arrival_gaps(),
+                Some(PeerCmd::IceRestart(tx)) => { let _ = tx.send(peer.ice_restart()); }
+                Some(PeerCmd::RestartAnswer(frag, tx)) => { let _ = tx.send(peer.apply_restart_answer(&frag)); }
                 Some(PeerCmd::Stop) | None => break,
             },
             () = sleep => peer.handle_timeout(Instant::now()),
@@ -206,9 +215,15 @@ async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::Receiver<Pe
 
 pub(crate) struct PeerHandle {
     tx: mpsc::Sender<PeerCmd>,
+    restarts: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl PeerHandle {
+    /// ICE restarts that followed a `migrate` event and succeeded.
+    pub(crate) fn ice_restarts(&self) -> u64 {
+        self.restarts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Starts a new window for the largest arrival gap.
     pub(crate) async fn reset_gaps(&self) -> Result<()> {
         self.tx
@@ -248,16 +263,120 @@ async fn heap_bytes(http: &str) -> Result<u64> {
     .await?
 }
 
-/// POSTs an SDP offer and returns the answer.
-async fn signal(url: String, offer: String) -> Result<String> {
-    tokio::task::spawn_blocking(move || -> Result<String> {
+/// POSTs an SDP offer; returns the answer and the session's absolute URL.
+async fn signal(url: String, offer: String) -> Result<(String, String)> {
+    tokio::task::spawn_blocking(move || -> Result<(String, String)> {
         let mut resp = ureq::post(&url)
             .header("Content-Type", "application/sdp")
             .send(offer.as_bytes())
             .with_context(|| format!("POST {url}"))?;
-        Ok(resp.body_mut().read_to_string()?)
+        let location = resp
+            .headers()
+            .get("location")
+            .and_then(|l| l.to_str().ok())
+            .context("no Location on the 201")?;
+        let location = if location.starts_with('/') {
+            // Relative to the origin the offer went to.
+            let origin = url.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
+            format!("{origin}{location}")
+        } else {
+            location.to_owned()
+        };
+        Ok((resp.body_mut().read_to_string()?, location))
     })
     .await?
+}
+
+/// Waits on the session's server-sent events for a `migrate` event and
+/// returns its `location` (the session's URL on the target node).
+fn next_migration(location: &str) -> Result<String> {
+    let url = format!("{location}/events");
+    let resp = ureq::get(&url)
+        .header("Accept", "text/event-stream")
+        .call()
+        .with_context(|| format!("GET {url}"))?;
+    let mut event = String::new();
+    for line in BufReader::new(resp.into_body().into_reader()).lines() {
+        let line = line?;
+        if let Some(name) = line.strip_prefix("event:") {
+            event = name.trim().to_owned();
+        } else if let Some(data) = line.strip_prefix("data:")
+            && event == "migrate"
+        {
+            let v: serde_json::Value = serde_json::from_str(data.trim())?;
+            return v["location"]
+                .as_str()
+                .map(str::to_owned)
+                .with_context(|| format!("migrate event without a location: {v}"));
+        } else if line.is_empty() {
+            event.clear();
+        }
+    }
+    bail!("{url} ended")
+}
+
+/// PATCHes an ICE restart fragment to `location`; returns the answer fragment.
+fn patch_restart(location: &str, frag: &str) -> Result<String> {
+    let mut resp = ureq::patch(location)
+        .header("Content-Type", "application/trickle-ice-sdpfrag")
+        .header("If-Match", "*")
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .send(frag.as_bytes())
+        .with_context(|| format!("PATCH {location}"))?;
+    let status = resp.status().as_u16();
+    let body = resp.body_mut().read_to_string()?;
+    if status != 200 {
+        bail!("PATCH {location}: {status} {body}");
+    }
+    Ok(body)
+}
+
+/// Follows the session's `migrate` events the way a WHIP/WHEP client of an
+/// ice-restart cluster does: restart ICE and PATCH the target.
+async fn follow_migrations(
+    tx: mpsc::Sender<PeerCmd>,
+    mut location: String,
+    restarts: Arc<std::sync::atomic::AtomicU64>,
+) {
+    loop {
+        let at = location.clone();
+        let target = match tokio::task::spawn_blocking(move || next_migration(&at)).await {
+            Ok(Ok(t)) => t,
+            // The session or the cluster ended.
+            _ => return,
+        };
+        let (otx, orx) = oneshot::channel();
+        if tx.send(PeerCmd::IceRestart(otx)).await.is_err() {
+            return;
+        }
+        let Ok(frag) = orx.await else { return };
+        let to = target.clone();
+        let answer = match tokio::task::spawn_blocking(move || patch_restart(&to, &frag)).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
+                eprintln!("ice restart at {target} failed: {e:#}");
+                return;
+            }
+            Err(_) => return,
+        };
+        let (atx, arx) = oneshot::channel();
+        if tx.send(PeerCmd::RestartAnswer(answer, atx)).await.is_err() {
+            return;
+        }
+        match arx.await {
+            Ok(Ok(())) => {
+                restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(Err(e)) => {
+                eprintln!("restart answer from {target} refused: {e}");
+                return;
+            }
+            Err(_) => return,
+        }
+        location = target;
+    }
 }
 
 pub(crate) struct Clocks {
@@ -287,8 +406,9 @@ pub(crate) async fn start_peer(
     bitrate: u32,
     clocks: &Clocks,
     url: String,
+    follow: bool,
 ) -> Result<PeerHandle> {
-    let socket = UdpSocket::bind("127.0.0.1:0").await?;
+    let socket = ferry_sfu::udp::bind(([127, 0, 0, 1], 0).into())?;
     let local = socket.local_addr()?;
     let now = Instant::now();
     let mut cfg = PeerConfig::new(role, seed, local, now);
@@ -299,11 +419,15 @@ pub(crate) async fn start_peer(
     secret[..8].copy_from_slice(&seed.to_le_bytes());
     let cert = ferry_sfu::cert::generate(secret)?;
     let mut peer = Peer::new(cfg, Arc::new(cert), now);
-    let answer = signal(url, peer.create_offer()).await?;
+    let (answer, location) = signal(url, peer.create_offer()).await?;
     peer.apply_answer(Instant::now(), &answer)?;
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(drive_peer(peer, socket, rx));
-    Ok(PeerHandle { tx })
+    let restarts = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    if follow {
+        tokio::spawn(follow_migrations(tx.clone(), location, restarts.clone()));
+    }
+    Ok(PeerHandle { tx, restarts })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -389,6 +513,7 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
         args.bitrate,
         &clocks,
         format!("{http}/whip/{stream}"),
+        false,
     )
     .await?;
     wait_for(Duration::from_secs(20), || async {
@@ -410,6 +535,7 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
                 args.bitrate,
                 &clocks,
                 format!("{http}/whep/{stream}"),
+                false,
             )
             .await?,
         );
@@ -506,7 +632,7 @@ async fn raw_subscriber(
     epoch: Instant,
     mut rx: mpsc::Receiver<oneshot::Sender<(u64, LatencyStats)>>,
 ) -> Result<()> {
-    let socket = UdpSocket::bind("127.0.0.1:0").await?;
+    let socket = ferry_sfu::udp::bind(([127, 0, 0, 1], 0).into())?;
     let mut buf = vec![0u8; 2048];
     let mut count = 0u64;
     let mut lat = LatencyStats::default();
@@ -552,7 +678,7 @@ async fn measure_raw(
     let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
     let per_frame = (pps / FPS).round().max(1.0) as usize;
     let publisher = tokio::spawn(async move {
-        let socket = UdpSocket::bind("127.0.0.1:0").await?;
+        let socket = ferry_sfu::udp::bind(([127, 0, 0, 1], 0).into())?;
         let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / FPS));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
         let mut pkt = vec![0u8; size.max(16)];
@@ -690,7 +816,8 @@ async fn forward(args: ForwardArgs) -> Result<()> {
 /// The raw baseline: datagram `SUB` subscribes its sender; every other
 /// datagram goes to every subscriber. Same loop shape as the node's driver.
 async fn relay(udp: SocketAddr) -> Result<()> {
-    let socket = UdpSocket::bind(udp).await?;
+    // The same kernel buffers as the node's media socket.
+    let socket = ferry_sfu::udp::bind(udp)?;
     println!("relay udp {}", socket.local_addr()?);
     let mut subs: Vec<SocketAddr> = Vec::new();
     let mut buf = vec![0u8; 2048];

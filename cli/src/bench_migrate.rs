@@ -64,7 +64,7 @@ pub struct DrainArgs {
 /// A cluster of separate processes on loopback.
 struct Cluster {
     _scheduler: ChildProc,
-    _edge: ChildProc,
+    _edge: Option<ChildProc>,
     _nodes: Vec<ChildProc>,
     gateway: String,
     token: String,
@@ -100,7 +100,9 @@ fn post_json(url: &str, token: &str, body: &Value) -> Result<Value> {
 }
 
 impl Cluster {
-    async fn start(max_sessions: usize) -> Result<Cluster> {
+    /// `edge`: clients reach the nodes through `ferry edge` (else directly,
+    /// as in an ice-restart deployment).
+    async fn start(max_sessions: usize, edge: bool) -> Result<Cluster> {
         let dir = std::env::temp_dir().join(format!("ferry-bench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
@@ -117,13 +119,18 @@ impl Cluster {
             &token,
         ])?;
         let gateway = scheduler.after("http")?;
-        let edge = ChildProc::spawn(&["edge", "--udp", "127.0.0.1:0", "--cluster-dir", &d])?;
-        let edge_udp = edge.after("udp")?;
+        let (edge, edge_udp) = if edge {
+            let e = ChildProc::spawn(&["edge", "--udp", "127.0.0.1:0", "--cluster-dir", &d])?;
+            let udp = e.after("udp")?;
+            (Some(e), Some(udp))
+        } else {
+            (None, None)
+        };
         let max = max_sessions.to_string();
         let mut nodes = Vec::new();
         let mut node_http = Vec::new();
         for id in ["node-a", "node-b"] {
-            let n = ChildProc::spawn(&[
+            let mut argv = vec![
                 "node",
                 "--id",
                 id,
@@ -137,11 +144,13 @@ impl Cluster {
                 &token,
                 "--cluster-dir",
                 &d,
-                "--edge",
-                &edge_udp,
                 "--max-sessions",
                 &max,
-            ])?;
+            ];
+            if let Some(udp) = &edge_udp {
+                argv.extend(["--edge", udp.as_str()]);
+            }
+            let n = ChildProc::spawn(&argv)?;
             node_http.push(n.after("http")?);
             nodes.push(n);
         }
@@ -236,6 +245,7 @@ async fn start_media(
     bitrate: u32,
     pub_node: usize,
     view_node: usize,
+    follow: bool,
 ) -> Result<(PeerHandle, Vec<PeerHandle>)> {
     let clocks = Clocks::now();
     let publisher = start_peer(
@@ -247,6 +257,7 @@ async fn start_media(
         bitrate,
         &clocks,
         format!("{}/whip/{stream}", c.node_http[pub_node]),
+        follow,
     )
     .await?;
     wait_for(Duration::from_secs(20), || async {
@@ -274,6 +285,7 @@ async fn start_media(
                 bitrate,
                 &clocks,
                 format!("{}/whep/{stream}", c.node_http[view_node]),
+                follow,
             )
             .await?,
         );
@@ -308,7 +320,16 @@ struct MigrateRow {
     concurrency: usize,
     committed: usize,
     failed: usize,
+    /// Mean interval between video packets without a migration.
     normal_gap_ms: f64,
+    /// Largest arrival gap in a 2 s window without a migration (median
+    /// over viewers): the frame spacing.
+    normal_max_gap_p50_ms: f64,
+    /// Largest gap during the migration minus the mean interval (the
+    /// stricter reading of "normal gap"; includes one frame interval).
+    gap_over_mean_p50_ms: f64,
+    /// Per viewer: largest gap during the migration window minus that
+    /// viewer's largest gap without a migration.
     blackout_p50_ms: f64,
     blackout_p99_ms: f64,
     blackout_max_ms: f64,
@@ -323,19 +344,30 @@ struct MigrateRow {
     packets_missing: u64,
     /// Lost after repair in the 2 s window before (the machine's own loss).
     packets_missing_baseline_2s: u64,
+    /// ice-restart mode: viewers that followed their `migrate` event with a
+    /// successful ICE restart at the target.
+    ice_restarts: u64,
 }
 
 async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
-    let c = Cluster::start(n + 10).await?;
-    let (_publisher, viewers) = start_media(&c, "bench", n, args.bitrate, 0, 0).await?;
+    let ice = args.mode == "ice-restart";
+    let c = Cluster::start(n + 10, !ice).await?;
+    let (_publisher, viewers) = start_media(&c, "bench", n, args.bitrate, 0, 0, ice).await?;
     // Baseline window: the normal packet spacing.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let s0 = stats(&viewers).await?;
+    for v in &viewers {
+        v.reset_gaps().await?;
+    }
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let s1 = stats(&viewers).await?;
+    // Per viewer, the largest gap without a migration: a frame's packets
+    // arrive together, so this is about one frame interval.
+    let normal_max: Vec<f64> = s1.iter().map(|s| max_gap(s).as_secs_f64()).collect();
     let missing_before: u64 = s1.iter().map(video_missing).sum();
-    let baseline_missing = missing_before - s0.iter().map(video_missing).sum::<u64>();
+    // Saturating: a packet missing at s0 may have been repaired by s1.
+    let baseline_missing = missing_before.saturating_sub(s0.iter().map(video_missing).sum::<u64>());
     let packets: u64 = s1
         .iter()
         .zip(&s0)
@@ -413,18 +445,38 @@ async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let batch = start.elapsed();
+    if ice {
+        // Every moved viewer follows its event with an ICE restart.
+        let want = committed as u64;
+        let _ = wait_for(Duration::from_secs(10), || async {
+            Ok(viewers.iter().map(PeerHandle::ice_restarts).sum::<u64>() >= want)
+        })
+        .await;
+    }
     // Keep playing a while so late repairs land, then read the window.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let s2 = stats(&viewers).await?;
     let bytes1 = c.migration_bytes(0).await?;
     let mut blackouts: Vec<f64> = s2
         .iter()
-        .map(|s| (max_gap(s).as_secs_f64() - normal_gap).max(0.0) * 1e3)
+        .zip(&normal_max)
+        .map(|(s, normal)| (max_gap(s).as_secs_f64() - normal).max(0.0) * 1e3)
         .collect();
     blackouts.sort_by(f64::total_cmp);
+    let mut over_mean: Vec<f64> = s2
+        .iter()
+        .map(|s| (max_gap(s).as_secs_f64() - normal_gap).max(0.0) * 1e3)
+        .collect();
+    over_mean.sort_by(f64::total_cmp);
+    let mut normal_max = normal_max;
+    normal_max.sort_by(f64::total_cmp);
     totals.sort_by(f64::total_cmp);
     reported.sort_by(f64::total_cmp);
-    let missing = s2.iter().map(video_missing).sum::<u64>() - missing_before;
+    let missing = s2
+        .iter()
+        .map(video_missing)
+        .sum::<u64>()
+        .saturating_sub(missing_before);
     Ok(MigrateRow {
         sessions: n,
         mode: args.mode.clone(),
@@ -432,6 +484,8 @@ async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
         committed,
         failed,
         normal_gap_ms: normal_gap * 1e3,
+        normal_max_gap_p50_ms: percentile(&normal_max, 0.5) * 1e3,
+        gap_over_mean_p50_ms: percentile(&over_mean, 0.5),
         blackout_p50_ms: percentile(&blackouts, 0.5),
         blackout_p99_ms: percentile(&blackouts, 0.99),
         blackout_max_ms: blackouts.last().copied().unwrap_or(0.0),
@@ -443,6 +497,7 @@ async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
         wal_bytes_per_session: (bytes1.1 - bytes0.1) as f64 / n as f64,
         packets_missing: missing,
         packets_missing_baseline_2s: baseline_missing,
+        ice_restarts: viewers.iter().map(PeerHandle::ice_restarts).sum(),
     })
 }
 
@@ -468,10 +523,12 @@ pub async fn migrate(args: MigrateArgs) -> Result<()> {
         rows.push(row);
     }
     println!(
-        "{:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>7} {:>7}",
+        "{:>8} {:>11} {:>7} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>7} {:>7}",
         "sessions",
         "mode",
         "gap ms",
+        "max gap",
+        "-mean",
         "bo p50",
         "bo p99",
         "bo max",
@@ -485,10 +542,12 @@ pub async fn migrate(args: MigrateArgs) -> Result<()> {
     );
     for r in &rows {
         println!(
-            "{:>8} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.0} {:>10.0} {:>9.0} {:>7} {:>7}",
+            "{:>8} {:>11} {:>7.1} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.0} {:>10.0} {:>9.0} {:>7} {:>7}",
             r.sessions,
             r.mode,
             r.normal_gap_ms,
+            r.normal_max_gap_p50_ms,
+            r.gap_over_mean_p50_ms,
             r.blackout_p50_ms,
             r.blackout_p99_ms,
             r.blackout_max_ms,
@@ -502,6 +561,12 @@ pub async fn migrate(args: MigrateArgs) -> Result<()> {
         );
         if r.failed > 0 {
             println!("  {} of {} migrations failed", r.failed, r.sessions);
+        }
+        if r.mode == "ice-restart" {
+            println!(
+                "  {} of {} viewers restarted ICE at the target",
+                r.ice_restarts, r.sessions
+            );
         }
     }
     write_json(&args.out, &rows)
@@ -522,10 +587,10 @@ struct DrainRow {
 
 pub async fn drain(args: DrainArgs) -> Result<()> {
     let n = args.sessions;
-    let c = Cluster::start(n + 10).await?;
+    let c = Cluster::start(n + 10, true).await?;
     // Publisher on node-b, the N viewers on node-a (relayed): draining
     // node-a moves only viewers and the publisher keeps sending.
-    let (_publisher, viewers) = start_media(&c, "drain", n, args.bitrate, 1, 0).await?;
+    let (_publisher, viewers) = start_media(&c, "drain", n, args.bitrate, 1, 0, false).await?;
     // A window without migration: what the machine loses on its own.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let b0: u64 = stats(&viewers).await?.iter().map(video_missing).sum();
@@ -557,8 +622,8 @@ pub async fn drain(args: DrainArgs) -> Result<()> {
         drain_ms,
         migrations_committed: status["migrations_committed"].as_u64().unwrap_or(0),
         migrations_failed: status["migrations_failed"].as_u64().unwrap_or(0),
-        packets_missing: s.iter().map(video_missing).sum::<u64>() - s0,
-        packets_missing_baseline_5s: b1 - b0,
+        packets_missing: s.iter().map(video_missing).sum::<u64>().saturating_sub(s0),
+        packets_missing_baseline_5s: b1.saturating_sub(b0),
         viewers_connected_after: s.iter().filter(|s| s.connected).count(),
     };
     println!(

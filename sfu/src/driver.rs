@@ -289,7 +289,7 @@ const RELAY_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// Binds the media socket and starts the node's task.
 pub async fn spawn(node: Node, udp_bind: SocketAddr) -> std::io::Result<NodeHandle> {
-    let socket = UdpSocket::bind(udp_bind).await?;
+    let socket = crate::udp::bind(udp_bind)?;
     spawn_on(node, socket)
 }
 
@@ -609,7 +609,7 @@ pub struct RunningNode {
 pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     use rand::RngExt;
 
-    let socket = UdpSocket::bind(opts.udp).await?;
+    let socket = crate::udp::bind(opts.udp)?;
     let udp = socket.local_addr()?;
     let ip = match (opts.announce, udp.ip()) {
         (Some(ip), _) => ip,

@@ -31,7 +31,7 @@ pub async fn start_edge(
     http: Option<SocketAddr>,
     key: ClusterKey,
 ) -> std::io::Result<RunningEdge> {
-    let socket = UdpSocket::bind(udp).await?;
+    let socket = crate::udp::bind(udp)?;
     let udp = socket.local_addr()?;
     let metrics = Arc::new(Mutex::new(String::new()));
     let edge = Edge::new(key, Instant::now());

@@ -38,3 +38,4 @@ pub mod stun;
 pub mod testbed;
 pub mod time;
 pub mod tunnel;
+pub mod udp;
