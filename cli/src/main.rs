@@ -17,6 +17,7 @@ mod dev;
 mod gpu;
 mod migrate;
 mod scheduler;
+mod telemetry;
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
@@ -120,20 +121,18 @@ struct EdgeArgs {
     cluster_dir: std::path::PathBuf,
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Logs go to stderr: stdout's first line is the machine-readable address
-    // line that scripts and tests read.
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing();
+    // The resource's `service.instance.id` in exported traces.
+    let instance = match &cli.command {
+        Command::Node(args) => args.id.clone(),
+        Command::Dev(_) => "dev".to_owned(),
+        Command::Scheduler(_) => "scheduler".to_owned(),
+        Command::Edge(_) => "edge".to_owned(),
+        Command::Migrate(_) => "migrate".to_owned(),
+        Command::Bench(_) => "bench".to_owned(),
+    };
+    let _telemetry = telemetry::init(&instance)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ferry_proto::api::MigrationState;
+use ferry_proto::api::{CutoverMode, MigrationState};
 use ferry_proto::{MigrationId, NodeId, SessionId};
 
 /// Which side of a migration this node is.
@@ -168,6 +168,20 @@ pub enum MigrationEvent {
         role: Role,
         /// The phase entered.
         phase: Phase,
+    },
+    /// This node accepted an incoming migration (target side), before
+    /// its first `Phase` event.
+    Accepted {
+        /// The migration.
+        id: MigrationId,
+        /// The session coming in.
+        session: SessionId,
+        /// The node it comes from.
+        source: NodeId,
+        /// How its client is redirected.
+        mode: CutoverMode,
+        /// The source's W3C `traceparent` (may be empty).
+        trace_parent: String,
     },
     /// A migration ended here; nothing more will happen for it.
     Finished(Box<MigrationReport>),

@@ -120,6 +120,8 @@ pub struct Prepare {
     pub mode: CutoverMode,
     /// Snapshot format version the source writes.
     pub snapshot_version: u32,
+    /// W3C `traceparent` of the source's migration span (may be empty).
+    pub trace_parent: String,
 }
 
 /// `Prepared`.
@@ -454,6 +456,8 @@ struct PrepareWire {
     mode: u32,
     #[prost(uint32, tag = "8")]
     snapshot_version: u32,
+    #[prost(string, tag = "9")]
+    trace_parent: String,
 }
 
 impl From<&Prepare> for PrepareWire {
@@ -471,6 +475,7 @@ impl From<&Prepare> for PrepareWire {
                 CutoverMode::Reconnect => 2,
             },
             snapshot_version: p.snapshot_version,
+            trace_parent: p.trace_parent.clone(),
         }
     }
 }
@@ -503,6 +508,7 @@ impl TryFrom<PrepareWire> for Prepare {
                 m => return Err(WireError::BadMode(m)),
             },
             snapshot_version: w.snapshot_version,
+            trace_parent: w.trace_parent,
         })
     }
 }
@@ -527,6 +533,7 @@ mod tests {
             epoch: 7,
             mode: CutoverMode::IceRestart,
             snapshot_version: 1,
+            trace_parent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
         }
     }
 

@@ -73,6 +73,7 @@ async fn memory_transport_and_driver_move_a_session() {
             target: node("b"),
             epoch: 1,
             mode: CutoverMode::Edge,
+            trace_parent: String::new(),
         })
         .unwrap();
     let (ha, ra) = tokio::time::timeout(Duration::from_secs(10), wait_a)

@@ -20,6 +20,52 @@ use ferry_proto::{MigrationId, NodeId, SessionId, StreamId};
 
 use crate::relay::ClusterKey;
 
+use opentelemetry::trace::{
+    SpanContext, SpanId, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
+};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The W3C `traceparent` of `span`'s OpenTelemetry context: empty when no
+/// OpenTelemetry layer is installed (nothing is exported then).
+pub fn trace_parent(span: &tracing::Span) -> String {
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    if !sc.is_valid() {
+        return String::new();
+    }
+    format!(
+        "00-{}-{}-{:02x}",
+        sc.trace_id(),
+        sc.span_id(),
+        sc.trace_flags().to_u8()
+    )
+}
+
+/// Reads a W3C `traceparent` (version 00) from a peer; `None` for anything
+/// else, including the all-zero ids the spec forbids.
+pub fn parse_trace_parent(s: &str) -> Option<SpanContext> {
+    let mut parts = s.split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit());
+    if version != "00"
+        || parts.next().is_some()
+        || !hex(trace, 32)
+        || !hex(span, 16)
+        || !hex(flags, 2)
+    {
+        return None;
+    }
+    let sc = SpanContext::new(
+        TraceId::from_hex(trace).ok()?,
+        SpanId::from_hex(span).ok()?,
+        TraceFlags::new(u8::from_str_radix(flags, 16).ok()?),
+        true,
+        TraceState::default(),
+    );
+    sc.is_valid().then_some(sc)
+}
+
 /// Why the cluster secrets could not be read or made.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsError {
@@ -225,20 +271,75 @@ impl MigrationBook {
             .map(|v| &v.id)
     }
 
+    /// Whether migration `id` has a span here.
+    pub fn is_traced(&self, id: &MigrationId) -> bool {
+        self.spans.contains_key(id)
+    }
+
+    /// Opens the span that traces migration `view` on its source (before
+    /// the migrator sends `Prepare`); returns its `traceparent` for the
+    /// target. A span already open for the ID is kept.
+    pub fn trace_source(
+        &mut self,
+        view: &MigrationView,
+        source: &NodeId,
+        target: &NodeId,
+    ) -> String {
+        let span = self.spans.entry(view.id.clone()).or_insert_with(|| {
+            tracing::info_span!(
+                "migration",
+                otel.name = "migration.source",
+                migration.id = %view.id,
+                session.id = %view.session,
+                migration.source = %source,
+                migration.target = %target,
+                migration.mode = ?view.mode,
+            )
+        });
+        trace_parent(span)
+    }
+
+    /// Drops the span of a migration that did not start.
+    pub fn untrace(&mut self, id: &MigrationId) {
+        self.spans.remove(id);
+    }
+
     /// Records a migration this node started (source side).
     pub fn started(&mut self, mut view: MigrationView, source: &NodeId, target: &NodeId) {
         view.state = MigrationState::Running;
+        self.trace_source(&view, source, target);
+        if let Some(span) = self.spans.get(&view.id) {
+            span.in_scope(|| tracing::info!("migration started"));
+        }
+        self.insert(view);
+    }
+
+    /// Opens the target's span, a child of the source's when its trace
+    /// context came along.
+    fn trace_target(
+        &mut self,
+        me: &NodeId,
+        id: MigrationId,
+        session: &SessionId,
+        source: &NodeId,
+        mode: ferry_proto::api::CutoverMode,
+        parent: &str,
+    ) {
         let span = tracing::info_span!(
             "migration",
-            migration.id = %view.id,
-            session.id = %view.session,
-            source = %source,
-            target = %target,
-            mode = ?view.mode,
+            otel.name = "migration.target",
+            migration.id = %id,
+            session.id = %session,
+            migration.source = %source,
+            migration.target = %me,
+            migration.mode = ?mode,
         );
-        span.in_scope(|| tracing::info!("migration started"));
-        self.spans.insert(view.id.clone(), span);
-        self.insert(view);
+        if let Some(sc) = parse_trace_parent(parent) {
+            // Only fails without an OpenTelemetry layer, when nothing is exported.
+            let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(sc));
+        }
+        span.in_scope(|| tracing::info!("migration accepted"));
+        self.spans.insert(id, span);
     }
 
     fn insert(&mut self, view: MigrationView) {
@@ -269,6 +370,13 @@ impl MigrationBook {
                     tracing::info!(migration.id = %id, role = role_name(role), phase = phase.name(), "migration phase");
                 }
             }
+            MigrationEvent::Accepted {
+                id,
+                session,
+                source,
+                mode,
+                trace_parent,
+            } => self.trace_target(me, id, &session, &source, mode, &trace_parent),
             MigrationEvent::Finished(r) => self.finished(me, *r),
         }
     }
@@ -315,7 +423,20 @@ impl MigrationBook {
             )
         };
         match &span {
-            Some(s) => s.in_scope(log),
+            Some(s) => {
+                s.in_scope(log);
+                s.set_attribute("migration.outcome", outcome);
+                s.set_attribute("migration.epoch", r.epoch as i64);
+                if let Some(b) = r.blackout {
+                    s.set_attribute("migration.blackout_ms", b.as_secs_f64() * 1e3);
+                }
+                match r.outcome {
+                    Outcome::Committed => s.set_status(Status::Ok),
+                    _ => s.set_status(Status::error(
+                        r.reason.clone().unwrap_or_else(|| outcome.to_owned()),
+                    )),
+                }
+            }
             None => log(),
         }
         let (source, target) = match r.role {
@@ -421,6 +542,35 @@ pub type SharedDirectory = Arc<Mutex<Directory>>;
 mod tests {
     use super::*;
     use ferry_proto::api::{NodeState, RouteEntry, RouteNode};
+
+    #[test]
+    fn trace_parents_are_read_strictly() {
+        let good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let sc = parse_trace_parent(good).expect("valid traceparent");
+        assert_eq!(
+            format!("{}", sc.trace_id()),
+            "0af7651916cd43dd8448eb211c80319c"
+        );
+        assert_eq!(format!("{}", sc.span_id()), "b7ad6b7169203331");
+        assert!(sc.is_sampled() && sc.is_remote());
+        for bad in [
+            "",
+            "00",
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "00-0af7651916cd43dd8448eb211c80319-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-00",
+            "00-+af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333g-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-1",
+            "00-ü0af7651916cd43dd8448eb211c8031-b7ad6b7169203331-01",
+        ] {
+            assert!(parse_trace_parent(bad).is_none(), "{bad:?} accepted");
+        }
+        // Without an OpenTelemetry layer nothing is traced: no context to send.
+        assert_eq!(trace_parent(&tracing::info_span!("migration")), "");
+    }
 
     #[allow(clippy::unwrap_used)]
     #[test]

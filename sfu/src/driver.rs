@@ -449,6 +449,10 @@ fn migrate(
             format!("target {target} is not known to {} yet", node.id()),
         ));
     }
+    let me = node.id().clone();
+    // The span opens before `Prepare` leaves, which carries its context.
+    let fresh = !c.book.is_traced(&view.id);
+    let trace_parent = c.book.trace_source(&view, &me, &target);
     let plan = MigrationPlan {
         id: view.id.clone(),
         session: view.session.clone(),
@@ -457,17 +461,20 @@ fn migrate(
         target: target.clone(),
         epoch: s.epoch,
         mode: view.mode,
+        trace_parent,
     };
     let (plan_session, plan_stream, plan_publisher) =
         (plan.session.clone(), plan.stream.clone(), plan.publisher);
     c.migrator.start(now, node, plan).map_err(|e| {
+        if fresh {
+            c.book.untrace(&view.id);
+        }
         let status = match e {
             ferry_migrator::StartError::SelfTarget => 400,
             _ => 409,
         };
         MigrationApiError::new(status, e.to_string())
     })?;
-    let me = node.id().clone();
     let id = view.id.clone();
     c.plans.insert(
         id.clone(),

@@ -492,6 +492,7 @@ impl Protocol {
             target,
             epoch,
             mode: CutoverMode::Edge,
+            trace_parent: String::new(),
         };
         self.nodes[i].2.start(now, tb.node(from), plan).unwrap();
         self.collect(tb);

@@ -37,6 +37,9 @@ pub struct MigrationPlan {
     pub epoch: u64,
     /// How its client is redirected.
     pub mode: CutoverMode,
+    /// W3C `traceparent` of the span that traces this migration on the
+    /// source (empty: not traced). The target's span joins that trace.
+    pub trace_parent: String,
 }
 
 /// Why [`Migrator::start`] refused.
@@ -89,6 +92,16 @@ impl Out<'_> {
     pub(crate) fn send(&mut self, to: &NodeId, id: &MigrationId, body: Body) {
         self.transmits
             .push_back((to.clone(), Message::new(id.clone(), body)));
+    }
+
+    pub(crate) fn accepted(&mut self, id: &MigrationId, prepare: &crate::wire::Prepare) {
+        self.events.push_back(MigrationEvent::Accepted {
+            id: id.clone(),
+            session: prepare.session.clone(),
+            source: prepare.source.clone(),
+            mode: prepare.mode,
+            trace_parent: prepare.trace_parent.clone(),
+        });
     }
 
     pub(crate) fn phase(&mut self, id: &MigrationId, role: Role, phase: Phase) {

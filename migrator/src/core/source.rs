@@ -154,6 +154,7 @@ impl Outgoing {
             epoch: self.plan.epoch,
             mode: self.plan.mode,
             snapshot_version,
+            trace_parent: self.plan.trace_parent.clone(),
         })
     }
 

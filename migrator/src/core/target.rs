@@ -107,6 +107,7 @@ impl Incoming {
                 reason: String::new(),
             }),
         );
+        out.accepted(&id, &prepare);
         out.phase(&id, Role::Target, Phase::Prepare);
         Ok(Self {
             id,

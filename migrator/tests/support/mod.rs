@@ -488,6 +488,7 @@ impl Sim {
             target: self.nodes[to].id.clone(),
             epoch,
             mode: CutoverMode::Edge,
+            trace_parent: String::new(),
         }
     }
 
