@@ -160,8 +160,12 @@ impl Scheduler {
                 return fail(reason);
             }
             let mut last_heard = Instant::now();
+            // Most migrations end within tens of milliseconds: poll soon, then
+            // back off to every 100 ms.
+            let mut wait = Duration::from_millis(10);
             loop {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_millis(100));
                 let Some(view) = s.migrations.status(m.id.clone(), source_http.clone()).await
                 else {
                     if last_heard.elapsed() >= STATUS_SILENCE {
