@@ -19,8 +19,14 @@ pub struct Config {
     /// Source: silence from the target during snapshot and WAL → rollback.
     pub peer_timeout: Duration,
     /// Source: freeze → `Ready`; past it the source resumes. Bounds the
-    /// freeze of a failed cutover.
+    /// freeze of a failed cutover. The source waits four of the round trips
+    /// it measured (`Prepare` → `Prepared`, target prewarm included), but at
+    /// least [`Config::cutover_timeout_min`] and at most this.
     pub cutover_timeout: Duration,
+    /// Source: the shortest wait for `Ready` (see `cutover_timeout`). At
+    /// 150 ms a target that died mid-cutover costs the client ~150 ms of
+    /// media, under Chromium's freeze threshold at 30 fps (~183 ms).
+    pub cutover_timeout_min: Duration,
     /// Source: how long `Commit` is repeated without `Committed` before the
     /// migration is reported as committed but unconfirmed.
     pub commit_retry_for: Duration,
@@ -56,6 +62,7 @@ impl Default for Config {
             prepare_timeout: Duration::from_secs(2),
             peer_timeout: Duration::from_secs(2),
             cutover_timeout: Duration::from_millis(500),
+            cutover_timeout_min: Duration::from_millis(150),
             commit_retry_for: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(5),
             commit_wait: Duration::from_secs(15),

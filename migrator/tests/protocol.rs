@@ -192,6 +192,48 @@ fn target_silent_before_commit_rolls_back() {
     );
 }
 
+/// The frozen source waits four measured round trips for `Ready` (the
+/// `Prepare` → `Prepared` exchange), at least `cutover_timeout_min` and at
+/// most `cutover_timeout`: a dead target costs a LAN client ~150 ms of
+/// media, not the 500 ms cap, while a far target still gets its time.
+#[test]
+fn the_cutover_wait_follows_the_measured_round_trip() {
+    for (latency_ms, want_ms) in [(0.5, 150.0), (30.0, 240.0), (100.0, 500.0)] {
+        let mut sim = two_nodes(21);
+        sim.latency = Duration::from_secs_f64(latency_ms / 1e3);
+        sim.hook = Some(Box::new(|from, _, m| {
+            if from.as_str() == "b" && matches!(m.body, Body::Ready(_)) {
+                Verdict::Drop
+            } else {
+                Verdict::Deliver(m)
+            }
+        }));
+        start_s1(&mut sim);
+        let has = |sim: &Sim, f: &dyn Fn(&Call) -> bool| sim.nodes[0].host.calls.iter().any(f);
+        assert!(
+            sim.run_until(Duration::from_secs(10), |s| has(s, &|c| matches!(
+                c,
+                Call::Freeze(_)
+            )))
+        );
+        let frozen = sim.now;
+        assert!(
+            sim.run_until(Duration::from_secs(10), |s| has(s, &|c| matches!(
+                c,
+                Call::Resume(..)
+            )))
+        );
+        let waited = (sim.now - frozen).as_secs_f64() * 1e3;
+        // The round trip is measured once and the timers tick in whole
+        // simulated steps: allow a few milliseconds either way.
+        assert!(
+            (waited - want_ms).abs() < 5.0,
+            "latency {latency_ms} ms: waited {waited:.1} ms for Ready, expected ~{want_ms} ms"
+        );
+        assert_eq!(sim.finished(0)[0].outcome, Outcome::RolledBack);
+    }
+}
+
 /// A partition right after the `Cutover` that never heals: the source
 /// resumes after its cutover timeout, and the target, hearing nothing more,
 /// discards on its own commit timer (and never activates).

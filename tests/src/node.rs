@@ -86,6 +86,23 @@ impl FerryProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// SIGSTOP: the process stops where it stands (to its peers, a hung or
+    /// dead process) until [`FerryProcess::resume`].
+    pub fn pause(&self) -> Result<()> {
+        self.signal(rustix::process::Signal::STOP)
+    }
+
+    /// SIGCONT after [`FerryProcess::pause`].
+    pub fn resume(&self) -> Result<()> {
+        self.signal(rustix::process::Signal::CONT)
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) -> Result<()> {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, signal).context("signalling the ferry process")?;
+        Ok(())
+    }
 }
 
 impl Drop for FerryProcess {

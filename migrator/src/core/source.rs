@@ -21,6 +21,8 @@ pub(crate) struct Outgoing {
     last_heard: Instant,
     retry_at: Instant,
     phases: PhaseDurations,
+    /// `Prepare` → `Prepared`, once known.
+    rtt: Option<Duration>,
     snapshot_bytes: u64,
     wal_bytes: u64,
     wal_records: u64,
@@ -129,6 +131,7 @@ impl Outgoing {
         let this = Self {
             plan,
             phase: SourcePhase::Preparing,
+            rtt: None,
             started: now,
             phase_at: now,
             last_heard: now,
@@ -162,6 +165,16 @@ impl Outgoing {
         matches!(self.phase, SourcePhase::Committing { .. })
     }
 
+    /// How long the frozen source waits for `Ready`.
+    fn cutover_wait(&self, cfg: &crate::Config) -> Duration {
+        match self.rtt {
+            Some(rtt) => (rtt * 4)
+                .max(cfg.cutover_timeout_min)
+                .min(cfg.cutover_timeout),
+            None => cfg.cutover_timeout,
+        }
+    }
+
     pub(crate) fn next_timeout(&self, cfg: &crate::Config) -> Instant {
         let deadline = match &self.phase {
             SourcePhase::Preparing => self.started + cfg.prepare_timeout,
@@ -169,7 +182,7 @@ impl Outgoing {
             SourcePhase::Wal { next_take, .. } => (self.last_heard + cfg.peer_timeout)
                 .min(self.phase_at + cfg.catch_up_max)
                 .min(*next_take),
-            SourcePhase::Cutover { frozen_at, .. } => *frozen_at + cfg.cutover_timeout,
+            SourcePhase::Cutover { frozen_at, .. } => *frozen_at + self.cutover_wait(cfg),
             SourcePhase::Committing { first_sent, .. } => *first_sent + cfg.commit_retry_for,
         };
         deadline.min(self.retry_at)
@@ -212,6 +225,7 @@ impl Outgoing {
                     });
                 }
                 self.phases.set(Phase::Prepare, now - self.phase_at);
+                self.rtt = Some(now - self.started);
                 self.begin_snapshot(now, host, out)
             }
             (
@@ -340,6 +354,7 @@ impl Outgoing {
     ) -> Option<Finish> {
         let cfg = out.cfg;
         let retry = now >= self.retry_at;
+        let cutover_wait = self.cutover_wait(cfg);
         match &mut self.phase {
             SourcePhase::Preparing => {
                 if now >= self.started + cfg.prepare_timeout {
@@ -409,7 +424,7 @@ impl Outgoing {
                 sent_at,
                 msg,
             } => {
-                if now >= *frozen_at + cfg.cutover_timeout {
+                if now >= *frozen_at + cutover_wait {
                     return Some(self.rollback(
                         now,
                         host,
