@@ -28,6 +28,17 @@ fn start_s1(sim: &mut Sim) {
     sim.start(0, plan);
 }
 
+/// Every `Ready` the target ("b") sends is lost.
+fn drop_readies_from_b(sim: &mut Sim) {
+    sim.hook = Some(Box::new(|from, _, m| {
+        if from.as_str() == "b" && matches!(m.body, Body::Ready(_)) {
+            Verdict::Drop
+        } else {
+            Verdict::Deliver(m)
+        }
+    }));
+}
+
 fn s(x: &str) -> String {
     x.to_owned()
 }
@@ -145,13 +156,7 @@ fn target_silent_before_commit_rolls_back() {
     let mut sim = two_nodes(2);
     // The target installs the final state, but nothing it says after that
     // gets through (its Ready and every retransmission are lost).
-    sim.hook = Some(Box::new(|from, _, m| {
-        if from.as_str() == "b" && matches!(m.body, Body::Ready(_)) {
-            Verdict::Drop
-        } else {
-            Verdict::Deliver(m)
-        }
-    }));
+    drop_readies_from_b(&mut sim);
     start_s1(&mut sim);
     assert!(
         sim.run_until(Duration::from_secs(5), |s| s.nodes[0].migrator.running()
@@ -201,13 +206,7 @@ fn the_cutover_wait_follows_the_measured_round_trip() {
     for (latency_ms, want_ms) in [(0.5, 150.0), (30.0, 240.0), (100.0, 500.0)] {
         let mut sim = two_nodes(21);
         sim.latency = Duration::from_secs_f64(latency_ms / 1e3);
-        sim.hook = Some(Box::new(|from, _, m| {
-            if from.as_str() == "b" && matches!(m.body, Body::Ready(_)) {
-                Verdict::Drop
-            } else {
-                Verdict::Deliver(m)
-            }
-        }));
+        drop_readies_from_b(&mut sim);
         start_s1(&mut sim);
         let has = |sim: &Sim, f: &dyn Fn(&Call) -> bool| sim.nodes[0].host.calls.iter().any(f);
         assert!(

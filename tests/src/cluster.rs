@@ -8,6 +8,31 @@ use serde_json::Value;
 
 use crate::collector::num;
 use crate::node::http;
+use crate::{Browser, Collector};
+
+/// Opens `publish.html` as page `id`, publishing `codec` video and audio to
+/// the WHIP endpoint `whip` (`extra` query pairs appended), and waits until
+/// it is connected and encoding.
+pub async fn open_publisher(
+    collector: &Collector,
+    whip: &str,
+    codec: &str,
+    id: &str,
+    extra: &[(&str, &str)],
+    setup: Duration,
+) -> Result<Browser> {
+    let mut query = vec![("whip", whip), ("codec", codec), ("audio", "1"), ("id", id)];
+    query.extend_from_slice(extra);
+    let page = Browser::open(&collector.page_url("publish.html", &query))?;
+    collector
+        .wait_until(setup, |r| {
+            r.get(id).is_some_and(|a| {
+                a["connectionState"] == "connected" && num(a, "/outbound/video/framesEncoded") > 0.0
+            })
+        })
+        .await?;
+    Ok(page)
+}
 
 /// The session id at the end of a page's WHIP/WHEP `Location`.
 pub fn session_of(report: &Value) -> Result<String> {

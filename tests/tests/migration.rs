@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use ferry_tests::cluster::{
-    migration_end, playing, session_of, start_migration, wait_registered, wait_session_on,
+    migration_end, open_publisher, playing, session_of, start_migration, wait_registered,
+    wait_session_on,
 };
 use ferry_tests::{Browser, Collector, FerryProcess, Reports, http, num};
 use serde_json::Value;
@@ -112,23 +113,8 @@ async fn run(codec: &str, mime: &str, mode: &str) -> Result<()> {
     wait_registered(&dev.gateway, 2).await?;
     let collector = Collector::start()?;
     let stream = format!("mig-{codec}");
-    let _a = Browser::open(&collector.page_url(
-        "publish.html",
-        &[
-            ("whip", &format!("{}/whip/{stream}", dev.node_a)),
-            ("codec", codec),
-            ("audio", "1"),
-            ("id", "A"),
-            ("follow", follow),
-        ],
-    ))?;
-    collector
-        .wait_until(SETUP, |r| {
-            r.get("A").is_some_and(|a| {
-                a["connectionState"] == "connected" && num(a, "/outbound/video/framesEncoded") > 0.0
-            })
-        })
-        .await?;
+    let whip = format!("{}/whip/{stream}", dev.node_a);
+    let _a = open_publisher(&collector, &whip, codec, "A", &[("follow", follow)], SETUP).await?;
     let publisher = session_of(&collector.reports()["A"])?;
     // node-b finds the stream's origin in the routing table (heartbeats).
     wait_session_on(&dev.gateway, &publisher, "node-a").await?;
@@ -321,22 +307,8 @@ async fn a_viewer_reconnects_with_a_ticket_and_decodes_within_a_second() -> Resu
     wait_registered(&dev.gateway, 2).await?;
     let collector = Collector::start()?;
     let stream = "mig-reconnect";
-    let _a = Browser::open(&collector.page_url(
-        "publish.html",
-        &[
-            ("whip", &format!("{}/whip/{stream}", dev.node_a)),
-            ("codec", "vp8"),
-            ("audio", "1"),
-            ("id", "A"),
-        ],
-    ))?;
-    collector
-        .wait_until(SETUP, |r| {
-            r.get("A").is_some_and(|a| {
-                a["connectionState"] == "connected" && num(a, "/outbound/video/framesEncoded") > 0.0
-            })
-        })
-        .await?;
+    let whip = format!("{}/whip/{stream}", dev.node_a);
+    let _a = open_publisher(&collector, &whip, "vp8", "A", &[], SETUP).await?;
     let publisher = session_of(&collector.reports()["A"])?;
     wait_session_on(&dev.gateway, &publisher, "node-a").await?;
     let _b = Browser::open(&collector.page_url(

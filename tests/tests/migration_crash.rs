@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use ferry_tests::cluster::{
-    migration_end, playing, session_of, start_migration, wait_registered, wait_session_on,
+    migration_end, open_publisher, playing, session_of, start_migration, wait_registered,
+    wait_session_on,
 };
 use ferry_tests::{Browser, Collector, FerryProcess, Reports, http, num};
 
@@ -109,22 +110,8 @@ struct Pages {
 
 async fn open_pages(c: &Cluster, collector: &Collector) -> Result<Pages> {
     let stream = "crash";
-    let a = Browser::open(&collector.page_url(
-        "publish.html",
-        &[
-            ("whip", &format!("{}/whip/{stream}", c.node_a)),
-            ("codec", "vp8"),
-            ("audio", "1"),
-            ("id", "A"),
-        ],
-    ))?;
-    collector
-        .wait_until(SETUP, |r| {
-            r.get("A").is_some_and(|a| {
-                a["connectionState"] == "connected" && num(a, "/outbound/video/framesEncoded") > 0.0
-            })
-        })
-        .await?;
+    let whip = format!("{}/whip/{stream}", c.node_a);
+    let a = open_publisher(collector, &whip, "vp8", "A", &[], SETUP).await?;
     let b = Browser::open(&collector.page_url(
         "view.html",
         &[

@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
+use ferry_tests::cluster::open_publisher;
 use ferry_tests::{Browser, Collector, FerryNode, Reports, http, num};
 use serde_json::Value;
 
@@ -33,22 +34,7 @@ async fn run(codec: &str, mime: &str) -> Result<()> {
     let whip = format!("{}/whip/{stream}", node.http);
     let whep = format!("{}/whep/{stream}", node.http);
 
-    let _a = Browser::open(&collector.page_url(
-        "publish.html",
-        &[
-            ("whip", &whip),
-            ("codec", codec),
-            ("audio", "1"),
-            ("id", "A"),
-        ],
-    ))?;
-    collector
-        .wait_until(SETUP, |r| {
-            r.get("A").is_some_and(|a| {
-                a["connectionState"] == "connected" && num(a, "/outbound/video/framesEncoded") > 0.0
-            })
-        })
-        .await?;
+    let _a = open_publisher(&collector, &whip, codec, "A", &[], SETUP).await?;
     let _b = Browser::open(&collector.page_url("view.html", &[("whep", &whep), ("id", "B")]))?;
     let _c = Browser::open(&collector.page_url("view.html", &[("whep", &whep), ("id", "C")]))?;
     let start = collector
