@@ -80,12 +80,39 @@ pub fn fuzz_datagram(data: &[u8]) {
     while node.poll_transmit().is_some() {}
 }
 
+/// A migration message from a peer node (QUIC stream payload): decoded,
+/// then handled by a node's migrator as it arrives from `node-b`, plus the
+/// `traceparent` reader on the same bytes. Must never panic.
+pub fn fuzz_migration(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = crate::cluster::parse_trace_parent(text);
+    }
+    let Ok(msg) = ferry_migrator::Message::decode(data) else {
+        return;
+    };
+    let now = Instant::now();
+    let Some(mut node) = node(now) else { return };
+    let (Ok(me), Ok(from)) = (NodeId::new("fuzz"), NodeId::new("node-b")) else {
+        return;
+    };
+    let mut migrator = ferry_migrator::Migrator::new(me, ferry_migrator::Config::default());
+    migrator.handle_message(now, &mut node, &from, msg);
+    migrator.handle_timeout(now + Duration::from_secs(1), &mut node);
+    while migrator.poll_transmit().is_some() {}
+    while migrator.poll_event().is_some() {}
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn migration_messages_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+            super::fuzz_migration(&data);
+        }
 
         #[test]
         fn signalling_and_datagrams_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
