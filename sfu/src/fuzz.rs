@@ -18,7 +18,7 @@ pub use crate::stun::fuzz_stun;
 use crate::node::{Node, NodeConfig};
 use crate::time::WallClock;
 
-const OFFER: &str = include_str!("sdp/testdata/chrome_offer.sdp");
+const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
 
 fn node(now: Instant) -> Option<Node> {
     static CERT: std::sync::OnceLock<Option<Arc<dimpl::DtlsCertificate>>> =

@@ -17,18 +17,9 @@ use crate::ice::IceCredentials;
 use crate::sdp::{Direction, MediaKind, MediaView, SessionDescription, Setup};
 use crate::signal::{SessionKind, SignalError};
 
-/// RFC 8843 `mid` header extension.
-pub const EXT_MID: &str = "urn:ietf:params:rtp-hdrext:sdes:mid";
-/// RFC 8852 `rid` header extension.
-pub const EXT_RID: &str = "urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id";
-/// RFC 8852 repaired `rid` header extension (on RTX packets).
-pub const EXT_RRID: &str = "urn:ietf:params:rtp-hdrext:sdes:repaired-rtp-stream-id";
-/// Absolute send time (used by REMB bandwidth estimation).
-pub const EXT_ABS_SEND_TIME: &str = "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time";
-/// RFC 6464 audio level.
-pub const EXT_AUDIO_LEVEL: &str = "urn:ietf:params:rtp-hdrext:ssrc-audio-level";
-/// 3GPP coordination of video orientation.
-pub const EXT_VIDEO_ORIENTATION: &str = "urn:3gpp:video-orientation";
+pub use ferry_rtc::sdp::extmap::{
+    EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_MID, EXT_RID, EXT_RRID, EXT_VIDEO_ORIENTATION,
+};
 
 const PUBLISH_EXTS: &[&str] = &[
     EXT_MID,

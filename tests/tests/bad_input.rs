@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use ferry_tests::{FerryNode, Response, http};
 
-const OFFER: &str = include_str!("../../sfu/src/sdp/testdata/chrome_offer.sdp");
+const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
 const SDP: (&str, &str) = ("Content-Type", "application/sdp");
 const FRAG: (&str, &str) = ("Content-Type", "application/trickle-ice-sdpfrag");
 

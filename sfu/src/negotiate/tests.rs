@@ -1,7 +1,7 @@
 use super::*;
 
-const CHROME: &str = include_str!("../sdp/testdata/chrome_offer.sdp");
-const SIMULCAST: &str = include_str!("../sdp/testdata/chrome_simulcast_offer.sdp");
+const CHROME: &str = include_str!("../../../rtc/src/sdp/testdata/chrome_offer.sdp");
+const SIMULCAST: &str = include_str!("../../../rtc/src/sdp/testdata/chrome_simulcast_offer.sdp");
 
 fn params<'a>(ice: &'a IceCredentials, cands: &'a [SocketAddr]) -> AnswerParams<'a> {
     AnswerParams {

@@ -6,7 +6,7 @@
 //!
 //! ```no_run
 //! # use std::{sync::Arc, time::Instant};
-//! # use ferry_sfu::{cert, peer::{Peer, PeerConfig, PeerRole}, codec::Codec};
+//! # use ferry_rtc::{cert, peer::{Peer, PeerConfig, PeerRole}, codec::Codec};
 //! # fn post_whip(_: &str) -> String { unimplemented!() }
 //! # fn recv() -> (std::net::SocketAddr, Vec<u8>) { unimplemented!() }
 //! # fn send(_: std::net::SocketAddr, _: Vec<u8>) {}
@@ -34,11 +34,6 @@ mod payload;
 mod recv;
 mod send;
 mod stats;
-
-#[cfg(test)]
-mod fixture;
-#[cfg(test)]
-mod tests;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -332,6 +327,16 @@ impl Peer {
     /// Our config.
     pub fn config(&self) -> &PeerConfig {
         &self.config
+    }
+
+    /// The ICE agent checking the current path (`None` before an answer).
+    pub fn ice(&self) -> Option<&IceClient> {
+        self.ice.as_ref()
+    }
+
+    /// Our RTCP CNAME.
+    pub fn cname(&self) -> &str {
+        &self.plan.cname
     }
 
     /// Our current ICE credentials.

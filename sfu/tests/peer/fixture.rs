@@ -9,21 +9,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cert;
-use crate::codec::Codec;
-use crate::dtls::{self, DtlsEvent, DtlsRole, DtlsTransport};
-use crate::ice::{IceCredentials, IceEvent, IceLite};
-use crate::nack::PacketCache;
-use crate::negotiate::{self, AnswerParams, MediaLine, Negotiated};
-use crate::rtcp::{self, RtcpIter, RtcpPacket};
-use crate::rtp::{self, RtpHeader, RtpPacketMut};
-use crate::sdp::{IceRestartAnswer, MediaDescription, MediaKind, SdpFrag};
-use crate::seq::SeqUnwrapper;
-use crate::sim::{LinkConfig, SimNet, VirtualClock};
-use crate::srtp::{SrtpContext, SrtpProfile};
-use crate::stun::{self, StunMessage};
+use ferry_sfu::cert;
+use ferry_sfu::codec::Codec;
+use ferry_sfu::dtls::{self, DtlsEvent, DtlsRole, DtlsTransport};
+use ferry_sfu::ice::{IceCredentials, IceEvent, IceLite};
+use ferry_sfu::nack::PacketCache;
+use ferry_sfu::negotiate::{self, AnswerParams, MediaLine, Negotiated};
+use ferry_sfu::rtcp::{self, RtcpIter, RtcpPacket};
+use ferry_sfu::rtp::{self, RtpHeader, RtpPacketMut};
+use ferry_sfu::sdp::{IceRestartAnswer, MediaDescription, MediaKind, SdpFrag};
+use ferry_sfu::seq::SeqUnwrapper;
+use ferry_sfu::sim::{LinkConfig, SimNet, VirtualClock};
+use ferry_sfu::srtp::{SrtpContext, SrtpProfile};
+use ferry_sfu::stun::{self, StunMessage};
 
-use super::{Peer, PeerConfig, PeerRole};
+use ferry_sfu::peer::{Peer, PeerConfig, PeerRole};
 
 /// A decrypted RTP packet the fixture received.
 #[derive(Debug, Clone)]

@@ -1,3 +1,5 @@
+//! The sans-IO peer (`ferry_rtc::peer`) against a minimal server made of the node's real pieces.
+
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::cell::RefCell;
@@ -5,11 +7,18 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::fixture::{Got, Server, T, World, addr};
-use super::*;
-use crate::rtcp::{self, RtcpIter, RtcpPacket, SenderReportData};
-use crate::rtp::RtpHeader;
-use crate::sim::LinkConfig;
+mod fixture;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ferry_sfu::codec::Codec;
+use ferry_sfu::peer::*;
+use ferry_sfu::rtcp::{self, RtcpIter, RtcpPacket, SenderReportData};
+use ferry_sfu::rtp::RtpHeader;
+use ferry_sfu::sim::LinkConfig;
+use ferry_sfu::{cert, rtp};
+use fixture::{Got, Server, T, World, addr};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -270,7 +279,7 @@ fn sender_reports_map_ntp_to_the_packets_rtp_timestamps() {
         }
     }
     assert_eq!(srs.len(), 6, "one per stream per second from 0.5 s");
-    assert!(srs.iter().all(|s| s.2 == peer.plan.cname.as_bytes()));
+    assert!(srs.iter().all(|s| s.2 == peer.cname().as_bytes()));
     for (at, sr, _) in &srs {
         // Sent one link delay before it arrived.
         assert_eq!(sr.ntp, wall.ntp(*at - T));
@@ -443,10 +452,9 @@ fn path_switch_and_ice_restart_keep_media_flowing() {
     w.peers[0].set_local_addr(moved);
     w.run_for(Duration::from_millis(100));
     assert!(
-        w.servers[0]
-            .events
-            .iter()
-            .any(|e| matches!(e, crate::ice::IceEvent::PathSwitched { to, .. } if *to == moved))
+        w.servers[0].events.iter().any(
+            |e| matches!(e, ferry_sfu::ice::IceEvent::PathSwitched { to, .. } if *to == moved)
+        )
     );
     let frag = w.peers[0].ice_restart();
     let answer = w.servers[0].restart(&frag);
@@ -460,7 +468,7 @@ fn path_switch_and_ice_restart_keep_media_flowing() {
     assert!(w.servers[0].rtp.len() > before + 20);
     assert!(w.peers[0].is_connected());
     // The new agent got authenticated answers under the new credentials.
-    let ice = w.peers[0].ice.as_ref().unwrap();
+    let ice = w.peers[0].ice().unwrap();
     assert!(ice.is_connected());
     assert_eq!(ice.local().ufrag, w.servers[0].ice.remote().ufrag);
     assert_eq!(w.peers[0].stats().ice_errors, 0);

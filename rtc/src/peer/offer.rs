@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use crate::codec::Codec;
 use crate::dtls::DtlsRole;
 use crate::ice::IceCredentials;
-use crate::negotiate::{EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_MID};
+use crate::sdp::extmap::{EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_MID};
 use crate::sdp::{MediaKind, MediaView, SdpFrag, SessionDescription, Setup};
 
 use super::PeerError;

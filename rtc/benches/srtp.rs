@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ferry_sfu::srtp::{SrtpContext, SrtpProfile};
+use ferry_rtc::srtp::{SrtpContext, SrtpProfile};
 use std::hint::black_box;
 
 const PAYLOAD: usize = 1200;

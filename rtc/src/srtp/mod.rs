@@ -11,7 +11,7 @@
 //! added the first time an SSRC is seen):
 //!
 //! ```
-//! use ferry_sfu::srtp::{SrtpContext, SrtpProfile};
+//! use ferry_rtc::srtp::{SrtpContext, SrtpProfile};
 //!
 //! let profile = SrtpProfile::AeadAes128Gcm;
 //! let (key, salt) = ([7u8; 16], [9u8; 12]);
@@ -24,7 +24,7 @@
 //! let n = tx.protect_rtp(&mut buf, rtp.len())?;
 //! let m = rx.unprotect_rtp(&mut buf[..n])?;
 //! assert_eq!(&buf[..m], &rtp);
-//! # Ok::<(), ferry_sfu::srtp::SrtpError>(())
+//! # Ok::<(), ferry_rtc::srtp::SrtpError>(())
 //! ```
 
 mod kdf;

@@ -6,7 +6,7 @@
 //! compound packet is several writes into consecutive parts of one buffer.
 //!
 //! ```
-//! use ferry_sfu::rtcp::{self, RtcpPacket};
+//! use ferry_rtc::rtcp::{self, RtcpPacket};
 //!
 //! let mut buf = [0u8; 64];
 //! let mut n = rtcp::write_receiver_report(&mut buf, 0x1111, &[])?;

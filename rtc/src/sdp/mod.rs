@@ -14,6 +14,7 @@ mod access;
 mod attrs;
 mod candidate;
 mod codec;
+pub mod extmap;
 mod frag;
 #[cfg(any(test, feature = "fuzzing"))]
 mod fuzz;

@@ -47,7 +47,7 @@ impl SdpFrag {
 /// and, optionally, its candidates, on the first bundled m-section.
 ///
 /// ```
-/// use ferry_sfu::sdp::{IceRestartAnswer, MediaDescription, MediaKind, SdpFrag};
+/// use ferry_rtc::sdp::{IceRestartAnswer, MediaDescription, MediaKind, SdpFrag};
 ///
 /// let frag = IceRestartAnswer {
 ///     ice_lite: true,
@@ -62,7 +62,7 @@ impl SdpFrag {
 /// .into_frag();
 /// assert!(frag.to_string().starts_with("a=ice-lite\r\na=ice-options:trickle ice2\r\n"));
 /// assert_eq!(SdpFrag::parse(&frag.to_string())?, frag);
-/// # Ok::<(), ferry_sfu::sdp::SdpError>(())
+/// # Ok::<(), ferry_rtc::sdp::SdpError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IceRestartAnswer {

@@ -1,0 +1,24 @@
+//! Ferry's WebRTC wire protocols and a sans-IO peer.
+//!
+//! Everything here is shared by the media node (`ferry-sfu`) and the client SDK (`ferry-sdk`):
+//! STUN and ICE (lite on the server, a controlling agent on the client), DTLS-SRTP keying, our
+//! own SRTP (its per-SSRC state is exportable, so sessions can migrate), RTP/RTCP, SDP, codec
+//! framing, and [`peer::Peer`], a WebRTC endpoint that publishes (WHIP) or plays (WHEP).
+//!
+//! The protocol code never reads the clock, never touches a socket and never draws unseeded
+//! randomness; [`udp`] is the one helper for drivers (a socket with large kernel buffers).
+
+pub mod cert;
+pub mod codec;
+pub mod dtls;
+pub mod ice;
+pub mod nack;
+pub mod peer;
+pub mod rtcp;
+pub mod rtp;
+pub mod sdp;
+pub mod seq;
+pub mod srtp;
+pub mod stun;
+pub mod time;
+pub mod udp;
