@@ -3,7 +3,9 @@
 //! Everything here is shared by the media node (`ferry-sfu`) and the client SDK (`ferry-sdk`):
 //! STUN and ICE (lite on the server, a controlling agent on the client), DTLS-SRTP keying, our
 //! own SRTP (its per-SSRC state is exportable, so sessions can migrate), RTP/RTCP, SDP, codec
-//! framing, and [`peer::Peer`], a WebRTC endpoint that publishes (WHIP) or plays (WHEP).
+//! framing, and [`peer::Peer`], a WebRTC endpoint that publishes (WHIP) or plays (WHEP), with
+//! synthetic media or real encoded frames ([`media`]: IVF, H.264 Annex B, RTP packetization and
+//! frame assembly).
 //!
 //! The protocol code never reads the clock, never touches a socket and never draws unseeded
 //! randomness; [`udp`] is the one helper for drivers (a socket with large kernel buffers).
@@ -12,6 +14,7 @@ pub mod cert;
 pub mod codec;
 pub mod dtls;
 pub mod ice;
+pub mod media;
 pub mod nack;
 pub mod peer;
 pub mod rtcp;

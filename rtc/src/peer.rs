@@ -25,10 +25,17 @@
 //! }
 //! ```
 //!
-//! Media payloads carry a [`Stamp`] (capture time and frame number) after the codec header, so a
-//! viewer measures latency, frame completeness and the sender-report mapping from what arrives.
-//! Publisher and viewer should share `wall` and `latency_epoch` for those to mean anything.
+//! With [`MediaSource::Synthetic`] (the default), media payloads carry a [`Stamp`] (capture time
+//! and frame number) after the codec header, so a viewer measures latency, frame completeness and
+//! the sender-report mapping from what arrives. Publisher and viewer should share `wall` and
+//! `latency_epoch` for those to mean anything.
+//!
+//! With [`MediaSource::External`], the application brings the media: a publisher sends encoded
+//! frames with [`Peer::send_frame`] (and watches [`Peer::take_keyframe_request`]); a viewer
+//! takes complete frames, in order and decodable, from [`Peer::poll_frame`] (built by
+//! [`crate::media::FrameAssembler`] after NACK repair).
 
+mod config;
 mod offer;
 mod payload;
 mod recv;
@@ -48,14 +55,15 @@ use crate::cert;
 use crate::codec::Codec;
 use crate::dtls::{self, DtlsEvent, DtlsRole, DtlsTransport};
 use crate::ice::{IceClient, IceClientEvent, IceCredentials};
+use crate::media::PacketizeError;
 use crate::rtcp::{RtcpIter, RtcpPacket};
 use crate::rtp::{self, RtpHeader};
 use crate::srtp::{SrtpContext, SrtpProfile};
 use crate::stun::{self, StunMessage};
-use crate::time::WallClock;
 
+pub use config::{MediaSource, PeerConfig, PeerRole};
 pub use payload::{STAMP_LEN, Stamp, is_frame_start, read_stamp};
-pub use recv::{PLI_INTERVAL, RR_INTERVAL};
+pub use recv::{MAX_QUEUED_FRAMES, NO_NACK_MAX_WAIT, PLI_INTERVAL, RR_INTERVAL, ReceivedFrame};
 pub use send::{FORCED_KEYFRAME_GAP, MAX_RTP_PACKET, SR_INTERVAL};
 pub use stats::{LatencyStats, PeerStats, RecvStreamStats, SendStreamStats, SeqRanges};
 
@@ -63,65 +71,7 @@ use offer::{Answer, OfferLine, OfferPlan};
 use recv::{LineInfo, Receiver};
 use send::{Extensions, SendConfig, SendStream, Sender, StreamBases};
 
-/// What the peer does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PeerRole {
-    /// Sends synthetic media (WHIP). `video` is `Vp8` or `H264`; `Opus` means no video track.
-    Publisher {
-        /// Video codec.
-        video: Codec,
-        /// Whether an Opus track is sent too.
-        audio: bool,
-    },
-    /// Receives audio and video (WHEP), offering Opus, VP8 and H.264.
-    Viewer,
-}
-
-/// How a peer behaves. Every field is public; [`PeerConfig::new`] fills sensible defaults.
-#[derive(Debug, Clone, Copy)]
-pub struct PeerConfig {
-    /// Publisher or viewer.
-    pub role: PeerRole,
-    /// All randomness: ICE credentials, SSRCs, sequence and timestamp bases, DTLS.
-    pub seed: u64,
-    /// Instant ↔ wall time, for NTP timestamps and abs-send-time.
-    pub wall: WallClock,
-    /// Where our datagrams come from.
-    pub local_addr: SocketAddr,
-    /// Offer RTX.
-    pub rtx: bool,
-    /// Video frame rate.
-    pub video_fps: u32,
-    /// Target video bitrate (keyframes included).
-    pub video_bitrate_bps: u32,
-    /// Periodic keyframe interval.
-    pub keyframe_interval: Duration,
-    /// Payload stamps count µs from this instant.
-    pub latency_epoch: Instant,
-}
-
-impl PeerConfig {
-    /// 30 fps, 1 Mbit/s, a keyframe every 2 s, RTX on; `wall` and `latency_epoch` pinned at
-    /// `now` (Unix time 1.7e9 s there), so peers made with the same `now` agree on both.
-    pub fn new(role: PeerRole, seed: u64, local_addr: SocketAddr, now: Instant) -> Self {
-        PeerConfig {
-            role,
-            seed,
-            wall: WallClock {
-                base: now,
-                unix_at_base: Duration::from_secs(1_700_000_000),
-            },
-            local_addr,
-            rtx: true,
-            video_fps: 30,
-            video_bitrate_bps: 1_000_000,
-            keyframe_interval: Duration::from_secs(2),
-            latency_epoch: now,
-        }
-    }
-}
-
-/// Why an answer or restart answer was not applied.
+/// Why an answer or restart answer was not applied, or a frame not sent.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PeerError {
@@ -134,6 +84,21 @@ pub enum PeerError {
     /// A restart answer arrived without a restart in progress.
     #[error("no ICE restart in progress")]
     NotRestarting,
+    /// Media cannot be sent before SRTP is keyed, nor after a close.
+    #[error("not connected")]
+    NotConnected,
+    /// [`Peer::send_frame`] on a peer configured for [`MediaSource::Synthetic`].
+    #[error("the peer sends synthetic media")]
+    NotExternal,
+    /// No negotiated track of that kind to send on.
+    #[error("no {} track to send on", if *.video { "video" } else { "audio" })]
+    NoTrack {
+        /// The frame was video.
+        video: bool,
+    },
+    /// The frame could not be packetized.
+    #[error("cannot packetize the frame: {0}")]
+    Packetize(#[from] PacketizeError),
 }
 
 /// A plaintext RTP or RTCP packet on its way to SRTP.
@@ -289,10 +254,17 @@ impl Peer {
             keyframe_interval: config.keyframe_interval,
             wall: config.wall,
             latency_epoch: config.latency_epoch,
+            external: config.media == MediaSource::External,
         };
         Peer {
             sender: Sender::new(send_cfg, cname.clone(), picture_id),
-            receiver: Receiver::new(rtcp_ssrc, cname.clone(), config.wall, config.latency_epoch),
+            receiver: Receiver::new(
+                rtcp_ssrc,
+                cname.clone(),
+                config.wall,
+                config.latency_epoch,
+                config.media == MediaSource::External,
+            ),
             plan: OfferPlan {
                 session_id,
                 stream,
@@ -776,7 +748,60 @@ impl Peer {
         Ok(())
     }
 
-    /// Stops producing media but stays connected: sender reports and NACK
+    /// Sends one encoded frame of the application's media ([`MediaSource::External`]): a raw
+    /// VP8 frame or an H.264 Annex B access unit when `video`, else an Opus packet. It is
+    /// packetized at once (VP8 with the peer's picture ID counter), kept for NACK repair, and
+    /// queued SRTP-protected for [`Peer::poll_transmit`]. Its RTP timestamp is the previous
+    /// frame's plus that frame's `duration` in the codec's clock; a stream's first frame takes
+    /// the timestamp of `now`, so sender reports map NTP to RTP exactly while frames come in
+    /// real time. `keyframe` is counted, and a keyframe answers any outstanding request.
+    pub fn send_frame(
+        &mut self,
+        now: Instant,
+        video: bool,
+        data: &[u8],
+        duration: Duration,
+        keyframe: bool,
+    ) -> Result<(), PeerError> {
+        if self.config.media != MediaSource::External {
+            return Err(PeerError::NotExternal);
+        }
+        if !self.is_connected() {
+            return Err(PeerError::NotConnected);
+        }
+        self.last_now = now;
+        let r = self
+            .sender
+            .send_frame(now, video, data, duration, keyframe, &mut self.plain);
+        self.flush();
+        r
+    }
+
+    /// Whether the server asked for a video keyframe (PLI or FIR) since the last call; an
+    /// [`MediaSource::External`] publisher should then encode or send one soon.
+    pub fn take_keyframe_request(&mut self) -> bool {
+        std::mem::take(&mut self.sender.keyframe_request)
+    }
+
+    /// The next frame a viewer rebuilt ([`MediaSource::External`]), in order per stream. Video
+    /// only resumes at a keyframe after a loss it could not repair.
+    pub fn poll_frame(&mut self) -> Option<ReceivedFrame> {
+        self.receiver.frames.pop_front()
+    }
+
+    /// Sends a PLI for every video stream now, whatever the throttle (after switching streams,
+    /// say). Returns whether one went out.
+    pub fn request_keyframe(&mut self, now: Instant) -> bool {
+        if !self.is_connected() {
+            return false;
+        }
+        self.last_now = now;
+        let sent = self.receiver.request_keyframe(now, &mut self.plain);
+        self.flush();
+        sent
+    }
+
+    /// Stops producing synthetic media but stays connected: sender reports and NACK
     /// answers go on, so a test can let repairs finish before it checks.
     pub fn pause_media(&mut self) {
         self.sender.paused = true;

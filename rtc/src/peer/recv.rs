@@ -1,10 +1,12 @@
 //! Viewer side: RTX unwrapping, per-SSRC loss repair (NACK), keyframe requests, receiver reports,
-//! and the measurements in [`RecvStreamStats`].
+//! the measurements in [`RecvStreamStats`], and (external media) frame assembly into
+//! [`ReceivedFrame`]s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::codec::Codec;
+use crate::media::{AssemblerConfig, FrameAssembler};
 use crate::nack::{Arrival, NackConfig, NackGenerator};
 use crate::rtcp::{self, ReportBlock, SenderReportData};
 use crate::rtp::{self, RtpHeader};
@@ -28,6 +30,33 @@ const FRAME_WINDOW: usize = 256;
 pub const MAX_STREAMS: usize = 64;
 /// SSRCs listed in `ssrcs_seen` at most.
 const MAX_SEEN: usize = 256;
+/// Rebuilt frames waiting for [`super::Peer::poll_frame`] at most; beyond, new frames are dropped
+/// (and video waits for a keyframe), so an application that stops polling cannot grow memory.
+pub const MAX_QUEUED_FRAMES: usize = 512;
+/// How long frame assembly waits for a missing packet on a stream without NACK (audio): only
+/// reordering can bring it.
+pub const NO_NACK_MAX_WAIT: Duration = Duration::from_millis(100);
+
+/// A complete frame a viewer received ([`super::MediaSource::External`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedFrame {
+    /// Media SSRC of its stream.
+    pub ssrc: u32,
+    /// Whether it is video.
+    pub video: bool,
+    /// Its codec.
+    pub codec: Codec,
+    /// Extended RTP timestamp (monotonic per stream).
+    pub ts: u64,
+    /// A keyframe (every Opus packet is one).
+    pub keyframe: bool,
+    /// VP8: the raw frame. H.264: the access unit in Annex B form, 4-byte start codes. Opus: the
+    /// packet.
+    pub data: Vec<u8>,
+    /// When it could be handed out: its last packet arrived and every frame before it was out
+    /// (by then, or given up). Non-decreasing per stream.
+    pub received_at: Instant,
+}
 
 /// What the answer declared for one line.
 #[derive(Debug, Clone)]
@@ -68,10 +97,26 @@ struct RecvStream {
     last_transit: Option<i64>,
     last_sr_at: Option<Instant>,
     last_arrival: Option<Instant>,
+    /// External media: rebuilds the stream's frames.
+    assembler: Option<FrameAssembler>,
 }
 
 impl RecvStream {
-    fn new(ssrc: u32, rtx: Option<u32>, codec: Option<Codec>, line: Option<usize>) -> Self {
+    fn new(
+        ssrc: u32,
+        rtx: Option<u32>,
+        codec: Option<Codec>,
+        line: Option<usize>,
+        info: Option<&LineInfo>,
+        external: bool,
+    ) -> Self {
+        let assembler = codec.filter(|_| external).map(|c| {
+            let mut config = AssemblerConfig::default();
+            if info.is_some_and(|l| !l.nack) {
+                config.max_wait = NO_NACK_MAX_WAIT;
+            }
+            FrameAssembler::new(c, config)
+        });
         RecvStream {
             stats: RecvStreamStats::new(ssrc, rtx, codec),
             line,
@@ -88,6 +133,38 @@ impl RecvStream {
             last_transit: None,
             last_sr_at: None,
             last_arrival: None,
+            assembler,
+        }
+    }
+
+    /// Whether frame assembly lost a frame it needed.
+    fn assembler_wants_key(&self) -> bool {
+        self.assembler
+            .as_ref()
+            .is_some_and(FrameAssembler::wants_keyframe)
+    }
+
+    /// Moves the assembler's complete frames to `queue`, as of `now`.
+    fn collect_frames(&mut self, now: Instant, queue: &mut VecDeque<ReceivedFrame>) {
+        let Some(a) = self.assembler.as_mut() else {
+            return;
+        };
+        let codec = a.codec();
+        while let Some(f) = a.poll_frame() {
+            if queue.len() >= MAX_QUEUED_FRAMES {
+                self.stats.frames_overflowed += 1;
+                a.require_keyframe();
+                continue;
+            }
+            queue.push_back(ReceivedFrame {
+                ssrc: self.stats.ssrc,
+                video: codec.is_video(),
+                codec,
+                ts: f.ts,
+                keyframe: f.keyframe,
+                data: f.data,
+                received_at: now,
+            });
         }
     }
 
@@ -194,6 +271,10 @@ pub(super) struct Receiver {
     pub ssrcs_seen: Vec<u32>,
     next_rr: Option<Instant>,
     scratch: Vec<u16>,
+    /// External media: rebuild frames.
+    external: bool,
+    /// Rebuilt frames for the application.
+    pub frames: VecDeque<ReceivedFrame>,
     pub nack_packets_sent: u64,
     pub nacks_sent: u64,
     pub plis_sent: u64,
@@ -208,7 +289,13 @@ impl Receiver {
         }
     }
 
-    pub fn new(rtcp_ssrc: u32, cname: String, wall: WallClock, latency_epoch: Instant) -> Self {
+    pub fn new(
+        rtcp_ssrc: u32,
+        cname: String,
+        wall: WallClock,
+        latency_epoch: Instant,
+        external: bool,
+    ) -> Self {
         Receiver {
             rtcp_ssrc,
             cname,
@@ -219,6 +306,8 @@ impl Receiver {
             ssrcs_seen: Vec::new(),
             next_rr: None,
             scratch: Vec::new(),
+            external,
+            frames: VecDeque::new(),
             nack_packets_sent: 0,
             nacks_sent: 0,
             plis_sent: 0,
@@ -231,8 +320,14 @@ impl Receiver {
         for (i, l) in lines.iter().enumerate() {
             for &(ssrc, rtx) in &l.ssrcs {
                 if !self.streams.iter().any(|s| s.stats.ssrc == ssrc) {
-                    self.streams
-                        .push(RecvStream::new(ssrc, rtx, Some(l.codec), Some(i)));
+                    self.streams.push(RecvStream::new(
+                        ssrc,
+                        rtx,
+                        Some(l.codec),
+                        Some(i),
+                        Some(l),
+                        self.external,
+                    ));
                 }
             }
         }
@@ -277,9 +372,16 @@ impl Receiver {
             return None;
         }
         let line = self.lines.iter().position(|l| l.pt == h.payload_type);
-        let codec = line.and_then(|i| self.lines.get(i)).map(|l| l.codec);
-        self.streams
-            .push(RecvStream::new(h.ssrc, None, codec, line));
+        let info = line.and_then(|i| self.lines.get(i));
+        let codec = info.map(|l| l.codec);
+        self.streams.push(RecvStream::new(
+            h.ssrc,
+            None,
+            codec,
+            line,
+            info,
+            self.external,
+        ));
         Some(self.streams.len() - 1)
     }
 
@@ -366,6 +468,12 @@ impl Receiver {
         if arrival == Arrival::New {
             s.update_jitter(now, epoch, ext_ts);
         }
+        if let Some(a) = s.assembler.as_mut() {
+            // The application's media carries no stamps to measure.
+            a.push(ext, ext_ts, h.marker, payload, now);
+            s.collect_frames(now, &mut self.frames);
+            return;
+        }
         let Some(codec) = codec else {
             s.stats.unstamped += 1;
             return;
@@ -428,7 +536,7 @@ impl Receiver {
             }
         }
         let s = &mut self.streams[i];
-        let pli_due = s.waiting_key
+        let pli_due = (s.waiting_key || s.assembler_wants_key())
             && video
             && s.last_pli
                 .is_none_or(|t| now.saturating_duration_since(t) >= PLI_INTERVAL);
@@ -456,16 +564,23 @@ impl Receiver {
 
     pub fn poll_timeout(&self) -> Option<Instant> {
         let streams = self.streams.iter().flat_map(|s| {
-            let pli = (s.waiting_key && s.stats.is_video())
+            let waiting = s.waiting_key || s.assembler_wants_key();
+            let pli = (waiting && s.stats.is_video())
                 .then(|| s.last_pli.map(|t| t + PLI_INTERVAL))
                 .flatten();
-            [s.nack.poll_timeout(), pli]
+            let assembly = s.assembler.as_ref().and_then(FrameAssembler::poll_timeout);
+            [s.nack.poll_timeout(), pli, assembly]
         });
         streams.chain([self.next_rr]).flatten().min()
     }
 
     pub fn on_timeout(&mut self, now: Instant, out: &mut Vec<Plain>) {
         for i in 0..self.streams.len() {
+            let s = &mut self.streams[i];
+            if let Some(a) = s.assembler.as_mut() {
+                a.handle_timeout(now);
+                s.collect_frames(now, &mut self.frames);
+            }
             self.feedback(now, i, out);
         }
         if let Some(due) = self.next_rr.filter(|due| *due <= now) {
@@ -515,7 +630,36 @@ impl Receiver {
         self.streams
             .iter()
             .filter(|s| s.stats.packets > 0 || s.stats.duplicates > 0)
-            .map(|s| s.stats.clone())
+            .map(|s| {
+                let mut st = s.stats.clone();
+                if let Some(a) = &s.assembler {
+                    st.assembled = a.stats();
+                }
+                st
+            })
             .collect()
+    }
+
+    /// A PLI for every video stream now, unthrottled; whether one went out.
+    pub fn request_keyframe(&mut self, now: Instant, out: &mut Vec<Plain>) -> bool {
+        let mut sent = false;
+        for s in &mut self.streams {
+            let pli_on = s.line.and_then(|l| self.lines.get(l)).is_none_or(|l| l.pli);
+            if !s.stats.is_video() || !pli_on {
+                continue;
+            }
+            let mut buf = vec![0u8; 64];
+            if let Ok(n) = rtcp::write_receiver_report(&mut buf, self.rtcp_ssrc, &[])
+                && let Ok(m) = rtcp::write_pli(&mut buf[n..], self.rtcp_ssrc, s.stats.ssrc)
+            {
+                buf.truncate(n + m);
+                out.push(Plain::Rtcp(buf));
+                s.last_pli = Some(now);
+                self.plis_sent += 1;
+                self.rrs_sent += 1;
+                sent = true;
+            }
+        }
+        sent
     }
 }

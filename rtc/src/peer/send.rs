@@ -1,17 +1,19 @@
-//! Publisher side: synthetic audio/video on a fixed schedule, the send cache that answers NACKs,
-//! keyframes on PLI/FIR, and sender reports with an exact NTP↔RTP mapping.
+//! Publisher side: synthetic audio/video on a fixed schedule or the application's encoded frames,
+//! the send cache that answers NACKs, keyframes on PLI/FIR, and sender reports with an exact
+//! NTP↔RTP mapping.
 
 use std::time::{Duration, Instant};
 
 use crate::codec::Codec;
+use crate::media::{Payloads, packetize as media_packetize};
 use crate::nack::PacketCache;
 use crate::rtcp::{self, SenderReportData};
 use crate::rtp;
 use crate::time::WallClock;
 
-use super::Plain;
 use super::payload::{FrameSpec, Stamp, packetize};
 use super::stats::SendStreamStats;
+use super::{PeerError, Plain};
 
 /// Largest RTP packet we build (before SRTP and RTX overhead).
 pub const MAX_RTP_PACKET: usize = 1100;
@@ -52,6 +54,10 @@ pub(super) struct SendStream {
     ext: Extensions,
     cache: PacketCache,
     stats: SendStreamStats,
+    /// External media: where the next frame lies on the media clock (time since the start).
+    media_at: Option<Duration>,
+    /// External media: payloads of the frame being sent, reused.
+    payloads: Payloads,
 }
 
 /// Random bases a stream starts from.
@@ -94,6 +100,8 @@ impl SendStream {
                 retransmissions: 0,
                 first_seq: b.seq,
             },
+            media_at: None,
+            payloads: Payloads::new(),
         }
     }
 
@@ -145,26 +153,66 @@ impl SendStream {
         v.len()
     }
 
-    /// Packetizes and queues one frame.
+    /// Packetizes and queues one synthetic frame.
     fn send_frame(&mut self, f: &FrameSpec, ts: u32, abs: u32, out: &mut Vec<Plain>) {
         let max_payload = MAX_RTP_PACKET.saturating_sub(self.header_len());
         let payloads = packetize(self.codec, f, max_payload);
         let n = payloads.len();
         for (i, payload) in payloads.into_iter().enumerate() {
-            let mut pkt = Vec::with_capacity(MAX_RTP_PACKET + 32);
-            self.header(i + 1 == n, ts, abs, &mut pkt);
-            pkt.extend_from_slice(&payload);
-            self.cache.insert(self.next_ext, &pkt);
-            self.next_seq = self.next_seq.wrapping_add(1);
-            self.next_ext += 1;
-            self.stats.packets += 1;
-            self.stats.bytes += payload.len() as u64;
-            out.push(Plain::Rtp(pkt));
+            self.send_packet(i + 1 == n, ts, abs, &payload, out);
         }
         self.stats.frames += 1;
         if f.keyframe {
             self.stats.keyframes += 1;
         }
+    }
+
+    /// Packetizes and queues one frame of the application's media, `since` the media start;
+    /// its timestamp follows the previous frame's by that frame's duration.
+    fn send_external(
+        &mut self,
+        since: Duration,
+        data: &[u8],
+        duration: Duration,
+        picture_id: u16,
+        abs: u32,
+        out: &mut Vec<Plain>,
+    ) -> Result<(), PeerError> {
+        let max_payload = MAX_RTP_PACKET.saturating_sub(self.header_len());
+        let mut payloads = std::mem::take(&mut self.payloads);
+        let r = media_packetize(self.codec, data, picture_id, max_payload, &mut payloads);
+        if r.is_ok() {
+            let at = self.media_at.unwrap_or(since);
+            let ts = self.ts_at(at);
+            self.media_at = Some(at.saturating_add(duration));
+            let n = payloads.len();
+            for (i, payload) in payloads.iter().enumerate() {
+                self.send_packet(i + 1 == n, ts, abs, payload, out);
+            }
+            self.stats.frames += 1;
+        }
+        self.payloads = payloads;
+        r.map_err(PeerError::from)
+    }
+
+    /// Writes, caches and queues one RTP packet.
+    fn send_packet(
+        &mut self,
+        marker: bool,
+        ts: u32,
+        abs: u32,
+        payload: &[u8],
+        out: &mut Vec<Plain>,
+    ) {
+        let mut pkt = Vec::with_capacity(MAX_RTP_PACKET + 32);
+        self.header(marker, ts, abs, &mut pkt);
+        pkt.extend_from_slice(payload);
+        self.cache.insert(self.next_ext, &pkt);
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.next_ext += 1;
+        self.stats.packets += 1;
+        self.stats.bytes += payload.len() as u64;
+        out.push(Plain::Rtp(pkt));
     }
 
     /// Answers a NACK for `seq`: RTX when negotiated, else the original packet again.
@@ -214,6 +262,8 @@ pub(super) struct SendConfig {
     pub keyframe_interval: Duration,
     pub wall: WallClock,
     pub latency_epoch: Instant,
+    /// The application sends the media: no synthetic frames.
+    pub external: bool,
 }
 
 /// Everything a publisher sends.
@@ -229,6 +279,8 @@ pub(super) struct Sender {
     last_keyframe: Option<Instant>,
     last_forced: Option<Instant>,
     key_requested: bool,
+    /// A keyframe request (PLI/FIR) the application has not taken yet.
+    pub keyframe_request: bool,
     /// Media generation stopped; RTCP (SR, NACK answers) goes on.
     pub paused: bool,
     picture_id: u16,
@@ -256,6 +308,7 @@ impl Sender {
             last_keyframe: None,
             last_forced: None,
             key_requested: false,
+            keyframe_request: false,
             paused: false,
             picture_id: picture_id & 0x7fff,
             next_sr: None,
@@ -289,7 +342,7 @@ impl Sender {
 
     pub fn poll_timeout(&self) -> Option<Instant> {
         let start = self.start?;
-        if self.paused {
+        if self.paused || self.cfg.external {
             return self.next_sr;
         }
         let video = self
@@ -307,7 +360,8 @@ impl Sender {
         let Some(start) = self.start else {
             return;
         };
-        if self.video.is_some() && !self.paused {
+        let generate = !self.paused && !self.cfg.external;
+        if self.video.is_some() && generate {
             let behind =
                 |s: &Self| now.saturating_duration_since(start + s.frame_offset(s.next_frame));
             let interval = self.frame_offset(1).max(Duration::from_micros(1));
@@ -319,7 +373,7 @@ impl Sender {
                 self.video_frame(start, out);
             }
         }
-        if self.audio.is_some() && !self.paused {
+        if self.audio.is_some() && generate {
             let late = (now
                 .saturating_duration_since(start + Self::audio_offset(self.next_audio))
                 .as_nanos()
@@ -421,6 +475,46 @@ impl Sender {
         }
     }
 
+    /// Sends one frame of the application's media on the video or audio stream.
+    pub fn send_frame(
+        &mut self,
+        now: Instant,
+        video: bool,
+        data: &[u8],
+        duration: Duration,
+        keyframe: bool,
+        out: &mut Vec<Plain>,
+    ) -> Result<(), PeerError> {
+        let abs = self.abs_send_time(now);
+        let picture_id = self.picture_id;
+        let stream = if video {
+            self.video.as_mut()
+        } else {
+            self.audio.as_mut()
+        };
+        let stream = stream.ok_or(PeerError::NoTrack { video })?;
+        let start = self.start.ok_or(PeerError::NotConnected)?;
+        let since = now.saturating_duration_since(start);
+        stream.send_external(since, data, duration, picture_id, abs, out)?;
+        if keyframe {
+            stream.stats.keyframes += 1;
+        }
+        if video {
+            if stream.codec == Codec::Vp8 {
+                self.picture_id = (self.picture_id + 1) & 0x7fff;
+            }
+            if keyframe {
+                self.last_keyframe = Some(now);
+                // Any keyframe serves an outstanding request.
+                if std::mem::take(&mut self.key_requested) {
+                    self.forced_keyframes += 1;
+                }
+                self.keyframe_request = false;
+            }
+        }
+        Ok(())
+    }
+
     fn sender_reports(&mut self, now: Instant, start: Instant, out: &mut Vec<Plain>) {
         let ntp = self.cfg.wall.ntp(now);
         let since = now.saturating_duration_since(start);
@@ -477,6 +571,7 @@ impl Sender {
         self.plis_received += 1;
         if self.is_video_ssrc(media_ssrc) {
             self.key_requested = true;
+            self.keyframe_request = true;
         }
     }
 
@@ -487,6 +582,7 @@ impl Sender {
                 self.last_fir_seq = Some(seq);
                 self.firs_received += 1;
                 self.key_requested = true;
+                self.keyframe_request = true;
             }
         }
     }

@@ -1,6 +1,7 @@
 //! What a [`super::Peer`] measured: plain data, cheap to clone, for assertions and bench tables.
 
 use crate::codec::Codec;
+use crate::media::AssemblerStats;
 use crate::rtcp::SenderReportData;
 
 /// A set of extended sequence numbers as sorted, disjoint, non-adjacent inclusive ranges: a
@@ -258,6 +259,12 @@ pub struct RecvStreamStats {
     /// Largest time between two packets that were new to the receiver (a
     /// blackout shows here).
     pub max_arrival_gap: std::time::Duration,
+    /// External media: what frame assembly produced (frames handed out, delta frames dropped
+    /// waiting for a keyframe, frames given up); zero with synthetic media.
+    pub assembled: AssemblerStats,
+    /// External media: frames dropped because the application let
+    /// [`super::MAX_QUEUED_FRAMES`] pile up unpolled.
+    pub frames_overflowed: u64,
 }
 
 impl RecvStreamStats {
@@ -284,6 +291,8 @@ impl RecvStreamStats {
             last_sr: None,
             sr_max_deviation_ticks: None,
             max_arrival_gap: std::time::Duration::ZERO,
+            assembled: AssemblerStats::default(),
+            frames_overflowed: 0,
         }
     }
 

@@ -69,6 +69,8 @@ pub struct Server {
     rtx_seq: u16,
     /// View fixture: media sequence numbers not sent the first time (lost on the wire).
     pub drop_once: HashSet<u16>,
+    /// View fixture: media sequence numbers never sent nor cached (lost beyond repair).
+    pub drop_always: HashSet<u16>,
     /// Incoming SRTP packets (ssrc, seq) dropped once before decryption (lost on the wire).
     pub drop_incoming: HashSet<(u32, u16)>,
     /// View fixture: forward nothing before this many packets have been offered.
@@ -119,6 +121,7 @@ impl Server {
             routes: Vec::new(),
             rtx_seq: 1000,
             drop_once: HashSet::new(),
+            drop_always: HashSet::new(),
             drop_incoming: HashSet::new(),
             skip_first: 0,
             wait_keyframe: true,
@@ -388,6 +391,9 @@ impl Server {
         m.set_ssrc(r.dst_ssrc);
         m.set_payload_type(r.dst_pt);
         let ext = r.seq.unwrap(u64::from(h.sequence));
+        if self.drop_always.contains(&h.sequence) {
+            return;
+        }
         r.cache.insert(ext, &pkt);
         if r.dst_rtx.is_some() && self.drop_once.remove(&h.sequence) {
             return;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+mod external;
 mod fixture;
 
 use std::sync::Arc;
