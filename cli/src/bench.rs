@@ -35,6 +35,9 @@ pub enum BenchCommand {
     Migrate(crate::bench_migrate::MigrateArgs),
     /// Drain a node with N sessions: time to empty it, packets lost.
     Drain(crate::bench_migrate::DrainArgs),
+    /// SIGKILL the node of an SDK viewer, then of an SDK publisher: time until media plays
+    /// again (p50/p95/max over the trials).
+    Recovery(crate::bench_recovery::RecoveryArgs),
     /// The raw-UDP fan-out baseline (started by `forward`).
     #[command(hide = true)]
     Relay {
@@ -67,6 +70,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Placement(args) => placement(args),
         BenchCommand::Migrate(args) => crate::bench_migrate::migrate(args).await,
         BenchCommand::Drain(args) => crate::bench_migrate::drain(args).await,
+        BenchCommand::Recovery(args) => crate::bench_recovery::recovery(args).await,
         BenchCommand::Relay { udp } => relay(udp).await,
     }
 }
@@ -163,14 +167,6 @@ const FPS: f64 = 30.0;
 
 enum PeerCmd {
     Stats(oneshot::Sender<PeerStats>),
-    ResetGaps,
-    /// Starts an ICE restart; answers with the offer fragment to PATCH.
-    IceRestart(oneshot::Sender<String>),
-    /// Applies the target's restart answer.
-    RestartAnswer(
-        String,
-        oneshot::Sender<Result<(), ferry_sfu::peer::PeerError>>,
-    ),
     Stop,
 }
 
@@ -203,9 +199,6 @@ async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::Receiver<Pe
             }
             cmd = rx.recv() => match cmd {
                 Some(PeerCmd::Stats(tx)) => { let _ = tx.send(peer.stats()); }
-                Some(PeerCmd::ResetGaps) => peer.reset_arrival_gaps(),
-                Some(PeerCmd::IceRestart(tx)) => { let _ = tx.send(peer.ice_restart()); }
-                Some(PeerCmd::RestartAnswer(frag, tx)) => { let _ = tx.send(peer.apply_restart_answer(&frag)); }
                 Some(PeerCmd::Stop) | None => break,
             },
             () = sleep => peer.handle_timeout(Instant::now()),
@@ -213,26 +206,13 @@ async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::Receiver<Pe
     }
 }
 
+/// A bare synthetic peer of the fan-out benchmark (no signalling beyond its POST, nothing to
+/// follow); the benchmarks that move sessions use SDK sessions (`bench_peer`).
 pub(crate) struct PeerHandle {
     tx: mpsc::Sender<PeerCmd>,
-    restarts: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl PeerHandle {
-    /// ICE restarts that followed a `migrate` event and succeeded.
-    pub(crate) fn ice_restarts(&self) -> u64 {
-        self.restarts.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Starts a new window for the largest arrival gap.
-    pub(crate) async fn reset_gaps(&self) -> Result<()> {
-        self.tx
-            .send(PeerCmd::ResetGaps)
-            .await
-            .ok()
-            .context("peer gone")
-    }
-
     pub(crate) async fn stats(&self) -> Result<PeerStats> {
         let (tx, rx) = oneshot::channel();
         self.tx
@@ -263,125 +243,22 @@ async fn heap_bytes(http: &str) -> Result<u64> {
     .await?
 }
 
-/// POSTs an SDP offer; returns the answer and the session's absolute URL.
-async fn signal(url: String, offer: String) -> Result<(String, String)> {
-    tokio::task::spawn_blocking(move || -> Result<(String, String)> {
+/// POSTs an SDP offer; returns the answer.
+async fn signal(url: String, offer: String) -> Result<String> {
+    tokio::task::spawn_blocking(move || -> Result<String> {
         let mut resp = ureq::post(&url)
             .header("Content-Type", "application/sdp")
             .send(offer.as_bytes())
             .with_context(|| format!("POST {url}"))?;
-        let location = resp
-            .headers()
-            .get("location")
-            .and_then(|l| l.to_str().ok())
-            .context("no Location on the 201")?;
-        let location = if location.starts_with('/') {
-            // Relative to the origin the offer went to.
-            let origin = url.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
-            format!("{origin}{location}")
-        } else {
-            location.to_owned()
-        };
-        Ok((resp.body_mut().read_to_string()?, location))
+        Ok(resp.body_mut().read_to_string()?)
     })
     .await?
 }
 
-/// Waits on the session's server-sent events for a `migrate` event and
-/// returns its `location` (the session's URL on the target node).
-fn next_migration(location: &str) -> Result<String> {
-    let url = format!("{location}/events");
-    let resp = ureq::get(&url)
-        .header("Accept", "text/event-stream")
-        .call()
-        .with_context(|| format!("GET {url}"))?;
-    let mut event = String::new();
-    for line in BufReader::new(resp.into_body().into_reader()).lines() {
-        let line = line?;
-        if let Some(name) = line.strip_prefix("event:") {
-            event = name.trim().to_owned();
-        } else if let Some(data) = line.strip_prefix("data:")
-            && event == "migrate"
-        {
-            let v: serde_json::Value = serde_json::from_str(data.trim())?;
-            return v["location"]
-                .as_str()
-                .map(str::to_owned)
-                .with_context(|| format!("migrate event without a location: {v}"));
-        } else if line.is_empty() {
-            event.clear();
-        }
-    }
-    bail!("{url} ended")
-}
-
-/// PATCHes an ICE restart fragment to `location`; returns the answer fragment.
-fn patch_restart(location: &str, frag: &str) -> Result<String> {
-    let mut resp = ureq::patch(location)
-        .header("Content-Type", "application/trickle-ice-sdpfrag")
-        .header("If-Match", "*")
-        .config()
-        .http_status_as_error(false)
-        .build()
-        .send(frag.as_bytes())
-        .with_context(|| format!("PATCH {location}"))?;
-    let status = resp.status().as_u16();
-    let body = resp.body_mut().read_to_string()?;
-    if status != 200 {
-        bail!("PATCH {location}: {status} {body}");
-    }
-    Ok(body)
-}
-
-/// Follows the session's `migrate` events the way a WHIP/WHEP client of an
-/// ice-restart cluster does: restart ICE and PATCH the target.
-async fn follow_migrations(
-    tx: mpsc::Sender<PeerCmd>,
-    mut location: String,
-    restarts: Arc<std::sync::atomic::AtomicU64>,
-) {
-    loop {
-        let at = location.clone();
-        let target = match tokio::task::spawn_blocking(move || next_migration(&at)).await {
-            Ok(Ok(t)) => t,
-            // The session or the cluster ended.
-            _ => return,
-        };
-        let (otx, orx) = oneshot::channel();
-        if tx.send(PeerCmd::IceRestart(otx)).await.is_err() {
-            return;
-        }
-        let Ok(frag) = orx.await else { return };
-        let to = target.clone();
-        let answer = match tokio::task::spawn_blocking(move || patch_restart(&to, &frag)).await {
-            Ok(Ok(a)) => a,
-            Ok(Err(e)) => {
-                eprintln!("ice restart at {target} failed: {e:#}");
-                return;
-            }
-            Err(_) => return,
-        };
-        let (atx, arx) = oneshot::channel();
-        if tx.send(PeerCmd::RestartAnswer(answer, atx)).await.is_err() {
-            return;
-        }
-        match arx.await {
-            Ok(Ok(())) => {
-                restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            Ok(Err(e)) => {
-                eprintln!("restart answer from {target} refused: {e}");
-                return;
-            }
-            Err(_) => return,
-        }
-        location = target;
-    }
-}
-
+#[derive(Clone)]
 pub(crate) struct Clocks {
-    wall: WallClock,
-    epoch: Instant,
+    pub(crate) wall: WallClock,
+    pub(crate) epoch: Instant,
 }
 
 impl Clocks {
@@ -406,7 +283,6 @@ pub(crate) async fn start_peer(
     bitrate: u32,
     clocks: &Clocks,
     url: String,
-    follow: bool,
 ) -> Result<PeerHandle> {
     let socket = ferry_sfu::udp::bind(([127, 0, 0, 1], 0).into())?;
     let local = socket.local_addr()?;
@@ -419,15 +295,11 @@ pub(crate) async fn start_peer(
     secret[..8].copy_from_slice(&seed.to_le_bytes());
     let cert = ferry_sfu::cert::generate(secret)?;
     let mut peer = Peer::new(cfg, Arc::new(cert), now);
-    let (answer, location) = signal(url, peer.create_offer()).await?;
+    let answer = signal(url, peer.create_offer()).await?;
     peer.apply_answer(Instant::now(), &answer)?;
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(drive_peer(peer, socket, rx));
-    let restarts = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    if follow {
-        tokio::spawn(follow_migrations(tx.clone(), location, restarts.clone()));
-    }
-    Ok(PeerHandle { tx, restarts })
+    Ok(PeerHandle { tx })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -513,7 +385,6 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
         args.bitrate,
         &clocks,
         format!("{http}/whip/{stream}"),
-        false,
     )
     .await?;
     wait_for(Duration::from_secs(20), || async {
@@ -535,7 +406,6 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
                 args.bitrate,
                 &clocks,
                 format!("{http}/whep/{stream}"),
-                false,
             )
             .await?,
         );

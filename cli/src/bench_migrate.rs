@@ -21,11 +21,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use ferry_sfu::codec::Codec;
-use ferry_sfu::peer::{PeerRole, PeerStats};
+use ferry_sfu::peer::PeerStats;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::bench::{ChildProc, Clocks, PeerHandle, start_peer, wait_for};
+use crate::bench::{ChildProc, Clocks, wait_for};
+use crate::bench_peer::{self, SdkPeer};
 
 /// Options of `ferry bench migrate`.
 #[derive(clap::Args, Debug)]
@@ -62,13 +63,16 @@ pub struct DrainArgs {
 }
 
 /// A cluster of separate processes on loopback.
-struct Cluster {
+pub(crate) struct Cluster {
     _scheduler: ChildProc,
     _edge: Option<ChildProc>,
-    _nodes: Vec<ChildProc>,
-    gateway: String,
+    /// node-a, node-b (`None` while killed).
+    nodes: Vec<Option<ChildProc>>,
+    /// Their command lines, to start them again.
+    node_args: Vec<Vec<String>>,
+    pub(crate) gateway: String,
     token: String,
-    node_http: Vec<String>,
+    pub(crate) node_http: Vec<String>,
     dir: PathBuf,
 }
 
@@ -102,7 +106,7 @@ fn post_json(url: &str, token: &str, body: &Value) -> Result<Value> {
 impl Cluster {
     /// `edge`: clients reach the nodes through `ferry edge` (else directly,
     /// as in an ice-restart deployment).
-    async fn start(max_sessions: usize, edge: bool) -> Result<Cluster> {
+    pub(crate) async fn start(max_sessions: usize, edge: bool) -> Result<Cluster> {
         let dir = std::env::temp_dir().join(format!("ferry-bench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
@@ -127,10 +131,9 @@ impl Cluster {
             (None, None)
         };
         let max = max_sessions.to_string();
-        let mut nodes = Vec::new();
-        let mut node_http = Vec::new();
+        let mut node_args = Vec::new();
         for id in ["node-a", "node-b"] {
-            let mut argv = vec![
+            let mut argv: Vec<String> = [
                 "node",
                 "--id",
                 id,
@@ -146,24 +149,49 @@ impl Cluster {
                 &d,
                 "--max-sessions",
                 &max,
-            ];
+            ]
+            .map(str::to_owned)
+            .to_vec();
             if let Some(udp) = &edge_udp {
-                argv.extend(["--edge", udp.as_str()]);
+                argv.extend(["--edge".to_owned(), udp.clone()]);
             }
-            let n = ChildProc::spawn(&argv)?;
-            node_http.push(n.after("http")?);
-            nodes.push(n);
+            node_args.push(argv);
         }
-        let c = Cluster {
+        let mut c = Cluster {
             _scheduler: scheduler,
             _edge: edge,
-            _nodes: nodes,
+            nodes: vec![None, None],
+            node_args,
             gateway,
             token,
-            node_http,
+            node_http: vec![String::new(), String::new()],
             dir,
         };
-        let url = format!("{}/v1/nodes", c.gateway);
+        for i in 0..2 {
+            c.start_node(i)?;
+        }
+        c.wait_active().await?;
+        Ok(c)
+    }
+
+    /// Starts node `i` (again).
+    pub(crate) fn start_node(&mut self, i: usize) -> Result<()> {
+        let argv: Vec<&str> = self.node_args[i].iter().map(String::as_str).collect();
+        let n = ChildProc::spawn(&argv)?;
+        self.node_http[i] = n.after("http")?;
+        self.nodes[i] = Some(n);
+        Ok(())
+    }
+
+    /// SIGKILLs node `i`.
+    pub(crate) fn kill_node(&mut self, i: usize) {
+        // Dropping the process kills it (SIGKILL) and reaps it.
+        self.nodes[i] = None;
+    }
+
+    /// Waits until both nodes are active at the scheduler, with migration addresses.
+    pub(crate) async fn wait_active(&self) -> Result<()> {
+        let url = format!("{}/v1/nodes", self.gateway);
         wait_for(Duration::from_secs(20), || {
             let url = url.clone();
             async move {
@@ -178,8 +206,7 @@ impl Cluster {
             }
         })
         .await
-        .context("nodes did not register")?;
-        Ok(c)
+        .context("nodes did not register")
     }
 
     /// Sessions the scheduler sees on `node`.
@@ -214,7 +241,7 @@ impl Cluster {
     }
 }
 
-fn video_packets(s: &PeerStats) -> u64 {
+pub(crate) fn video_packets(s: &PeerStats) -> u64 {
     s.video().map(|r| r.packets).sum()
 }
 
@@ -222,14 +249,14 @@ fn video_missing(s: &PeerStats) -> u64 {
     s.video().map(|r| r.received.missing()).sum()
 }
 
-fn max_gap(s: &PeerStats) -> Duration {
+pub(crate) fn max_gap(s: &PeerStats) -> Duration {
     s.video()
         .map(|r| r.max_arrival_gap)
         .max()
         .unwrap_or_default()
 }
 
-async fn stats(peers: &[PeerHandle]) -> Result<Vec<PeerStats>> {
+async fn stats(peers: &[SdkPeer]) -> Result<Vec<PeerStats>> {
     let mut out = Vec::with_capacity(peers.len());
     for p in peers {
         out.push(p.stats().await?);
@@ -237,7 +264,8 @@ async fn stats(peers: &[PeerHandle]) -> Result<Vec<PeerStats>> {
     Ok(out)
 }
 
-/// Publisher on `pub_node`, `n` viewers on `view_node`, all playing.
+/// Publisher on `pub_node`, `n` viewers on `view_node`, all playing: SDK sessions with
+/// synthetic media, which follow their migrations (whatever the mode) by themselves.
 async fn start_media(
     c: &Cluster,
     stream: &str,
@@ -245,26 +273,18 @@ async fn start_media(
     bitrate: u32,
     pub_node: usize,
     view_node: usize,
-    follow: bool,
-) -> Result<(PeerHandle, Vec<PeerHandle>)> {
+) -> Result<(SdkPeer, Vec<SdkPeer>)> {
     let clocks = Clocks::now();
-    let publisher = start_peer(
-        PeerRole::Publisher {
-            video: Codec::Vp8,
-            audio: false,
-        },
+    let publisher = bench_peer::start(
+        &c.gateway,
+        &c.node_http[pub_node],
+        stream,
+        Some(Codec::Vp8),
         1,
         bitrate,
         &clocks,
-        format!("{}/whip/{stream}", c.node_http[pub_node]),
-        follow,
     )
     .await?;
-    wait_for(Duration::from_secs(20), || async {
-        Ok(publisher.stats().await?.connected)
-    })
-    .await
-    .context("publisher did not connect")?;
     if pub_node != view_node {
         // The viewers' node finds the origin in the routing table.
         wait_for(Duration::from_secs(10), || async {
@@ -276,19 +296,30 @@ async fn start_media(
         .await?;
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
-    let mut viewers = Vec::with_capacity(n);
+    let mut starts = Vec::with_capacity(n);
     for i in 0..n {
-        viewers.push(
-            start_peer(
-                PeerRole::Viewer,
+        let (gateway, node, stream, clocks) = (
+            c.gateway.clone(),
+            c.node_http[view_node].clone(),
+            stream.to_owned(),
+            clocks.clone(),
+        );
+        starts.push(tokio::spawn(async move {
+            bench_peer::start(
+                &gateway,
+                &node,
+                &stream,
+                None,
                 100 + i as u64,
                 bitrate,
                 &clocks,
-                format!("{}/whep/{stream}", c.node_http[view_node]),
-                follow,
             )
-            .await?,
-        );
+            .await
+        }));
+    }
+    let mut viewers = Vec::with_capacity(n);
+    for s in starts {
+        viewers.push(s.await??);
     }
     // Hundreds of DTLS handshakes share the machine with the cluster.
     wait_for(Duration::from_secs(60 + n as u64 / 2), || async {
@@ -305,7 +336,7 @@ async fn start_media(
     Ok((publisher, viewers))
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -352,7 +383,7 @@ struct MigrateRow {
 async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
     let ice = args.mode == "ice-restart";
     let c = Cluster::start(n + 10, !ice).await?;
-    let (_publisher, viewers) = start_media(&c, "bench", n, args.bitrate, 0, 0, ice).await?;
+    let (_publisher, viewers) = start_media(&c, "bench", n, args.bitrate, 0, 0).await?;
     // Baseline window: the normal packet spacing.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let s0 = stats(&viewers).await?;
@@ -449,7 +480,7 @@ async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
         // Every moved viewer follows its event with an ICE restart.
         let want = committed as u64;
         let _ = wait_for(Duration::from_secs(10), || async {
-            Ok(viewers.iter().map(PeerHandle::ice_restarts).sum::<u64>() >= want)
+            Ok(viewers.iter().map(SdkPeer::ice_restarts).sum::<u64>() >= want)
         })
         .await;
     }
@@ -497,11 +528,11 @@ async fn migrate_run(n: usize, args: &MigrateArgs) -> Result<MigrateRow> {
         wal_bytes_per_session: (bytes1.1 - bytes0.1) as f64 / n as f64,
         packets_missing: missing,
         packets_missing_baseline_2s: baseline_missing,
-        ice_restarts: viewers.iter().map(PeerHandle::ice_restarts).sum(),
+        ice_restarts: viewers.iter().map(SdkPeer::ice_restarts).sum(),
     })
 }
 
-fn write_json<T: Serialize>(out: &PathBuf, rows: &T) -> Result<()> {
+pub(crate) fn write_json<T: Serialize>(out: &PathBuf, rows: &T) -> Result<()> {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -590,7 +621,7 @@ pub async fn drain(args: DrainArgs) -> Result<()> {
     let c = Cluster::start(n + 10, true).await?;
     // Publisher on node-b, the N viewers on node-a (relayed): draining
     // node-a moves only viewers and the publisher keeps sending.
-    let (_publisher, viewers) = start_media(&c, "drain", n, args.bitrate, 1, 0, false).await?;
+    let (_publisher, viewers) = start_media(&c, "drain", n, args.bitrate, 1, 0).await?;
     // A window without migration: what the machine loses on its own.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let b0: u64 = stats(&viewers).await?.iter().map(video_missing).sum();

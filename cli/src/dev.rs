@@ -18,6 +18,8 @@ use ferry_sfu::driver::{self, NodeOptions};
 use crate::scheduler::{SchedulerArgs, start_scheduler};
 
 const DEMO: &str = include_str!("demo/index.html");
+/// Where the demo page gets the dev API token (a `<meta name="ferry-token">`).
+const DEV_TOKEN_SLOT: &str = "<!--ferry-dev-token-->";
 
 /// Options of `ferry dev`.
 #[derive(clap::Args, Debug)]
@@ -53,7 +55,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("ferry-dev"));
     let state_file = state_dir.join("scheduler.json");
-    let demo: Router<Arc<Scheduler>> = Router::new().route("/", get(|| async { Html(DEMO) }));
+    // The demo page drives the operator API (moves, drains) with the dev token: loopback only.
+    let page = DEMO.replace(
+        DEV_TOKEN_SLOT,
+        &format!("<meta name=\"ferry-token\" content=\"{token}\">"),
+    );
+    let demo: Router<Arc<Scheduler>> = Router::new()
+        .route("/", get(move || async move { Html(page) }))
+        .merge(crate::sdk_files::routes());
     let sched = start_scheduler(
         SchedulerArgs {
             http: args.gateway,
@@ -97,6 +106,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 "127.0.0.1:0".parse()?,
                 &token,
             )?),
+            extra_routes: Some(crate::sdk_files::routes()),
         })
         .await
         .with_context(|| format!("starting {name}"))?;

@@ -13,10 +13,13 @@ use ferry_sfu::http::IceServer;
 mod alloc;
 mod bench;
 mod bench_migrate;
+mod bench_peer;
+mod bench_recovery;
 mod dev;
 mod gpu;
 mod migrate;
 mod scheduler;
+mod sdk_files;
 mod telemetry;
 
 #[global_allocator]
@@ -233,6 +236,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             }
             l
         }),
+        extra_routes: Some(sdk_files::routes()),
     })
     .await
     .context("starting node")?;

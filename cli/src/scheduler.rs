@@ -92,7 +92,7 @@ pub async fn start_scheduler(
 
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let printed_token = args.token.is_none();
-    let s = start_scheduler(args, None).await?;
+    let s = start_scheduler(args, Some(crate::sdk_files::routes())).await?;
     println!("scheduler http http://{}", s.addr);
     if printed_token {
         println!("  API token {}", s.scheduler.token());

@@ -521,3 +521,40 @@ pub struct ApiError {
     /// What went wrong, for a human.
     pub error: String,
 }
+
+/// What a session ticket asserts (DESIGN §6): the cluster's signature over these claims lets a
+/// client resume the session's identity on any node, once per generation. Wire form:
+/// `base64url("ferry-ticket 2\0" ‖ JSON(claims) ‖ HMAC-SHA256-128(cluster key))`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TicketClaims {
+    /// Session id.
+    pub sid: SessionId,
+    /// Stream.
+    pub stream: StreamId,
+    /// Publish or view.
+    pub kind: SessionKind,
+    /// Node that issued it (where the session was).
+    pub node: NodeId,
+    /// The session's ticket generation: using a ticket consumes its generation.
+    pub r#gen: u32,
+    /// Expiry, Unix seconds.
+    pub exp: u64,
+}
+
+/// Prefix of a ticket's signed body.
+pub const TICKET_PREFIX: &[u8] = b"ferry-ticket 2\0";
+
+/// `POST /v1/tickets/consume` (nodes, with the cluster token): a node is about to resume a
+/// session with a ticket of `generation`; the scheduler answers 200 the first time and 409 for
+/// any later use of that generation (or an older one) of the session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct TicketUse {
+    /// Session id.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
+    pub session: SessionId,
+    /// The ticket's generation.
+    pub generation: u32,
+    /// The ticket's expiry (Unix seconds): the record is kept until then.
+    pub expires: u64,
+}

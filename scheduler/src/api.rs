@@ -19,12 +19,12 @@ use axum::{Json, middleware};
 use ferry_proto::api::{
     ApiError, DrainStatus, Heartbeat, MigrationAccepted, MigrationRequest, MigrationView, NodeView,
     PlacementRequest, PlacementResponse, ReclaimNotice, RoutingTable, SessionKind, SessionView,
-    WeightUpdate,
+    TicketUse, WeightUpdate,
 };
 use ferry_proto::{MigrationId, NodeId, StreamId};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
-use tower_http::cors::{Any, CorsLayer};
+use tower_http::cors::{AllowHeaders, Any, CorsLayer};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
@@ -40,7 +40,7 @@ const MAX_BODY: usize = 256 * 1024;
     paths(
         list_nodes, get_node, heartbeat, set_weight, reclaim_notice, start_drain, drain_status,
         list_sessions, place, create_migration, get_migration, list_migrations, routing, healthz,
-        whip, whep
+        whip, whep, consume_ticket
     ),
     modifiers(&BearerAuth),
 )]
@@ -127,6 +127,7 @@ pub fn router(s: Arc<Scheduler>, extra: Option<Router<Arc<Scheduler>>>) -> Route
         .route("/v1/nodes/{id}/drain", post(start_drain))
         .route("/v1/placements", post(place))
         .route("/v1/migrations", post(create_migration))
+        .route("/v1/tickets/consume", post(consume_ticket))
         .route_layer(middleware::from_fn_with_state(s.clone(), require_token));
     let public = Router::new()
         .route("/healthz", get(healthz))
@@ -148,7 +149,9 @@ pub fn router(s: Arc<Scheduler>, extra: Option<Router<Arc<Scheduler>>>) -> Route
     let cors = CorsLayer::new()
         .allow_origin(Any)
         .allow_methods(Any)
-        .allow_headers(Any)
+        // Mirrored rather than `*`: a wildcard does not cover `Authorization` (pages that call
+        // the operator API with a token).
+        .allow_headers(AllowHeaders::mirror_request())
         .expose_headers([header::LOCATION, header::ETAG, header::LINK]);
     let mut app = mutating.merge(public);
     if let Some(extra) = extra {
@@ -422,55 +425,114 @@ async fn routing_events(State(s): State<Arc<Scheduler>>) -> Response {
         .into_response()
 }
 
-fn redirect(s: &Scheduler, stream: String, kind: SessionKind) -> Response {
+/// A node the client could not reach (`Ferry-Failed-Node`).
+const FAILED_NODE: &str = "ferry-failed-node";
+
+/// Where a WHIP/WHEP POST goes (a 307). The SDK's headers steer it: `Idempotency-Key` (a retry
+/// goes where the first try went), `Ferry-Ticket` (a resumed session goes to the node holding
+/// it, if that node is up) and `Ferry-Failed-Node` (a node the client lost: the scheduler
+/// probes it and, if it does not answer either, declares it down and places elsewhere).
+async fn redirect(
+    s: &Arc<Scheduler>,
+    stream: String,
+    kind: SessionKind,
+    headers: &HeaderMap,
+) -> Response {
     let Ok(stream) = StreamId::new(stream.clone()) else {
         return error(
             StatusCode::BAD_REQUEST,
             format!("bad stream name {stream:?}"),
         );
     };
-    match s.mutate(|c| c.redirect(&stream, kind)) {
-        Ok(base) => {
-            let path = match kind {
-                SessionKind::Publish => "whip",
-                SessionKind::View => "whep",
-            };
-            let mut r = StatusCode::TEMPORARY_REDIRECT.into_response();
-            match HeaderValue::from_str(&format!("{base}/{path}/{stream}")) {
-                Ok(v) => {
-                    r.headers_mut().insert(header::LOCATION, v);
-                    r
-                }
-                Err(_) => error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the placed node has an invalid URL",
-                ),
-            }
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(failed) = text(FAILED_NODE).and_then(|n| NodeId::new(n).ok()) {
+        s.check_reported_node(&failed).await;
+    }
+    let key = text("idempotency-key")
+        .filter(|k| !k.is_empty() && k.len() <= 255)
+        .map(|k| format!("{}/{stream}/{k}", kind_path(kind)));
+    let resuming = text("ferry-ticket")
+        .and_then(crate::ticket::peek)
+        .filter(|c| c.stream == stream)
+        .map(|c| c.sid);
+    let base = match key.as_deref().and_then(|k| s.remembered_redirect(k)) {
+        Some(base) => base,
+        None => match s.mutate(|c| c.redirect_resuming(&stream, kind, resuming.as_ref())) {
+            Ok(base) => base,
+            Err(e) => return cluster_error(e),
+        },
+    };
+    if let Some(k) = key {
+        s.remember_redirect(k, base.clone());
+    }
+    let mut r = StatusCode::TEMPORARY_REDIRECT.into_response();
+    match HeaderValue::from_str(&format!("{base}/{}/{stream}", kind_path(kind))) {
+        Ok(v) => {
+            r.headers_mut().insert(header::LOCATION, v);
+            r
         }
-        Err(e) => cluster_error(e),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the placed node has an invalid URL",
+        ),
     }
 }
 
-/// WHIP: answered with 307 to the node that takes the stream.
+fn kind_path(kind: SessionKind) -> &'static str {
+    match kind {
+        SessionKind::Publish => "whip",
+        SessionKind::View => "whep",
+    }
+}
+
+/// WHIP: answered with 307 to the node that takes the stream (or that holds the session a
+/// `Ferry-Ticket` resumes).
 #[utoipa::path(post, path = "/whip/{stream}", params(("stream" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "stream name")),
     request_body(content = String, content_type = "application/sdp"),
     responses((status = 307, description = "Location: the node's WHIP endpoint"), (status = 400, body = ApiError), (status = 503, body = ApiError)))]
 async fn whip(
     State(s): State<Arc<Scheduler>>,
     Path(stream): Path<String>,
-    _h: HeaderMap,
+    h: HeaderMap,
 ) -> Response {
-    redirect(&s, stream, SessionKind::Publish)
+    redirect(&s, stream, SessionKind::Publish, &h).await
 }
 
-/// WHEP: answered with 307 to the node that serves the stream.
+/// WHEP: answered with 307 to the node that serves the stream (or that holds the session a
+/// `Ferry-Ticket` resumes).
 #[utoipa::path(post, path = "/whep/{stream}", params(("stream" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "stream name")),
     request_body(content = String, content_type = "application/sdp"),
     responses((status = 307, description = "Location: the node's WHEP endpoint"), (status = 400, body = ApiError), (status = 503, body = ApiError)))]
 async fn whep(
     State(s): State<Arc<Scheduler>>,
     Path(stream): Path<String>,
-    _h: HeaderMap,
+    h: HeaderMap,
 ) -> Response {
-    redirect(&s, stream, SessionKind::View)
+    redirect(&s, stream, SessionKind::View, &h).await
+}
+
+/// Records that a node resumed a session with a ticket of this generation (nodes call it,
+/// with the cluster token): 200 the first time, 409 for a replay.
+#[utoipa::path(post, path = "/v1/tickets/consume", request_body = TicketUse, security(("bearer" = [])),
+    responses((status = 200, description = "first use of this generation"), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 409, body = ApiError)))]
+async fn consume_ticket(
+    State(s): State<Arc<Scheduler>>,
+    req: Result<Json<TicketUse>, JsonRejection>,
+) -> Response {
+    let req = match body(req) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    match s.mutate(|c| c.consume_ticket(unix_s, &req)) {
+        Ok(()) => Json(serde_json::json!({})).into_response(),
+        Err(e) => cluster_error(e),
+    }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ferry_proto::api::{
     CutoverMode, DrainStatus, Heartbeat, MigrationRequest, MigrationState, MigrationView,
     NodeState, NodeView, PlacementKind, PlacementRequest, PlacementResponse, RouteEntry, RouteNode,
-    RoutingTable, SessionKind, SessionView,
+    RoutingTable, SessionKind, SessionView, TicketUse,
 };
 use ferry_proto::{MigrationId, NodeId, SessionId, StreamId};
 use serde::{Deserialize, Serialize};
@@ -94,6 +94,9 @@ pub struct Persisted {
     layout: placement::Layout,
     weights: scoring::ControllerSnapshot,
     next_migration: u64,
+    /// Ticket generations used: session → (highest generation, until when, Unix s).
+    #[serde(default)]
+    tickets: BTreeMap<SessionId, (u32, u64)>,
 }
 
 /// The cluster core.
@@ -108,6 +111,8 @@ pub struct Cluster {
     placement: placement::Cluster,
     weights: WeightController,
     next_migration: u64,
+    /// Ticket generations used: session → (highest generation, until when, Unix s).
+    tickets: BTreeMap<SessionId, (u32, u64)>,
     metrics: ClusterMetrics,
 }
 
@@ -126,6 +131,12 @@ pub struct ClusterMetrics {
     pub migrations_created: u64,
     /// Drains started.
     pub drains_started: u64,
+    /// Ticket uses recorded.
+    pub tickets_consumed: u64,
+    /// Ticket uses refused as replays.
+    pub tickets_replayed: u64,
+    /// Nodes a client reported unreachable that did not answer the scheduler either.
+    pub nodes_reported_down: u64,
 }
 
 fn spec(id: &NodeId, hb: &Heartbeat, weight: f64) -> NodeSpec {
@@ -195,6 +206,7 @@ impl Cluster {
             epochs: BTreeMap::new(),
             routing_version: 1,
             next_migration: 1,
+            tickets: BTreeMap::new(),
             metrics: ClusterMetrics::default(),
         })
     }
@@ -222,6 +234,7 @@ impl Cluster {
         c.epochs = p.epochs;
         c.routing_version = p.routing_version;
         c.next_migration = p.next_migration;
+        c.tickets = p.tickets;
         Ok(c)
     }
 
@@ -236,6 +249,7 @@ impl Cluster {
             layout: self.placement.snapshot(),
             weights: self.weights.snapshot(now, unix_ms),
             next_migration: self.next_migration,
+            tickets: self.tickets.clone(),
         }
     }
 
@@ -389,6 +403,60 @@ impl Cluster {
         }
     }
 
+    /// What follows a node's death: its sessions are gone with it, it takes no placements.
+    fn node_gone(&mut self, id: &NodeId) {
+        self.metrics.nodes_down += 1;
+        self.sessions.retain(|_, s| s.node != *id);
+        self.weights.set_node_state(id, scoring::NodeState::Down);
+        self.placement.remove(id);
+    }
+
+    /// A client could not reach node `id` and neither could the scheduler (the driver probed
+    /// it): it is down now, without waiting for its heartbeats to lapse. A node that is alive
+    /// after all comes back with its next heartbeat.
+    pub fn node_unreachable(&mut self, id: &NodeId) -> bool {
+        let Some(n) = self.nodes.get_mut(id) else {
+            return false;
+        };
+        if n.state == NodeState::Down {
+            return false;
+        }
+        n.state = NodeState::Down;
+        self.metrics.nodes_reported_down += 1;
+        self.node_gone(id);
+        self.bump();
+        true
+    }
+
+    /// A node's HTTP base URL and whether it counts as up.
+    pub fn node_http(&self, id: &NodeId) -> Option<(String, bool)> {
+        self.nodes
+            .get(id)
+            .map(|n| (n.heartbeat.http.clone(), n.state != NodeState::Down))
+    }
+
+    /// Records the use of a session ticket (`unix_s`: the wall clock now): the first use of a
+    /// generation succeeds, any later use of it (or of an older one) is a replay.
+    pub fn consume_ticket(&mut self, unix_s: u64, use_: &TicketUse) -> Result<(), ClusterError> {
+        self.tickets.retain(|_, (_, exp)| *exp >= unix_s);
+        if use_.expires < unix_s {
+            return Err(ClusterError::BadRequest("the ticket has expired".into()));
+        }
+        if let Some(&(g, _)) = self.tickets.get(&use_.session)
+            && use_.generation <= g
+        {
+            self.metrics.tickets_replayed += 1;
+            return Err(ClusterError::Conflict(format!(
+                "ticket generation {} of session {} was used already",
+                use_.generation, use_.session
+            )));
+        }
+        self.tickets
+            .insert(use_.session.clone(), (use_.generation, use_.expires));
+        self.metrics.tickets_consumed += 1;
+        Ok(())
+    }
+
     /// Liveness, weights and drains. Returns what the driver must start.
     pub fn tick(&mut self, now: Instant) -> Vec<Action> {
         let timeout = self.config.heartbeat_interval * self.config.missed_heartbeats;
@@ -404,10 +472,7 @@ impl Cluster {
             }
         }
         for id in &down {
-            self.metrics.nodes_down += 1;
-            // A down node's sessions are gone with it.
-            self.sessions.retain(|_, s| s.node != *id);
-            self.weights.set_node_state(id, scoring::NodeState::Down);
+            self.node_gone(id);
             changed = true;
         }
         self.weights.handle_timeout(now);
@@ -888,6 +953,26 @@ impl Cluster {
         stream: &StreamId,
         kind: SessionKind,
     ) -> Result<String, ClusterError> {
+        self.redirect_resuming(stream, kind, None)
+    }
+
+    /// Where a WHIP/WHEP request goes when it resumes `session` (a ticket names it): the node
+    /// that holds the session, if it is up; else where a new session would be placed.
+    pub fn redirect_resuming(
+        &mut self,
+        stream: &StreamId,
+        kind: SessionKind,
+        session: Option<&SessionId>,
+    ) -> Result<String, ClusterError> {
+        if let Some(n) = session
+            .and_then(|id| self.sessions.get(id))
+            .filter(|s| s.stream == *stream && s.kind == kind)
+            .and_then(|s| self.nodes.get(&s.node))
+            .filter(|n| n.state == NodeState::Active)
+        {
+            self.metrics.placements += 1;
+            return Ok(n.heartbeat.http.clone());
+        }
         let req = PlacementRequest {
             key: stream.to_string(),
             kind: match kind {

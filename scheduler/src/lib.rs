@@ -17,3 +17,4 @@ pub mod placement;
 pub mod scoring;
 pub mod service;
 pub mod store;
+pub mod ticket;

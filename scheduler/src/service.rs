@@ -3,10 +3,12 @@
 //! persistence through a [`Store`], and migrations carried out through the
 //! [`Migrations`] seam.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use ferry_proto::NodeId;
 use ferry_proto::api::{MigrationState, MigrationView, NodeState};
 use tokio::sync::{Notify, watch};
 
@@ -39,7 +41,20 @@ pub struct Scheduler {
     routing: watch::Sender<u64>,
     wake: Notify,
     migrations: Arc<dyn Migrations>,
+    /// Recent probes of nodes clients reported unreachable: node → (when, alive).
+    probes: Mutex<HashMap<NodeId, (Instant, bool)>>,
+    /// Where recent WHIP/WHEP requests were sent, by idempotency key.
+    redirects: Mutex<HashMap<String, (String, Instant)>>,
 }
+
+/// A probe's result is reused this long (clients of one dead node all report it at once).
+const PROBE_REUSE: Duration = Duration::from_millis(500);
+/// A node that does not answer its health check within this is unreachable.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+/// Redirects remembered for retried requests.
+const REDIRECT_TTL: Duration = Duration::from_secs(60);
+/// Redirects remembered at most.
+const MAX_REDIRECTS: usize = 10_000;
 
 impl std::fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -72,6 +87,8 @@ impl Scheduler {
             routing,
             wake: Notify::new(),
             migrations,
+            probes: Mutex::default(),
+            redirects: Mutex::default(),
         }))
     }
 
@@ -104,6 +121,73 @@ impl Scheduler {
             changed
         });
         r
+    }
+
+    /// A client could not reach node `id`: probe its health check and, when it does not
+    /// answer either, declare it down at once (its sessions are re-placed by their clients).
+    /// Probes of one node are shared for [`PROBE_REUSE`].
+    pub async fn check_reported_node(&self, id: &NodeId) {
+        let Some((http, true)) = self.with(|c| c.node_http(id)) else {
+            return;
+        };
+        let recent = {
+            let probes = self.probes.lock().unwrap_or_else(PoisonError::into_inner);
+            probes
+                .get(id)
+                .filter(|(at, _)| at.elapsed() < PROBE_REUSE)
+                .map(|(_, alive)| *alive)
+        };
+        let alive = match recent {
+            Some(alive) => alive,
+            None => {
+                let url = format!("{}/healthz", http.trim_end_matches('/'));
+                let alive = tokio::task::spawn_blocking(move || {
+                    ureq::get(&url)
+                        .config()
+                        .timeout_global(Some(PROBE_TIMEOUT))
+                        .build()
+                        .call()
+                        .is_ok()
+                })
+                .await
+                .unwrap_or(false);
+                self.probes
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(id.clone(), (Instant::now(), alive));
+                alive
+            }
+        };
+        if !alive && self.mutate(|c| c.node_unreachable(id)) {
+            tracing::warn!(node = %id, "a client reported the node unreachable and it does not answer: down");
+            self.wake();
+        }
+    }
+
+    /// Where a request with idempotency key `key` was sent, if recently.
+    pub fn remembered_redirect(&self, key: &str) -> Option<String> {
+        let map = self
+            .redirects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.get(key)
+            .filter(|(_, at)| at.elapsed() < REDIRECT_TTL)
+            .map(|(url, _)| url.clone())
+    }
+
+    /// Remembers where a request with idempotency key `key` was sent.
+    pub fn remember_redirect(&self, key: String, base: String) {
+        let mut map = self
+            .redirects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if map.len() >= MAX_REDIRECTS {
+            map.retain(|_, (_, at)| at.elapsed() < REDIRECT_TTL);
+            if map.len() >= MAX_REDIRECTS {
+                map.clear();
+            }
+        }
+        map.insert(key, (base, Instant::now()));
     }
 
     /// A receiver of routing-table versions.
@@ -244,6 +328,21 @@ impl Scheduler {
                 m.migrations_created,
             ),
             ("drains_started_total", "Drains started.", m.drains_started),
+            (
+                "tickets_consumed_total",
+                "Session ticket generations used (sessions resumed).",
+                m.tickets_consumed,
+            ),
+            (
+                "tickets_replayed_total",
+                "Session tickets refused as replays.",
+                m.tickets_replayed,
+            ),
+            (
+                "nodes_reported_down_total",
+                "Nodes a client reported unreachable that did not answer the scheduler's probe.",
+                m.nodes_reported_down,
+            ),
         ] {
             let kind = if name.ends_with("_total") {
                 "counter"

@@ -1,6 +1,42 @@
-//! Ferry's Rust client SDK (DESIGN §6).
+//! Ferry's Rust client SDK (DESIGN §6, `docs/sdk.md`).
 //!
-//! [`fsm`] is the session state machine both SDKs share (the browser SDK in `js/` runs the same
-//! machine, checked against the same scenarios).
+//! A [`FerryClient`] publishes and plays streams of a Ferry cluster; each [`Session`] keeps
+//! itself alive: it follows live migrations in every cutover mode (`edge`, `ice-restart`,
+//! `reconnect` with a ticket), recovers from a node that dies (an ICE restart at the same URL,
+//! then a POST with its ticket through the gateway, which places it on a live node), retries
+//! with exponential backoff, and turns video off when the network cannot carry it. Events and
+//! numbers about each of these come out of [`Session::next_event`] and [`Session::stats`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), ferry_sdk::SdkError> {
+//! use std::time::Duration;
+//! use ferry_sdk::{FerryClient, PlayOptions, PublishOptions, codec::Codec};
+//!
+//! let client = FerryClient::new("http://127.0.0.1:8080");
+//! let publisher = client.publish("cam", PublishOptions::new(Codec::Vp8, false)).await?;
+//! publisher.send_video(vec![/* a VP8 frame */], Duration::from_millis(33), true)?;
+//! let mut player = client.play("cam", PlayOptions::default()).await?;
+//! while let Some(frame) = player.next_frame().await {
+//!     println!("{} bytes, keyframe {}", frame.data.len(), frame.keyframe);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! [`fsm`] is the state machine the browser SDK (`js/`, served at `/sdk/ferry.js`) shares; the
+//! transports are [`ferry_rtc`]'s sans-IO peer, the same code the media node is built from.
 
+mod client;
+mod driver;
 pub mod fsm;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
+mod h264;
+pub mod js;
+mod signalling;
+
+pub use client::{Events, FerryClient, Media, PlayOptions, PublishOptions, SdkError, Session};
+pub use driver::Stats;
+pub use ferry_rtc::codec;
+pub use ferry_rtc::media;
+pub use ferry_rtc::peer::{PeerStats, ReceivedFrame};
+pub use fsm::{Event, State};

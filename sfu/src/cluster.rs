@@ -502,6 +502,8 @@ pub struct Directory {
     pub http: HashMap<NodeId, String>,
     /// Stream → the cluster address of the node holding its publisher.
     pub origins: HashMap<StreamId, SocketAddr>,
+    /// Cluster addresses of nodes the scheduler declared down.
+    pub down: std::collections::HashSet<SocketAddr>,
     /// Routing-table version it was built from.
     pub version: u64,
 }
@@ -515,6 +517,12 @@ impl Directory {
         };
         for n in &t.nodes {
             if &n.id == me {
+                continue;
+            }
+            if n.state == ferry_proto::api::NodeState::Down {
+                if let Ok(addr) = n.cluster.parse() {
+                    d.down.insert(addr);
+                }
                 continue;
             }
             d.peers.insert(
@@ -633,14 +641,19 @@ mod tests {
 /// Per-session event streams (`GET …/{session}/events`, server-sent
 /// events): a migrated session's client learns there where to go.
 #[derive(Debug, Clone, Default)]
-pub struct SessionEvents(Arc<Mutex<HashMap<SessionId, tokio::sync::broadcast::Sender<String>>>>);
+pub struct SessionEvents(
+    Arc<Mutex<HashMap<SessionId, tokio::sync::broadcast::Sender<crate::driver::SessionEvent>>>>,
+);
 
 /// Events a session's stream keeps for a slow reader.
 const EVENT_BACKLOG: usize = 8;
 
 impl SessionEvents {
     /// A receiver of `session`'s events from now on.
-    pub fn subscribe(&self, session: &SessionId) -> tokio::sync::broadcast::Receiver<String> {
+    pub fn subscribe(
+        &self,
+        session: &SessionId,
+    ) -> tokio::sync::broadcast::Receiver<crate::driver::SessionEvent> {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, tx| tx.receiver_count() > 0);
         map.entry(session.clone())
@@ -648,10 +661,10 @@ impl SessionEvents {
             .subscribe()
     }
 
-    /// Sends `data` (one JSON object: the `migrate` event) to `session`'s
-    /// listeners; whether anyone listened.
-    pub fn send(&self, session: &SessionId, data: String) -> bool {
+    /// Sends an event (its name and one JSON object) to `session`'s listeners; whether anyone
+    /// listened.
+    pub fn send(&self, session: &SessionId, event: crate::driver::SessionEvent) -> bool {
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(session).is_some_and(|tx| tx.send(data).is_ok())
+        map.get(session).is_some_and(|tx| tx.send(event).is_ok())
     }
 }

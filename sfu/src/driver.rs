@@ -21,7 +21,8 @@ use crate::cluster::{
     ClusterOptions, Directory, MigrationApiError, MigrationBook, SessionEvents, SharedDirectory,
 };
 use crate::node::Node;
-use crate::signal::{PatchOutcome, SessionAnswer, SessionInfo, SignalError};
+use crate::signal::{PatchOutcome, SessionAnswer, SessionInfo, SessionKind, SignalError};
+use ferry_proto::api::TicketClaims;
 
 /// Datagrams read per wake-up before the loop drains its output.
 const RECV_BATCH: usize = 64;
@@ -31,9 +32,18 @@ const RECV_BUF: usize = 2048;
 type Reply<T> = oneshot::Sender<Result<T, SignalError>>;
 
 enum Command {
-    Publish(StreamId, String, Reply<SessionAnswer>),
-    View(StreamId, String, Reply<SessionAnswer>),
-    ViewResume(StreamId, String, String, Reply<SessionAnswer>),
+    Idempotent(
+        String,
+        SessionKind,
+        StreamId,
+        String,
+        Reply<Option<SessionAnswer>>,
+    ),
+    HasStream(StreamId, Reply<bool>),
+    CheckTicket(String, SessionKind, StreamId, Reply<TicketClaims>),
+    Create(Box<CreateRequest>, Reply<SessionAnswer>),
+    Ticket(SessionId, Reply<Option<(String, u64)>>),
+    SetVideo(SessionId, bool, Reply<()>),
     Patch(SessionId, String, Option<String>, Reply<PatchOutcome>),
     Delete(SessionId, Reply<()>),
     Sessions(Reply<Vec<SessionInfo>>),
@@ -48,6 +58,18 @@ enum Command {
 }
 
 type MigrationReply<T> = oneshot::Sender<Result<T, MigrationApiError>>;
+
+/// A WHIP/WHEP request, checked.
+struct CreateRequest {
+    kind: SessionKind,
+    stream: StreamId,
+    offer: String,
+    key: Option<String>,
+    ticket: Option<TicketClaims>,
+}
+
+/// A session event for its server-sent event stream: the event's name and its JSON data.
+pub type SessionEvent = (&'static str, String);
 
 /// The migration engine of a node in a cluster, owned by the node's task.
 struct ClusterRuntime {
@@ -68,6 +90,8 @@ struct Planned {
     publisher: bool,
     target: ferry_proto::NodeId,
     mode: CutoverMode,
+    /// The session's ticket generation (a `reconnect` ticket carries it).
+    generation: u32,
 }
 
 impl ClusterRuntime {
@@ -80,33 +104,48 @@ impl ClusterRuntime {
                 r.outcome,
                 ferry_migrator::Outcome::Committed | ferry_migrator::Outcome::Unconfirmed
             )
-            && p.mode != CutoverMode::Edge
         {
-            // Tell the client where its session went: it restarts ICE
-            // (or reconnects) towards the target.
+            // Tell the client where its session went: it follows its URL (edge), restarts
+            // ICE towards the target (ice-restart) or reconnects there (reconnect).
             let base = self.peer_http.get(&p.target).cloned().unwrap_or_default();
             let kind = if p.publisher { "whip" } else { "whep" };
             let data = match p.mode {
-                // A new PeerConnection: POST to the target's endpoint with
-                // the ticket; the session keeps its id.
-                CutoverMode::Reconnect => serde_json::json!({
-                    "mode": p.mode,
-                    "target": p.target,
-                    "location": format!("{base}/{kind}/{}", p.stream),
-                    "session": p.session,
-                    "ticket": node.reconnect_ticket(std::time::Instant::now(), &p.session, &p.stream),
-                    "epoch": r.epoch,
-                }),
+                // A new PeerConnection: POST to the target's endpoint with the ticket; the
+                // session keeps its id.
+                CutoverMode::Reconnect => {
+                    let ticket = node.ticket_for(
+                        std::time::Instant::now(),
+                        &p.session,
+                        &p.stream,
+                        if p.publisher {
+                            SessionKind::Publish
+                        } else {
+                            SessionKind::View
+                        },
+                        &p.target,
+                        p.generation,
+                    );
+                    serde_json::json!({
+                        "mode": p.mode,
+                        "from": me,
+                        "target": p.target,
+                        "location": format!("{base}/{kind}/{}", p.stream),
+                        "session": p.session,
+                        "ticket": ticket.map(|t| t.0),
+                        "epoch": r.epoch,
+                    })
+                }
                 _ => serde_json::json!({
                     "mode": p.mode,
+                    "from": me,
                     "target": p.target,
                     "location": format!("{base}/{kind}/{}/{}", p.stream, p.session),
                     "epoch": r.epoch,
                 }),
             }
             .to_string();
-            let heard = self.events.send(&p.session, data);
-            tracing::info!(session = %p.session, target = %p.target, heard, "client told to follow its session");
+            let heard = self.events.send(&p.session, ("migrate", data));
+            tracing::info!(session = %p.session, target = %p.target, mode = ?p.mode, heard, "client told where its session went");
         }
         self.book.event(me, e);
     }
@@ -120,6 +159,10 @@ pub struct NodeHandle {
     directory: Option<SharedDirectory>,
     token: Option<Arc<str>>,
     events: SessionEvents,
+    /// The scheduler (base URL, API token) that records used tickets cluster-wide.
+    scheduler: Option<Arc<(String, String)>>,
+    /// This node's id.
+    id: ferry_proto::NodeId,
 }
 
 impl NodeHandle {
@@ -137,13 +180,19 @@ impl NodeHandle {
         rx.await.map_err(|_| SignalError::Unavailable)?
     }
 
+    /// This node's id.
+    pub fn id(&self) -> &ferry_proto::NodeId {
+        &self.id
+    }
+
     /// WHIP: a publisher's offer.
     pub async fn publish(
         &self,
         stream: StreamId,
         offer: String,
     ) -> Result<SessionAnswer, SignalError> {
-        self.call(|r| Command::Publish(stream, offer, r)).await
+        self.create(SessionKind::Publish, stream, offer, None, None)
+            .await
     }
 
     /// WHEP: a viewer's offer. A stream published on another node of the
@@ -153,22 +202,71 @@ impl NodeHandle {
         stream: StreamId,
         offer: String,
     ) -> Result<SessionAnswer, SignalError> {
-        let first = self
-            .call(|r| Command::View(stream.clone(), offer.clone(), r))
-            .await;
-        let Err(SignalError::StreamNotFound(_)) = first else {
-            return first;
+        self.create(SessionKind::View, stream, offer, None, None)
+            .await
+    }
+
+    /// WHIP/WHEP with the SDK's extras: `key` (`Idempotency-Key`) returns an earlier answer to
+    /// the same request; `ticket` (`Ferry-Ticket`) resumes the session it names — checked here,
+    /// its generation consumed at the scheduler (cluster-wide single use), the session made
+    /// anew under its id if it is not on this node.
+    pub async fn create(
+        &self,
+        kind: SessionKind,
+        stream: StreamId,
+        offer: String,
+        key: Option<String>,
+        ticket: Option<String>,
+    ) -> Result<SessionAnswer, SignalError> {
+        if let Some(k) = &key {
+            let cached = self
+                .call(|r| Command::Idempotent(k.clone(), kind, stream.clone(), offer.clone(), r))
+                .await?;
+            if let Some(a) = cached {
+                return Ok(a);
+            }
+        }
+        if kind == SessionKind::View {
+            self.relay_in(&stream).await?;
+        }
+        let claims = match ticket {
+            Some(t) => {
+                let c = self
+                    .call(|r| Command::CheckTicket(t, kind, stream.clone(), r))
+                    .await?;
+                self.consume_at_scheduler(&c).await?;
+                Some(c)
+            }
+            None => None,
         };
+        let req = CreateRequest {
+            kind,
+            stream,
+            offer,
+            key,
+            ticket: claims,
+        };
+        self.call(|r| Command::Create(Box::new(req), r)).await
+    }
+
+    /// Makes `stream` playable here if it is published elsewhere in the cluster: relays it in
+    /// from its origin (found in the directory), waiting up to [`RELAY_WAIT`] for its tracks.
+    /// Whether it then is, the node's answer says.
+    async fn relay_in(&self, stream: &StreamId) -> Result<(), SignalError> {
+        if self.call(|r| Command::HasStream(stream.clone(), r)).await? {
+            return Ok(());
+        }
         let origin = self.directory.as_ref().and_then(|d| {
             d.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .origins
-                .get(&stream)
+                .get(stream)
                 .copied()
         });
         let Some(origin) = origin else {
+            // The node answers (and counts) the 404.
             tracing::debug!(%stream, "no origin known for the stream");
-            return first;
+            return Ok(());
         };
         tracing::debug!(%stream, %origin, "relaying the stream in for a viewer");
         let _ = self
@@ -177,34 +275,65 @@ impl NodeHandle {
             .await;
         // The origin answers with the stream's tracks within a round trip.
         let deadline = tokio::time::Instant::now() + RELAY_WAIT;
-        loop {
+        while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            let r = self
-                .call(|r| Command::View(stream.clone(), offer.clone(), r))
-                .await;
-            match r {
-                Err(SignalError::StreamNotFound(_)) if tokio::time::Instant::now() < deadline => {}
-                r => return r,
+            if self.call(|r| Command::HasStream(stream.clone(), r)).await? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the use of a ticket's generation at the scheduler: a second use anywhere in the
+    /// cluster is a replay. Without an answer from the scheduler the node's own record decides
+    /// (a scheduler outage must not stop clients from recovering).
+    async fn consume_at_scheduler(&self, c: &TicketClaims) -> Result<(), SignalError> {
+        let Some(link) = self.scheduler.clone() else {
+            return Ok(());
+        };
+        let body = ferry_proto::api::TicketUse {
+            session: c.sid.clone(),
+            generation: c.r#gen,
+            expires: c.exp,
+        };
+        let outcome = tokio::task::spawn_blocking(move || {
+            let (url, token) = (&link.0, &link.1);
+            ureq::post(&format!("{}/v1/tickets/consume", url.trim_end_matches('/')))
+                .config()
+                .timeout_global(Some(std::time::Duration::from_secs(1)))
+                .http_status_as_error(false)
+                .build()
+                .header("Authorization", &format!("Bearer {token}"))
+                .send_json(&body)
+                .map(|r| r.status().as_u16())
+        })
+        .await;
+        match outcome {
+            Ok(Ok(200..=299)) => Ok(()),
+            Ok(Ok(409)) => Err(SignalError::BadTicket(crate::node::TicketError::Replayed)),
+            other => {
+                tracing::warn!(?other, session = %c.sid, "the scheduler did not record the ticket's use; trusting this node's record");
+                Ok(())
             }
         }
     }
 
-    /// The events of `session` from now on (the migration events its
-    /// client follows).
-    pub fn session_events(&self, session: &SessionId) -> tokio::sync::broadcast::Receiver<String> {
-        self.events.subscribe(session)
+    /// A fresh ticket for `session` and its expiry (Unix seconds).
+    pub async fn ticket(&self, session: SessionId) -> Result<Option<(String, u64)>, SignalError> {
+        self.call(|r| Command::Ticket(session, r)).await
     }
 
-    /// WHEP with a reconnect ticket: a new transport for a viewer session
-    /// that migrated here.
-    pub async fn view_resume(
+    /// Turns video to viewer `session` off or on (degraded mode).
+    pub async fn set_video(&self, session: SessionId, enabled: bool) -> Result<(), SignalError> {
+        self.call(|r| Command::SetVideo(session, enabled, r)).await
+    }
+
+    /// The events of `session` from now on (migrations, ticket refreshes, its end).
+    pub fn session_events(
         &self,
-        stream: StreamId,
-        offer: String,
-        ticket: String,
-    ) -> Result<SessionAnswer, SignalError> {
-        self.call(|r| Command::ViewResume(stream, offer, ticket, r))
-            .await
+        session: &SessionId,
+    ) -> tokio::sync::broadcast::Receiver<SessionEvent> {
+        self.events.subscribe(session)
     }
 
     /// Whether `bearer` is the cluster's token (migration API).
@@ -297,13 +426,17 @@ pub async fn spawn(node: Node, udp_bind: SocketAddr) -> std::io::Result<NodeHand
 pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
     let udp = socket.local_addr()?;
     let (tx, rx) = mpsc::channel(256);
-    tokio::spawn(run(node, Arc::new(socket), rx, None));
+    let id = node.id().clone();
+    let events = SessionEvents::default();
+    tokio::spawn(run(node, Arc::new(socket), rx, None, events.clone()));
     Ok(NodeHandle {
         tx,
         udp,
         directory: None,
         token: None,
-        events: SessionEvents::default(),
+        events,
+        scheduler: None,
+        id,
     })
 }
 
@@ -323,6 +456,7 @@ async fn run(
     socket: Arc<UdpSocket>,
     mut rx: mpsc::Receiver<Command>,
     mut cluster: Option<ClusterRuntime>,
+    events: SessionEvents,
 ) {
     let mut buf = vec![0u8; RECV_BUF];
     loop {
@@ -340,6 +474,12 @@ async fn run(
                 }
                 crate::session::Event::Closed(id, reason) => {
                     tracing::info!(session = %id, ?reason, "session closed");
+                    // Its client learns that the session ended (not when a new transport of
+                    // its own replaced it).
+                    if reason != crate::session::CloseReason::Replaced {
+                        let data = serde_json::json!({ "reason": reason.as_str() }).to_string();
+                        events.send(&id, ("end", data));
+                    }
                 }
             }
         }
@@ -437,12 +577,7 @@ fn migrate(
             format!("session {} is migrating", view.session),
         ));
     }
-    if view.mode == CutoverMode::Reconnect && matches!(s.role, crate::session::Role::Publisher(_)) {
-        return Err(MigrationApiError::new(
-            400,
-            "the reconnect mode moves viewers only; move a publisher with edge or ice-restart",
-        ));
-    }
+    let generation = s.ticket_generation;
     if !node.has_peer(&target) {
         return Err(MigrationApiError::new(
             503,
@@ -484,6 +619,7 @@ fn migrate(
             publisher: plan_publisher,
             target: target.clone(),
             mode: view.mode,
+            generation,
         },
     );
     c.book.started(view, &me, &target);
@@ -497,14 +633,44 @@ fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Comma
     let now = Instant::now();
     // A dropped reply only means the HTTP client went away.
     match cmd {
-        Command::Publish(stream, offer, r) => {
-            let _ = r.send(node.publish(now, &stream, &offer));
+        Command::Idempotent(key, kind, stream, offer, r) => {
+            let _ = r.send(node.idempotent_answer(now, &key, kind, &stream, &offer));
         }
-        Command::View(stream, offer, r) => {
-            let _ = r.send(node.view(now, &stream, &offer));
+        Command::HasStream(stream, r) => {
+            let _ = r.send(Ok(node.has_stream(&stream)));
         }
-        Command::ViewResume(stream, offer, ticket, r) => {
-            let _ = r.send(node.view_resume(now, &stream, &offer, &ticket));
+        Command::CheckTicket(ticket, kind, stream, r) => {
+            let checked = node.check_ticket(now, &ticket, &stream, kind);
+            if checked.is_err() {
+                node.metrics_mut().signal_rejected += 1;
+            }
+            let _ = r.send(checked.map_err(SignalError::BadTicket));
+        }
+        Command::Create(req, r) => {
+            let CreateRequest {
+                kind,
+                stream,
+                offer,
+                key,
+                ticket,
+            } = *req;
+            let _ = r.send(node.create_session(
+                now,
+                kind,
+                &stream,
+                &offer,
+                key.as_deref(),
+                ticket.as_ref(),
+            ));
+        }
+        Command::Ticket(id, r) => {
+            let _ = r.send(match node.session(&id) {
+                Some(_) => Ok(node.issue_ticket(now, &id)),
+                None => Err(SignalError::SessionNotFound(id.to_string())),
+            });
+        }
+        Command::SetVideo(id, enabled, r) => {
+            let _ = r.send(node.set_video(now, &id, enabled));
         }
         Command::Patch(id, frag, if_match, r) => {
             let _ = r.send(node.patch(now, &id, &frag, if_match.as_deref()));
@@ -552,6 +718,7 @@ fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Comma
                     c.transport.add_peer(id.clone(), *quic);
                 }
             }
+            node.repoint_relays(now, &d.origins, &d.down);
         }
         Command::SubscribeRelay(stream, origin) => node.subscribe_relay(now, &stream, origin),
     }
@@ -593,6 +760,8 @@ pub struct NodeOptions {
     pub scheduler: Option<crate::heartbeat::SchedulerLink>,
     /// Cluster membership: relays, edge, migration (`None`: a lone node).
     pub cluster: Option<ClusterOptions>,
+    /// More routes on the node's HTTP server (the binary adds the browser SDK's files).
+    pub extra_routes: Option<axum::Router>,
 }
 
 /// A node started by [`start`].
@@ -667,17 +836,25 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     }
     let node = Node::new(config, Arc::new(cert), now);
     let (tx, rx) = mpsc::channel(256);
-    tokio::spawn(run(node, Arc::new(socket), rx, runtime));
+    tokio::spawn(run(node, Arc::new(socket), rx, runtime, events.clone()));
     let handle = NodeHandle {
         tx,
         udp,
         directory: opts.cluster.as_ref().map(|_| directory.clone()),
         token: opts.cluster.as_ref().map(|c| Arc::from(c.token.as_str())),
         events,
+        scheduler: opts
+            .scheduler
+            .as_ref()
+            .map(|l| Arc::new((l.url.clone(), l.token.clone()))),
+        id: opts.id.clone(),
     };
     let listener = tokio::net::TcpListener::bind(opts.http).await?;
     let http = listener.local_addr()?;
-    let app = crate::http::router(handle.clone(), opts.ice_servers, opts.process_metrics);
+    let mut app = crate::http::router(handle.clone(), opts.ice_servers, opts.process_metrics);
+    if let Some(extra) = opts.extra_routes {
+        app = app.merge(extra);
+    }
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     if let Some(link) = opts.scheduler {
         let mut hb = crate::heartbeat::Reporter::new(

@@ -54,6 +54,11 @@ impl OutgoingTrack {
         }
     }
 
+    /// Drops until the next keyframe of whatever source comes next (video turned back on).
+    pub fn restart_at_keyframe(&mut self) {
+        self.munger.switch_source();
+    }
+
     /// The publisher m-line index this track plays.
     pub fn source(&self) -> Option<usize> {
         self.line.source

@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 
 use ferry_proto::{NodeId, SessionId, StreamId};
 
+pub use ferry_rtc::media::annexb::fuzz_annexb;
+pub use ferry_rtc::media::depacketize::fuzz_depacketize;
+pub use ferry_rtc::media::ivf::fuzz_ivf;
+
 pub use crate::rtcp::fuzz_rtcp;
 pub use crate::rtp::fuzz_rtp;
 pub use crate::sdp::fuzz_sdp;
@@ -33,6 +37,7 @@ fn node(now: Instant) -> Option<Node> {
     let addr: SocketAddr = "127.0.0.1:5000".parse().ok()?;
     let mut config = NodeConfig::new(NodeId::new("fuzz").ok()?, vec![addr], [1; 32], wall);
     config.deterministic_dtls = true;
+    config.cluster_key = Some(crate::relay::ClusterKey::new(&[9; 32]));
     Some(Node::new(config, cert, now))
 }
 
@@ -59,6 +64,28 @@ pub fn fuzz_signal(data: &[u8]) {
     }
     if let Ok(id) = SessionId::new("unknown") {
         let _ = node.patch(now, &id, text, Some("*"));
+    }
+}
+
+/// A `Ferry-Ticket` header of arbitrary bytes at a node of a cluster with a publisher and a
+/// viewer: checked for both kinds, and (if it passes) used to resume. Also the same bytes as an
+/// `Idempotency-Key` of a retried request. Must never panic.
+pub fn fuzz_ticket(data: &[u8]) {
+    use crate::signal::SessionKind;
+    let now = Instant::now();
+    let Some(mut node) = node(now) else { return };
+    let Ok(stream) = StreamId::new("s") else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = node.create_session(now, SessionKind::Publish, &stream, OFFER, Some(text), None);
+    let _ = node.create_session(now, SessionKind::Publish, &stream, text, Some(text), None);
+    for kind in [SessionKind::Publish, SessionKind::View] {
+        if let Ok(claims) = node.check_ticket(now, text, &stream, kind) {
+            let _ = node.create_session(now, kind, &stream, OFFER, None, Some(&claims));
+        }
     }
 }
 
@@ -112,6 +139,14 @@ mod tests {
         #[test]
         fn migration_messages_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
             super::fuzz_migration(&data);
+        }
+
+        #[test]
+        fn tickets_and_media_files_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+            super::fuzz_ticket(&data);
+            super::fuzz_ivf(&data);
+            super::fuzz_annexb(&data);
+            super::fuzz_depacketize(&data);
         }
 
         #[test]

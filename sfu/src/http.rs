@@ -14,12 +14,26 @@ use ferry_proto::{SessionId, StreamId};
 use tower_http::cors::{Any, CorsLayer};
 
 use crate::driver::NodeHandle;
-use crate::signal::{PatchOutcome, SessionKind, SignalError};
+use crate::signal::{PatchOutcome, SessionKind, SignalError, TicketError};
 
 const SDP: &str = "application/sdp";
 const SDPFRAG: &str = "application/trickle-ice-sdpfrag";
-/// Header carrying a reconnect ticket on a WHEP POST (`reconnect` cutover).
+/// A session ticket: resumes the session it names (request), the session's next one (201).
 const FERRY_TICKET: HeaderName = HeaderName::from_static("ferry-ticket");
+/// When the ticket of a 201 expires (Unix seconds).
+const FERRY_TICKET_EXPIRES: HeaderName = HeaderName::from_static("ferry-ticket-expires");
+/// The session id (201).
+const FERRY_SESSION: HeaderName = HeaderName::from_static("ferry-session");
+/// The node serving the session (201).
+const FERRY_NODE: HeaderName = HeaderName::from_static("ferry-node");
+/// Machine-readable reason of a refusal (tickets, idempotency keys).
+const FERRY_ERROR: HeaderName = HeaderName::from_static("ferry-error");
+/// The client's key for a POST: a retry with it gets the same session back.
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+/// A node the client could not reach (read by the scheduler; allowed here for CORS).
+const FERRY_FAILED_NODE: HeaderName = HeaderName::from_static("ferry-failed-node");
+/// How often a session's event stream carries a fresh ticket.
+const TICKET_REFRESH: std::time::Duration = std::time::Duration::from_secs(30);
 /// Largest accepted SDP body.
 pub const MAX_BODY: usize = 64 * 1024;
 
@@ -78,12 +92,19 @@ pub fn router(
             header::IF_MATCH,
             header::AUTHORIZATION,
             FERRY_TICKET,
+            IDEMPOTENCY_KEY,
+            FERRY_FAILED_NODE,
         ])
         .expose_headers([
             header::LOCATION,
             header::ETAG,
             header::LINK,
             HeaderName::from_static("accept-patch"),
+            FERRY_TICKET,
+            FERRY_TICKET_EXPIRES,
+            FERRY_SESSION,
+            FERRY_NODE,
+            FERRY_ERROR,
         ]);
     Router::new()
         .route("/whip/{stream}", post(whip_post).options(options))
@@ -102,6 +123,7 @@ pub fn router(
         )
         .route("/whip/{stream}/{session}/events", get(session_events))
         .route("/whep/{stream}/{session}/events", get(session_events))
+        .route("/whep/{stream}/{session}/video", post(set_video))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/v1/sessions", get(sessions))
         .route("/metrics", get(metrics))
@@ -132,6 +154,10 @@ fn error(status: StatusCode, reason: impl Into<String>) -> Response {
 fn signal_error(e: SignalError) -> Response {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
     let mut r = error(status, e.to_string());
+    if let Some(code) = e.code() {
+        r.headers_mut()
+            .insert(FERRY_ERROR, HeaderValue::from_static(code));
+    }
     if status == StatusCode::SERVICE_UNAVAILABLE {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
@@ -194,26 +220,39 @@ async fn create(
         Ok(s) => s.to_owned(),
         Err(r) => return r,
     };
-    let ticket = headers
-        .get(FERRY_TICKET)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let result = match (kind, ticket) {
-        (SessionKind::Publish, None) => st.node.publish(stream.clone(), offer).await,
-        (SessionKind::Publish, Some(_)) => Err(SignalError::BadTicket(
-            "reconnect tickets are for WHEP (viewers)",
-        )),
-        (SessionKind::View, None) => st.node.view(stream.clone(), offer).await,
-        (SessionKind::View, Some(t)) => st.node.view_resume(stream.clone(), offer, t).await,
+    let ticket = match headers.get(FERRY_TICKET).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(t)) => Some(t.trim().to_owned()),
+        Some(Err(_)) => return signal_error(SignalError::BadTicket(TicketError::Malformed)),
     };
+    let key = match idempotency_key(&headers) {
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    let result = st
+        .node
+        .create(kind, stream.clone(), offer, key, ticket)
+        .await;
     match result {
         Ok(answer) => {
-            let location = format!("/{}/{}/{}", kind.path(), stream, answer.session);
+            let path = format!("/{}/{}/{}", kind.path(), stream, answer.session);
+            // Absolute, so a client that came through the gateway's redirect (or a proxy)
+            // sends PATCH and DELETE here.
+            let location = match headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+                Some(host) => format!("{}://{host}{path}", scheme(&headers)),
+                None => path.clone(),
+            };
             let mut r = (StatusCode::CREATED, answer.sdp).into_response();
             let h = r.headers_mut();
             h.insert(header::CONTENT_TYPE, HeaderValue::from_static(SDP));
             insert(h, header::LOCATION, &location);
             insert(h, header::ETAG, &answer.etag);
+            insert(h, FERRY_SESSION, answer.session.as_str());
+            insert(h, FERRY_NODE, st.node.id().as_str());
+            if let Some((ticket, expires)) = &answer.ticket {
+                insert(h, FERRY_TICKET, ticket);
+                insert(h, FERRY_TICKET_EXPIRES, &expires.to_string());
+            }
             h.insert(
                 HeaderName::from_static("accept-patch"),
                 HeaderValue::from_static(SDPFRAG),
@@ -221,19 +260,51 @@ async fn create(
             for s in &st.ice_servers {
                 append(h, header::LINK, &s.link());
             }
-            // Server-sent events of the session (WHEP's SSE extension):
-            // where to go when the session migrates.
+            // Server-sent events of the session (WHEP's SSE extension): where it goes when it
+            // migrates, fresh tickets, its end.
             append(
                 h,
                 header::LINK,
                 &format!(
-                    "<{location}/events>; rel=\"urn:ietf:params:whep:ext:core:server-sent-events\"; events=\"migrate\""
+                    "<{location}/events>; rel=\"urn:ietf:params:whep:ext:core:server-sent-events\"; events=\"migrate,ticket,end\""
                 ),
             );
             r
         }
         Err(e) => signal_error(e),
     }
+}
+
+/// `http` or, behind a proxy that says so, `https`.
+fn scheme(headers: &HeaderMap) -> &'static str {
+    match headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(p) if p.eq_ignore_ascii_case("https") => "https",
+        _ => "http",
+    }
+}
+
+/// The `Idempotency-Key` of a request: 1–255 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Response> {
+    let Some(v) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let bad = || {
+        error(
+            StatusCode::BAD_REQUEST,
+            "Idempotency-Key must be 1-255 visible ASCII characters",
+        )
+    };
+    let k = v.to_str().map_err(|_| bad())?.trim();
+    if k.is_empty()
+        || k.len() > crate::node::MAX_IDEMPOTENCY_KEY_LEN
+        || !k.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(bad());
+    }
+    Ok(Some(k.to_owned()))
 }
 
 fn insert(h: &mut HeaderMap, name: HeaderName, value: &str) {
@@ -426,11 +497,45 @@ async fn get_migration(
     }
 }
 
-/// `GET /{whip|whep}/{stream}/{session}/events`: server-sent events of one
-/// session. `migrate` tells its client that the session moved (data: JSON
-/// with `mode`, `target`, `location` — the session's URL on the target —
-/// and `epoch`); an `ice-restart` client PATCHes `location` with new ICE
-/// credentials and keeps its DTLS and SRTP state.
+/// `POST /whep/{stream}/{session}/video` `{"enabled": bool}`: a viewer's client turns video
+/// off (degraded mode) or back on; video resumes at a keyframe.
+async fn set_video(
+    State(st): State<AppState>,
+    Path((_stream, session)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    #[derive(serde::Deserialize)]
+    struct Video {
+        enabled: bool,
+    }
+    if !content_type_is(&headers, "application/json") {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json",
+        );
+    }
+    let Ok(v) = serde_json::from_slice::<Video>(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            r#"body must be {"enabled": true|false}"#,
+        );
+    };
+    let Ok(id) = SessionId::new(session.clone()) else {
+        return signal_error(SignalError::SessionNotFound(session));
+    };
+    match st.node.set_video(id, v.enabled).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => signal_error(e),
+    }
+}
+
+/// `GET /{whip|whep}/{stream}/{session}/events`: server-sent events of one session
+/// (`docs/sdk.md`). `ticket` (`{ticket, expires}`): at once and every 30 s, a fresh ticket that
+/// resumes the session. `migrate` (`{mode, from, target, location, ticket?, epoch}`): the
+/// session moved — `edge`: its URL is `location` now; `ice-restart`: PATCH `location` with new
+/// ICE credentials (DTLS and SRTP carry on); `reconnect`: POST a new offer to `location` with
+/// the ticket. `end` (`{reason}`): the node ended the session.
 async fn session_events(
     State(st): State<AppState>,
     Path((_stream, session)): Path<(String, String)>,
@@ -439,23 +544,65 @@ async fn session_events(
     let Ok(id) = SessionId::new(session.clone()) else {
         return error(StatusCode::BAD_REQUEST, "bad session id");
     };
-    match st.node.sessions().await {
-        Ok(list) if list.iter().any(|s| s.id == id) => {}
-        Ok(_) => return error(StatusCode::NOT_FOUND, format!("no session {session} here")),
-        Err(e) => return signal_error(e),
-    }
+    // Subscribe before the first ticket, so nothing sent in between is missed.
     let rx = st.node.session_events(&id);
-    // An async stream (a `recv` future kept between polls, so its waker
-    // stays registered and an event goes out at once).
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+    let first = match st.node.ticket(id.clone()).await {
+        Ok(t) => t,
+        Err(SignalError::SessionNotFound(_)) => {
+            return error(StatusCode::NOT_FOUND, format!("no session {session} here"));
+        }
+        Err(e) => return signal_error(e),
+    };
+    let ticket_event = |t: Option<(String, u64)>| {
+        t.map(|(ticket, expires)| {
+            Event::default()
+                .event("ticket")
+                .data(serde_json::json!({ "ticket": ticket, "expires": expires }).to_string())
+        })
+    };
+    struct Feed {
+        rx: tokio::sync::broadcast::Receiver<crate::driver::SessionEvent>,
+        node: NodeHandle,
+        id: SessionId,
+        first: Option<Event>,
+        next_ticket: tokio::time::Instant,
+        ended: bool,
+    }
+    let feed = Feed {
+        rx,
+        node: st.node.clone(),
+        id,
+        first: ticket_event(first),
+        next_ticket: tokio::time::Instant::now() + TICKET_REFRESH,
+        ended: false,
+    };
+    // An async stream (a `recv` future kept between polls, so its waker stays registered and
+    // an event goes out at once).
+    let stream = futures_util::stream::unfold(feed, move |mut f| async move {
+        if let Some(e) = f.first.take() {
+            return Some((Ok::<_, std::convert::Infallible>(e), f));
+        }
+        if f.ended {
+            return None;
+        }
         loop {
-            match rx.recv().await {
-                Ok(data) => {
-                    let event = Event::default().event("migrate").data(data);
-                    return Some((Ok::<_, std::convert::Infallible>(event), rx));
+            tokio::select! {
+                r = f.rx.recv() => match r {
+                    Ok((name, data)) => {
+                        f.ended = name == "end";
+                        return Some((Ok(Event::default().event(name).data(data)), f));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                },
+                () = tokio::time::sleep_until(f.next_ticket) => {
+                    f.next_ticket += TICKET_REFRESH;
+                    // The session left this node (or ended): its events go on elsewhere.
+                    let Ok(t) = f.node.ticket(f.id.clone()).await else { return None };
+                    if let Some(e) = ticket_event(t) {
+                        return Some((Ok(e), f));
+                    }
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
             }
         }
     });

@@ -75,6 +75,10 @@ metrics! {
     sessions_created,
     /// Sessions closed.
     sessions_closed,
+    /// Sessions resumed by their client with a ticket (a new transport, the same session).
+    sessions_resumed,
+    /// Relay subscriptions moved to a stream's new origin (its publisher came back elsewhere).
+    relays_repointed,
     /// Sessions that reached DTLS connected.
     sessions_connected,
     /// DTLS handshakes that failed.

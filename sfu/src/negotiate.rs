@@ -469,6 +469,21 @@ fn view_line(
         .enumerate()
         .position(|(j, s)| s.accepted && s.video == video && !taken[j])
     else {
+        // The stream has no track of this kind (a video-only publisher, say). Rejecting the
+        // line would reject the offer's BUNDLE tag when it is the first one, which browsers
+        // refuse ("Failed to setup RTCP mux"): accept it, inactive, in the bundle.
+        let pt = m
+            .payload_types()
+            .into_iter()
+            .find(|pt| codec_of(m, *pt).is_some_and(|c| c.is_video() == video));
+        if let Some(pt) = pt {
+            line.accepted = true;
+            line.codec = codec_of(m, pt).unwrap_or(line.codec);
+            line.pt = pt;
+            line.fmtp = fmtp_string(m, pt);
+            line.local_ssrc = next_ssrc();
+            line.source = None;
+        }
         return line;
     };
     let src = &sources[src_idx];
@@ -568,11 +583,14 @@ fn write_answer(
         for (id, uri) in &line.extmap {
             let _ = write!(s, "a=extmap:{id} {uri}\r\n");
         }
+        // A viewer's line with nothing to play is inactive (see `view_line`).
+        let silent = kind == SessionKind::View && line.source.is_none();
         s.push_str(match kind {
             SessionKind::Publish => "a=recvonly\r\n",
+            SessionKind::View if silent => "a=inactive\r\n",
             SessionKind::View => "a=sendonly\r\n",
         });
-        if kind == SessionKind::View {
+        if kind == SessionKind::View && !silent {
             let _ = write!(s, "a=msid:{} {}-{}\r\n", p.stream, p.stream, line.mid);
         }
         s.push_str("a=rtcp-mux\r\n");
@@ -619,7 +637,7 @@ fn write_answer(
             }
             let _ = write!(s, "a=simulcast:recv {}\r\n", line.rids.join(";"));
         }
-        if kind == SessionKind::View {
+        if kind == SessionKind::View && !silent {
             let cname = format!("ferry-{}", p.stream);
             if let Some(rtx) = line.local_rtx_ssrc {
                 let _ = write!(s, "a=ssrc-group:FID {} {rtx}\r\n", line.local_ssrc);

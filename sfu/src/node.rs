@@ -33,17 +33,24 @@ use crate::stun::{self, StunMessage};
 use crate::time::WallClock;
 
 mod forward;
+mod idempotency;
 mod migration;
 mod relaying;
 mod signalling;
 mod ticket;
 mod tunnelling;
 
+pub use idempotency::{IDEMPOTENCY_TTL, MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN};
 pub use migration::MigrateError;
+pub use ticket::{TICKET_TTL, TicketError, sign_ticket};
 use tunnelling::{Forward, Held, Ingress};
 
 /// Largest datagram the node accepts.
 pub const MAX_DATAGRAM: usize = 1500;
+
+/// How long a stream whose publisher was lost (not deleted) keeps its viewers and relays for
+/// the publisher to come back with its ticket.
+pub const PUBLISHER_GRACE: Duration = Duration::from_secs(15);
 
 /// Settings of one node.
 #[derive(Debug, Clone)]
@@ -119,6 +126,9 @@ struct StreamEntry {
     viewers: Vec<usize>,
     /// Nodes this stream is relayed to.
     relay_out: Vec<crate::relay::RelayOut>,
+    /// Its publisher went away without ending the stream (its client may reconnect with its
+    /// ticket): viewers and relays wait until then.
+    orphaned_until: Option<Instant>,
 }
 
 impl StreamEntry {
@@ -168,6 +178,15 @@ pub struct Node {
     imports: HashMap<usize, migration::Takeover>,
     /// Next repeat of pending edge claims.
     next_claim: Instant,
+    /// Ticket generations used here: session → (highest generation, until when, Unix s).
+    used_tickets: HashMap<SessionId, (u32, u64)>,
+    /// Answers by `Idempotency-Key`, for retried POSTs.
+    idempotent: idempotency::Cache,
+    /// The latest time the node was driven at (for what a call without `now` schedules).
+    last_now: Instant,
+    /// Sessions resumed with a ticket while their old transport still works: new key → old
+    /// key. The old one carries on until the new one carries media (make before break).
+    replacing: HashMap<usize, usize>,
 }
 
 fn random_token(rng: &mut ChaCha20Rng, len: usize) -> String {
@@ -213,6 +232,10 @@ impl Node {
             peers: HashMap::new(),
             imports: HashMap::new(),
             next_claim: now,
+            used_tickets: HashMap::new(),
+            idempotent: idempotency::Cache::default(),
+            last_now: now,
+            replacing: HashMap::new(),
         }
     }
 
@@ -290,7 +313,13 @@ impl Node {
 
     /// Sessions on this node.
     pub fn sessions(&self) -> Vec<SessionInfo> {
-        self.sessions.iter().flatten().map(Session::info).collect()
+        // A session being replaced by its client's new transport is listed once, as the new.
+        self.sessions
+            .iter()
+            .enumerate()
+            .filter_map(|(k, s)| s.as_ref().filter(|s| self.by_id.get(&s.id) == Some(&k)))
+            .map(Session::info)
+            .collect()
     }
 
     /// A session by id (tests and diagnostics).
@@ -355,6 +384,9 @@ impl Node {
         let stream = session.stream.clone();
         let publisher = matches!(session.role, Role::Publisher(_));
         let entry = self.streams.entry(stream.clone()).or_default();
+        if publisher {
+            entry.orphaned_until = None;
+        }
         let mut unsubscribe = None;
         if publisher {
             entry.publisher = Some(key);
@@ -396,7 +428,10 @@ impl Node {
         self.held.remove(&key);
         self.imports.remove(&key);
         self.free.push(key);
-        self.by_id.remove(&session.id);
+        if self.by_id.get(&session.id) == Some(&key) {
+            self.by_id.remove(&session.id);
+        }
+        self.replacing.retain(|new, old| *new != key && *old != key);
         self.by_ufrag.remove(&session.ice.local().ufrag);
         self.by_addr.retain(|_, k| *k != key);
         self.out.metrics.sessions_closed += 1;
@@ -410,11 +445,22 @@ impl Node {
         let mut gone_downstream = Vec::new();
         if let Some(entry) = self.streams.get_mut(&session.stream) {
             match session.role {
-                Role::Publisher(_) => {
+                // A publisher replaced by its own reconnection leaves its viewers to the new one.
+                Role::Publisher(_) if entry.publisher == Some(key) => {
                     entry.publisher = None;
-                    orphans = std::mem::take(&mut entry.viewers);
-                    gone_downstream = std::mem::take(&mut entry.relay_out);
+                    let watched = !entry.viewers.is_empty() || !entry.relay_out.is_empty();
+                    if reason == CloseReason::Deleted || !watched {
+                        orphans = std::mem::take(&mut entry.viewers);
+                        gone_downstream = std::mem::take(&mut entry.relay_out);
+                    } else {
+                        // Lost, not ended: its client may come back with its ticket (a new
+                        // transport, here or elsewhere) within the grace period.
+                        let until = self.last_now + PUBLISHER_GRACE;
+                        entry.orphaned_until = Some(until);
+                        self.next_timeout = Some(self.next_timeout.map_or(until, |n| n.min(until)));
+                    }
                 }
+                Role::Publisher(_) => {}
                 Role::Viewer(_) => entry.viewers.retain(|k| *k != key),
             }
             if entry.unused() {
@@ -431,6 +477,7 @@ impl Node {
 
     /// Feeds one received datagram (processed in place).
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
+        self.last_now = now;
         let m = &mut self.out.metrics;
         m.rx_datagrams += 1;
         m.rx_bytes += data.len() as u64;
@@ -595,6 +642,7 @@ impl Node {
 
     /// Drives every timer that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.last_now = now;
         let mut next: Option<Instant> = None;
         for key in 0..self.sessions.len() {
             let Some(s) = self.sessions[key].as_ref() else {
@@ -617,7 +665,43 @@ impl Node {
         if let Some(t) = self.tunnel_tick(now) {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
+        if let Some(t) = self.orphan_tick(now) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         self.next_timeout = next;
+    }
+
+    /// Ends the streams whose publisher did not come back within [`PUBLISHER_GRACE`].
+    fn orphan_tick(&mut self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut ended = Vec::new();
+        for (name, e) in &mut self.streams {
+            match e.orphaned_until {
+                Some(_) if e.publisher.is_some() => e.orphaned_until = None,
+                Some(t) if t <= now => {
+                    e.orphaned_until = None;
+                    ended.push((
+                        name.clone(),
+                        std::mem::take(&mut e.viewers),
+                        std::mem::take(&mut e.relay_out),
+                    ));
+                }
+                Some(t) => next = Some(next.map_or(t, |n| n.min(t))),
+                None => {}
+            }
+        }
+        for (name, viewers, relays) in ended {
+            for r in relays {
+                self.send_offer(&name, r.addr, false);
+            }
+            for v in viewers {
+                self.close(v, CloseReason::PublisherGone);
+            }
+            if self.streams.get(&name).is_some_and(StreamEntry::unused) {
+                self.streams.remove(&name);
+            }
+        }
+        next
     }
 
     fn session_timeout(&mut self, now: Instant, key: usize) {

@@ -26,7 +26,8 @@ pub const MEDIA: u8 = 0xF0;
 /// First byte of relay control datagrams.
 pub const CONTROL: u8 = 0xF1;
 const VERSION: u8 = 1;
-const TAG_LEN: usize = 16;
+/// Bytes of the truncated HMAC tag of relay datagrams and tickets.
+pub const TAG_LEN: usize = 16;
 /// Media header: kind, version, flags, track, relay id, ext seq, ext ts, VP8 pic, VP8 tl0.
 const MEDIA_HEADER: usize = 1 + 1 + 1 + 1 + 4 + 8 + 8 + 2 + 1;
 /// A subscription lapses without a refresh for this long.

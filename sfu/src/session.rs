@@ -79,6 +79,21 @@ pub enum CloseReason {
     Replaced,
 }
 
+impl CloseReason {
+    /// The reason as the `end` event names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Deleted => "deleted",
+            CloseReason::PublisherGone => "publisher-gone",
+            CloseReason::ConsentExpired => "consent-expired",
+            CloseReason::ConnectTimeout => "connect-timeout",
+            CloseReason::DtlsFailed => "dtls-failed",
+            CloseReason::PeerClosed => "peer-closed",
+            CloseReason::Replaced => "replaced",
+        }
+    }
+}
+
 /// The node's outbound side: queued datagrams, the buffer pool, counters
 /// and events. Sessions write into it; the driver drains it.
 #[derive(Debug, Default)]
@@ -186,6 +201,10 @@ pub struct Session {
     pub wal: Option<WalLog>,
     /// Highest WAL position applied while being migrated here.
     pub wal_applied: u64,
+    /// Ticket generation (raised by each resumption with a ticket).
+    pub ticket_generation: u32,
+    /// Viewer: video is not forwarded (its client is in degraded mode).
+    pub video_paused: bool,
 }
 
 /// WAL records captured for a migration.
@@ -290,6 +309,8 @@ impl Session {
             via: None,
             wal: None,
             wal_applied: 0,
+            ticket_generation: 0,
+            video_paused: false,
         }
     }
 
@@ -630,6 +651,8 @@ impl Session {
             via: self.via.map(|v| v.to_string()).unwrap_or_default(),
             origin: String::new(),
             relay_to: Vec::new(),
+            ticket_generation: self.ticket_generation,
+            video_paused: self.video_paused,
         }
     }
 
@@ -727,6 +750,8 @@ impl Session {
             },
             wal: None,
             wal_applied: 0,
+            ticket_generation: s.ticket_generation,
+            video_paused: s.video_paused,
         })
     }
 }

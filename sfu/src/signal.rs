@@ -4,6 +4,8 @@
 use ferry_proto::{SessionId, StreamId};
 use serde::Serialize;
 
+pub use crate::node::TicketError;
+
 /// Whether a session publishes or views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -33,6 +35,9 @@ pub struct SessionAnswer {
     pub sdp: String,
     /// Entity tag of the session's ICE state (changes on ICE restart).
     pub etag: String,
+    /// A ticket that resumes the session, and its expiry (Unix seconds); `None` outside a
+    /// cluster.
+    pub ticket: Option<(String, u64)>,
 }
 
 /// Result of a PATCH.
@@ -93,9 +98,12 @@ pub enum SignalError {
     /// The node is shutting down (503).
     #[error("node is shutting down")]
     Unavailable,
-    /// A reconnect ticket that is forged, expired or for another stream (403).
-    #[error("bad reconnect ticket: {0}")]
-    BadTicket(&'static str),
+    /// A session ticket that is refused (400/403/409/410, see [`TicketError::status`]).
+    #[error("{0}")]
+    BadTicket(TicketError),
+    /// An `Idempotency-Key` reused with another request (422).
+    #[error("Idempotency-Key {0:?} was used for another request")]
+    IdempotencyMismatch(String),
 }
 
 impl SignalError {
@@ -109,7 +117,17 @@ impl SignalError {
             SignalError::PreconditionFailed => 412,
             SignalError::PreconditionRequired => 428,
             SignalError::Full | SignalError::Unavailable => 503,
-            SignalError::BadTicket(_) => 403,
+            SignalError::BadTicket(t) => t.status(),
+            SignalError::IdempotencyMismatch(_) => 422,
+        }
+    }
+
+    /// A machine-readable code for the `Ferry-Error` header, where there is one.
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            SignalError::BadTicket(t) => Some(t.code()),
+            SignalError::IdempotencyMismatch(_) => Some("idempotency-mismatch"),
+            _ => None,
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::codec::Codec;
 use crate::node::{Node, NodeConfig};
 use crate::peer::{Peer, PeerConfig, PeerRole};
 use crate::session::Event;
-use crate::signal::SignalError;
+use crate::signal::{SessionKind, SignalError};
 use crate::sim::{LinkConfig, SimNet, VirtualClock};
 use crate::time::WallClock;
 
@@ -171,22 +171,27 @@ impl Testbed {
         codec: Codec,
         addr: SocketAddr,
     ) -> Result<(usize, SessionId), SignalError> {
-        let mut peer = self.new_peer(
+        self.publish_with(node, stream, codec, addr, None)
+    }
+
+    /// [`Testbed::publish`], resuming the session a `ticket` names (as the SDK does after
+    /// losing its node): a new peer, new SSRCs and keys, the session's identity.
+    pub fn publish_with(
+        &mut self,
+        node: SocketAddr,
+        stream: &str,
+        codec: Codec,
+        addr: SocketAddr,
+        ticket: Option<&str>,
+    ) -> Result<(usize, SessionId), SignalError> {
+        let peer = self.new_peer(
             PeerRole::Publisher {
                 video: codec,
                 audio: true,
             },
             addr,
         )?;
-        let now = self.now();
-        let stream = StreamId::new(stream).map_err(|e| SignalError::BadSdp(e.to_string()))?;
-        let answer = self
-            .node(node)
-            .publish(now, &stream, &peer.create_offer())?;
-        peer.apply_answer(now, &answer.sdp)
-            .map_err(|e| SignalError::BadSdp(e.to_string()))?;
-        self.peers.push(peer);
-        Ok((self.peers.len() - 1, answer.session))
+        self.connect(node, stream, SessionKind::Publish, peer, ticket)
     }
 
     /// A viewer peer at `addr` playing `stream` from the node at `node`.
@@ -196,10 +201,41 @@ impl Testbed {
         stream: &str,
         addr: SocketAddr,
     ) -> Result<(usize, SessionId), SignalError> {
-        let mut peer = self.new_peer(PeerRole::Viewer, addr)?;
+        self.view_with(node, stream, addr, None)
+    }
+
+    /// [`Testbed::view`], resuming the session a `ticket` names.
+    pub fn view_with(
+        &mut self,
+        node: SocketAddr,
+        stream: &str,
+        addr: SocketAddr,
+        ticket: Option<&str>,
+    ) -> Result<(usize, SessionId), SignalError> {
+        let peer = self.new_peer(PeerRole::Viewer, addr)?;
+        self.connect(node, stream, SessionKind::View, peer, ticket)
+    }
+
+    fn connect(
+        &mut self,
+        node: SocketAddr,
+        stream: &str,
+        kind: SessionKind,
+        mut peer: Peer,
+        ticket: Option<&str>,
+    ) -> Result<(usize, SessionId), SignalError> {
         let now = self.now();
         let stream = StreamId::new(stream).map_err(|e| SignalError::BadSdp(e.to_string()))?;
-        let answer = self.node(node).view(now, &stream, &peer.create_offer())?;
+        let offer = peer.create_offer();
+        let n = self.node(node);
+        let claims = match ticket {
+            Some(t) => Some(
+                n.check_ticket(now, t, &stream, kind)
+                    .map_err(SignalError::BadTicket)?,
+            ),
+            None => None,
+        };
+        let answer = n.create_session(now, kind, &stream, &offer, None, claims.as_ref())?;
         peer.apply_answer(now, &answer.sdp)
             .map_err(|e| SignalError::BadSdp(e.to_string()))?;
         self.peers.push(peer);

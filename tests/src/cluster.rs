@@ -7,7 +7,7 @@ use anyhow::{Context, Result, ensure};
 use serde_json::Value;
 
 use crate::collector::num;
-use crate::node::http;
+use crate::node::{FerryProcess, http};
 use crate::{Browser, Collector};
 
 /// Opens `publish.html` as page `id`, publishing `codec` video and audio to
@@ -145,4 +145,149 @@ pub async fn wait_session_on(gateway: &str, session: &str, node: &str) -> Result
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// `ferry dev` as a process: scheduler + edge (unless `--no-edge`) + node-a + node-b, its
+/// own state and secrets directory (removed on drop).
+#[derive(Debug)]
+pub struct Dev {
+    /// The process.
+    pub _process: FerryProcess,
+    /// Its state directory (cluster secrets in `cluster/`).
+    pub state: std::path::PathBuf,
+    /// Scheduler base URL.
+    pub gateway: String,
+    /// API token.
+    pub token: String,
+    /// node-a's base URL.
+    pub node_a: String,
+    /// node-b's base URL.
+    pub node_b: String,
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+/// Starts `ferry dev` on free ports, through the edge or (`edge` false) not.
+pub fn start_dev(edge: bool) -> Result<Dev> {
+    // Each run its own state and secrets: runs of this file go in parallel.
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let state = std::env::temp_dir().join(format!(
+        "ferry-dev-test-{}-{}",
+        std::process::id(),
+        RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let state_arg = state.to_str().context("temp dir")?.to_owned();
+    let mut args = vec![
+        "dev",
+        "--state-dir",
+        state_arg.as_str(),
+        "--gateway",
+        "127.0.0.1:0",
+        "--node-a",
+        "127.0.0.1:0",
+        "--node-b",
+        "127.0.0.1:0",
+        "--edge",
+        "127.0.0.1:0",
+    ];
+    if !edge {
+        args.push("--no-edge");
+    }
+    let process = FerryProcess::spawn(&args)?;
+    Ok(Dev {
+        state,
+        gateway: process.after("gateway")?,
+        token: process.after("token")?,
+        node_a: process.after("node-a")?,
+        node_b: process.after("node-b")?,
+        _process: process,
+    })
+}
+
+/// A cluster of separate processes — `ferry scheduler`, `ferry edge`, two `ferry node`s
+/// sharing one cluster secrets directory — so a test can kill one of them.
+#[derive(Debug)]
+pub struct Cluster {
+    /// `ferry scheduler`.
+    pub _scheduler: FerryProcess,
+    /// `ferry edge`.
+    pub _edge: FerryProcess,
+    /// node-a's process.
+    pub a: FerryProcess,
+    /// node-b's process.
+    pub b: FerryProcess,
+    /// Scheduler base URL.
+    pub gateway: String,
+    /// API token.
+    pub token: String,
+    /// node-a's base URL.
+    pub node_a: String,
+    /// node-b's base URL.
+    pub node_b: String,
+    /// State and secrets directory (removed on drop).
+    pub dir: std::path::PathBuf,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts the processes; `name` keeps concurrent clusters' directories apart.
+pub fn start_cluster(name: &str) -> Result<Cluster> {
+    let dir = std::env::temp_dir().join(format!("ferry-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let token = format!("t{:x}", std::process::id() as u64 * 7919 + 17);
+    let d = dir.to_str().context("temp dir")?;
+    let state = format!("{d}/scheduler.json");
+    let scheduler = FerryProcess::spawn(&[
+        "scheduler",
+        "--http",
+        "127.0.0.1:0",
+        "--state-file",
+        &state,
+        "--token",
+        &token,
+    ])?;
+    let gateway = scheduler.after("http")?;
+    let edge = FerryProcess::spawn(&["edge", "--udp", "127.0.0.1:0", "--cluster-dir", d])?;
+    let edge_udp = edge.after("udp")?;
+    let node = |id: &str| {
+        FerryProcess::spawn(&[
+            "node",
+            "--id",
+            id,
+            "--http",
+            "127.0.0.1:0",
+            "--udp",
+            "127.0.0.1:0",
+            "--scheduler",
+            &gateway,
+            "--token",
+            &token,
+            "--cluster-dir",
+            d,
+            "--edge",
+            &edge_udp,
+        ])
+    };
+    let a = node("node-a")?;
+    let b = node("node-b")?;
+    Ok(Cluster {
+        node_a: a.after("http")?,
+        node_b: b.after("http")?,
+        _scheduler: scheduler,
+        _edge: edge,
+        a,
+        b,
+        gateway,
+        token,
+        dir,
+    })
 }

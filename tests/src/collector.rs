@@ -63,6 +63,21 @@ const PAGES: &[(&str, &str, &str)] = &[
     ("stats.js", JS, include_str!("../pages/stats.js")),
     ("whip.js", JS, include_str!("../pages/whip.js")),
     ("demo-probe.js", JS, include_str!("../pages/demo-probe.js")),
+    (
+        "sdk-play.html",
+        HTML,
+        include_str!("../pages/sdk-play.html"),
+    ),
+    (
+        "sdk-publish.html",
+        HTML,
+        include_str!("../pages/sdk-publish.html"),
+    ),
+    (
+        "sdk-session.js",
+        JS,
+        include_str!("../pages/sdk-session.js"),
+    ),
 ];
 
 /// The `ferry dev` demo page, served at `/demo/` with the error catcher and a probe injected.

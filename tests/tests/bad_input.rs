@@ -67,7 +67,13 @@ fn signalling_errors_are_specific() -> Result<()> {
     ensure!(r.status == 201, "{} {}", r.status, r.body);
     let location = r.header("location").context("Location")?.to_owned();
     let etag = r.header("etag").context("ETag")?.to_owned();
-    ensure!(location.starts_with("/whip/cam/"), "{location}");
+    ensure!(
+        location.starts_with(&format!("{}/whip/cam/", node.http)),
+        "absolute Location: {location}"
+    );
+    let id = r.header("ferry-session").context("Ferry-Session")?;
+    ensure!(location.ends_with(id), "{location} vs {id}");
+    ensure!(r.header("ferry-node").is_some(), "Ferry-Node");
     ensure!(r.header("content-type") == Some("application/sdp"));
     ensure!(r.header("accept-patch") == Some("application/trickle-ice-sdpfrag"));
     ensure!(
@@ -80,13 +86,42 @@ fn signalling_errors_are_specific() -> Result<()> {
         .header("access-control-expose-headers")
         .unwrap_or("")
         .to_ascii_lowercase();
-    for h in ["location", "etag", "link", "accept-patch"] {
+    for h in [
+        "location",
+        "etag",
+        "link",
+        "accept-patch",
+        "ferry-session",
+        "ferry-ticket",
+        "ferry-node",
+        "ferry-error",
+    ] {
         ensure!(exposed.contains(h), "{h} not exposed: {exposed}");
     }
     ensure!(r.body.starts_with("v=0"), "answer: {}", r.body);
 
     let r = http(&url("/whip/cam"), "POST", &[SDP], OFFER.as_bytes())?;
     expect(&r, 409, "already has a publisher")?;
+    // A node outside a cluster has no key to check tickets with.
+    let r = http(
+        &url("/whep/cam"),
+        "POST",
+        &[SDP, ("Ferry-Ticket", "AAAA")],
+        OFFER.as_bytes(),
+    )?;
+    expect(&r, 403, "not in a cluster")?;
+    ensure!(r.header("ferry-error") == Some("ticket-unsupported"));
+    // A retried POST with the same Idempotency-Key is the same session.
+    let keyed = [SDP, ("Idempotency-Key", "k-1")];
+    let v1 = http(&url("/whep/cam"), "POST", &keyed, OFFER.as_bytes())?;
+    let v2 = http(&url("/whep/cam"), "POST", &keyed, OFFER.as_bytes())?;
+    ensure!(
+        v1.status == 201 && v2.status == 201,
+        "{} {}",
+        v1.status,
+        v2.status
+    );
+    ensure!(v1.header("location") == v2.header("location") && v1.body == v2.body);
 
     // CORS preflight from another origin.
     let r = http(
@@ -103,7 +138,7 @@ fn signalling_errors_are_specific() -> Result<()> {
     ensure!(r.header("access-control-allow-origin") == Some("*"));
 
     // PATCH rules.
-    let session = url(&location);
+    let session = location.clone();
     let trickle = "a=ice-ufrag:Kx7q\r\na=ice-pwd:3hF9tLm2QwErTy8UiOpAsDfG\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:0\r\na=candidate:1 1 udp 2122260223 127.0.0.1 40000 typ host\r\n";
     let r = http(
         &url("/whip/cam/0000000000000000"),

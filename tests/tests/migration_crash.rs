@@ -10,12 +10,12 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use ferry_tests::cluster::{
-    migration_end, open_publisher, playing, session_of, start_migration, wait_registered,
-    wait_session_on,
+    Cluster, migration_end, open_publisher, playing, session_of, start_cluster, start_migration,
+    wait_registered, wait_session_on,
 };
-use ferry_tests::{Browser, Collector, FerryProcess, Reports, http, num};
+use ferry_tests::{Browser, Collector, Reports, http, num};
 
 const SETUP: Duration = Duration::from_secs(45);
 
@@ -23,77 +23,6 @@ const SETUP: Duration = Duration::from_secs(45);
 /// cluster, and on two cores two of them at once starve each other (the
 /// figures would then measure the machine, not Ferry).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-struct Cluster {
-    _scheduler: FerryProcess,
-    _edge: FerryProcess,
-    a: FerryProcess,
-    b: FerryProcess,
-    gateway: String,
-    token: String,
-    node_a: String,
-    node_b: String,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn start_cluster() -> Result<Cluster> {
-    let dir = std::env::temp_dir().join(format!("ferry-crash-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    let token = format!("t{:x}", std::process::id() as u64 * 7919 + 17);
-    let d = dir.to_str().context("temp dir")?;
-    let state = format!("{d}/scheduler.json");
-    let scheduler = FerryProcess::spawn(&[
-        "scheduler",
-        "--http",
-        "127.0.0.1:0",
-        "--state-file",
-        &state,
-        "--token",
-        &token,
-    ])?;
-    let gateway = scheduler.after("http")?;
-    let edge = FerryProcess::spawn(&["edge", "--udp", "127.0.0.1:0", "--cluster-dir", d])?;
-    let edge_udp = edge.after("udp")?;
-    let node = |id: &str| {
-        FerryProcess::spawn(&[
-            "node",
-            "--id",
-            id,
-            "--http",
-            "127.0.0.1:0",
-            "--udp",
-            "127.0.0.1:0",
-            "--scheduler",
-            &gateway,
-            "--token",
-            &token,
-            "--cluster-dir",
-            d,
-            "--edge",
-            &edge_udp,
-        ])
-    };
-    let a = node("node-a")?;
-    let b = node("node-b")?;
-    Ok(Cluster {
-        node_a: a.after("http")?,
-        node_b: b.after("http")?,
-        _scheduler: scheduler,
-        _edge: edge,
-        a,
-        b,
-        gateway,
-        token,
-        dir,
-    })
-}
 
 /// The sessions a node lists (JSON text).
 fn sessions_on(node_http: &str) -> Result<String> {
@@ -140,7 +69,7 @@ fn delta(s: &Reports, e: &Reports, id: &str, p: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_target_mid_migration_leaves_the_session_on_the_source() -> Result<()> {
     let _serial = SERIAL.lock().await;
-    let mut c = start_cluster()?;
+    let mut c = start_cluster("crash")?;
     wait_registered(&c.gateway, 2).await?;
     let collector = Collector::start()?;
     let pages = open_pages(&c, &collector).await?;
@@ -238,7 +167,7 @@ async fn killing_the_target_mid_migration_leaves_the_session_on_the_source() -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_source_after_cutover_leaves_the_sessions_on_the_target() -> Result<()> {
     let _serial = SERIAL.lock().await;
-    let mut c = start_cluster()?;
+    let mut c = start_cluster("crash")?;
     wait_registered(&c.gateway, 2).await?;
     let collector = Collector::start()?;
     let pages = open_pages(&c, &collector).await?;

@@ -193,6 +193,13 @@ pub struct SessionSnapshot {
     /// (the target takes over relaying to them at cutover).
     #[prost(string, repeated, tag = "19")]
     pub relay_to: Vec<String>,
+    /// Ticket generation: tickets of this generation resume the session (DESIGN §6); each
+    /// resumption raises it.
+    #[prost(uint32, tag = "20")]
+    pub ticket_generation: u32,
+    /// Viewer: its client turned video off (degraded mode).
+    #[prost(bool, tag = "21")]
+    pub video_paused: bool,
 }
 
 /// A change to a session's state after its snapshot was taken, streamed to

@@ -507,9 +507,9 @@ impl Machine {
             return;
         }
         self.pending = None;
-        // A ticket the server refuses (forged 403, replayed 409, expired 410): a clean new
-        // session instead, at once.
-        if p.ticketed && matches!(status, 403 | 409 | 410) {
+        // A ticket the server refuses (malformed 400, forged 403, replayed 409, expired 410): a
+        // clean new session instead, at once (a 400 for anything else fails on the retry).
+        if p.ticketed && matches!(status, 400 | 403 | 409 | 410) {
             self.emit(Event::Error {
                 code: "ticket-rejected".into(),
                 status,
@@ -653,7 +653,7 @@ impl Machine {
                 self.emit(Event::Error {
                     code: "migration-timeout".into(),
                     status: 0,
-                    message: format!("{mode:?}: {waited}"),
+                    message: format!("{}: {waited}", mode.as_str()),
                 });
                 self.switch = None;
                 self.recover(now, format!("migration: {waited}"));
@@ -675,9 +675,10 @@ impl Machine {
         if p.transport != transport || p.phase != Phase::Waiting {
             return;
         }
-        // Publishers are through when the path works; players at their first frame (the
-        // first connection counts as soon as the path works).
-        if self.kind == Kind::Publish || p.purpose == Purpose::Initial {
+        // Publishers are through when the path works; players at their first frame — unless
+        // video is off (degraded: no frame comes), and the first connection counts as soon as
+        // the path works.
+        if self.kind == Kind::Publish || p.purpose == Purpose::Initial || self.degraded {
             self.switched(now, p);
         }
     }
@@ -952,11 +953,13 @@ impl Machine {
         if !self.is_flowing() {
             return;
         }
-        let bad = if self.degraded {
-            // Video is off: only loss tells how the network is.
-            loss > self.cfg.max_loss
-        } else {
-            bps < self.cfg.min_video_bps || loss > self.cfg.max_loss
+        // A player's bitrate is what its publisher sends (a still scene is cheap), and with video
+        // off only loss tells how the network is; a publisher's is what its path carries.
+        let bad = match self.kind {
+            Kind::Publish if !self.degraded => {
+                bps < self.cfg.min_video_bps || loss > self.cfg.max_loss
+            }
+            _ => loss > self.cfg.max_loss,
         };
         if bad {
             self.bad_run += 1;

@@ -741,3 +741,63 @@ fn scenarios_replay_exactly() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn a_player_degrades_on_loss_not_on_a_cheap_stream_and_still_migrates() {
+    let mut h = H::connected(Kind::Play, 200);
+    // A still scene: 60 kbit/s, no loss. Nothing to do.
+    for t in [1000, 2000, 3000, 4000] {
+        assert!(
+            h.input(
+                t,
+                Input::Throughput {
+                    bps: 60_000,
+                    loss: 0.0
+                }
+            )
+            .is_empty()
+        );
+    }
+    for t in [5000, 6000, 7000] {
+        h.input(
+            t,
+            Input::Throughput {
+                bps: 900_000,
+                loss: 0.4,
+            },
+        );
+    }
+    assert_eq!(h.m.state(), State::Degraded);
+    // No video comes while degraded: an ICE-restart migration completes when the path works.
+    h.input(
+        7100,
+        Input::Migrate(MigrateEvent {
+            mode: Mode::IceRestart,
+            from: None,
+            target: "node-b".into(),
+            location: B.into(),
+            ticket: None,
+        }),
+    );
+    h.input(7120, Input::RestartAnswered { transport: 1 });
+    let c = h.input(7140, Input::Connected { transport: 1 });
+    assert_eq!(states(&c), vec![State::Degraded]);
+    assert_eq!(h.m.location(), Some(B));
+}
+
+#[test]
+fn the_server_ending_the_session_closes_it_without_a_retry() {
+    let mut h = H::connected(Kind::Play, 200);
+    let c = h.input(
+        300,
+        Input::Ended {
+            reason: "publisher-gone".into(),
+        },
+    );
+    assert!(c.contains(&Command::StoreTicket { ticket: None }));
+    assert_eq!(h.m.state(), State::Closed);
+    assert!(emitted(&c).iter().any(
+        |e| matches!(e, Event::State { state: State::Closed, reason: Some(r), .. } if r == "publisher-gone")
+    ));
+    assert_eq!(h.next_ms(), None);
+}

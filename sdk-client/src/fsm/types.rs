@@ -49,6 +49,17 @@ pub enum Mode {
     Reconnect,
 }
 
+impl Mode {
+    /// The mode as the API names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Edge => "edge",
+            Mode::IceRestart => "ice-restart",
+            Mode::Reconnect => "reconnect",
+        }
+    }
+}
+
 /// Why a transport is considered lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -303,7 +314,8 @@ pub enum Event {
     },
     /// Something went wrong that the machine handled (or could not).
     Error {
-        /// Machine-readable: `ticket-rejected`, `post-failed`, `restart-failed`, `gave-up`.
+        /// Machine-readable: `ticket-rejected`, `post-failed`, `restart-failed`,
+        /// `migration-timeout`, `gave-up`.
         code: String,
         /// HTTP status, 0 if none.
         status: u16,
@@ -341,9 +353,9 @@ pub struct Config {
     /// before the event.
     #[serde(with = "ms")]
     pub edge_lookback: Duration,
-    /// Below this (bit/s) video does not fit (publish: the sender's estimate).
+    /// A publisher whose path carries less than this (bit/s, the estimate) turns video off.
     pub min_video_bps: u64,
-    /// Above this loss fraction the network cannot carry video.
+    /// Above this loss fraction the network cannot carry video (publish and play).
     pub max_loss: f64,
     /// Consecutive bad samples before degrading.
     pub bad_samples: u32,

@@ -61,6 +61,25 @@ impl Node {
         if let Some(w) = s.wal.as_mut() {
             w.cache_packet(ing.line, ing.src.ssrc, ing.src.ext_seq, &data[..ing.len]);
         }
+        if self.replacing.contains_key(&key) {
+            // A resumed publisher's new transport takes over at its first keyframe (its first
+            // packet if it sends no video); until then the old one feeds the viewers.
+            let video = tracks.iter().any(|t| t.line.video);
+            if !(ing.src.keyframe_start && (tracks[ti].line.video || !video)) {
+                if let Some(t) = tracks.iter_mut().find(|t| t.line.video) {
+                    t.keyframe_wanted = true;
+                }
+                s.send_keyframe_requests(now, &self.scfg, &mut self.out);
+                return;
+            }
+            self.take_over(key);
+        }
+        let Some(s) = self.sessions[key].as_mut() else {
+            return;
+        };
+        let Role::Publisher(tracks) = &mut s.role else {
+            return;
+        };
         if tracks[ti].keyframe_wanted {
             s.send_keyframe_requests(now, &self.scfg, &mut self.out);
         }
@@ -87,6 +106,7 @@ impl Node {
         src: &SourcePacket,
     ) -> bool {
         let mut want_keyframe = false;
+        let mut took_over = Vec::new();
         let Some(entry) = self.streams.get(stream) else {
             return false;
         };
@@ -100,14 +120,24 @@ impl Node {
             let Role::Viewer(vtracks) = &mut v.role else {
                 continue;
             };
+            // A resumed viewer's new transport takes over at its first video packet (its first
+            // packet if it plays no video).
+            let takes_video = !v.video_paused && vtracks.iter().any(|t| t.line.video);
             let Some(t) = vtracks.iter_mut().find(|t| t.source() == Some(line)) else {
                 continue;
             };
+            if v.video_paused && t.line.video {
+                continue;
+            }
+            let take_over = t.line.video || !takes_video;
             let mut buf = self.out.buffer();
             match t.forward(now, pkt, src, &mut buf) {
                 Ok(n) => {
                     if v.send_rtp(&mut self.out, buf, n) {
                         self.out.metrics.rtp_forwarded += 1;
+                        if take_over && self.replacing.contains_key(&vk) {
+                            took_over.push(vk);
+                        }
                     }
                 }
                 Err(reason) => {
@@ -119,7 +149,22 @@ impl Node {
                 }
             }
         }
+        // A resumed viewer's new transport got its first packet: the old one can go.
+        for vk in took_over {
+            self.take_over(vk);
+        }
         want_keyframe
+    }
+
+    /// Session `key` (a resumed session's new transport) carries media now: it replaces the
+    /// old transport, which is closed.
+    pub(super) fn take_over(&mut self, key: usize) {
+        let Some(old) = self.replacing.remove(&key) else {
+            return;
+        };
+        self.attach(key);
+        self.close(old, crate::session::CloseReason::Replaced);
+        self.note_deadline(key);
     }
 
     pub(super) fn request_keyframe(&mut self, now: Instant, stream: &StreamId, line: usize) {

@@ -90,6 +90,38 @@ impl Node {
             .map(|r| r.media.clone())
     }
 
+    /// Follows streams whose relay origin died to where their publisher is now (it reconnected
+    /// to another node): the relay subscribes there and the viewers switch to the new source at
+    /// its first keyframe. Only a dead origin is left: during a planned migration the relay
+    /// follows the origin's own offers, ahead of the routing table.
+    pub fn repoint_relays(
+        &mut self,
+        now: Instant,
+        origins: &std::collections::HashMap<StreamId, SocketAddr>,
+        down: &std::collections::HashSet<SocketAddr>,
+    ) {
+        let moves: Vec<(StreamId, SocketAddr)> = self
+            .streams
+            .iter()
+            .filter(|(_, e)| e.publisher.is_none())
+            .filter_map(|(name, e)| {
+                let r = e.relay_in.as_ref()?;
+                let to = *origins.get(name)?;
+                (to != r.origin && down.contains(&r.origin)).then(|| (name.clone(), to))
+            })
+            .collect();
+        for (stream, to) in moves {
+            tracing::info!(%stream, %to, "relay origin died: following the stream's publisher");
+            self.out.metrics.relays_repointed += 1;
+            self.subscribe_relay(now, &stream, to);
+        }
+    }
+
+    /// Whether `stream` can be played here (published here, or relayed in and offered).
+    pub fn has_stream(&self, stream: &StreamId) -> bool {
+        self.source_lines(stream).is_some()
+    }
+
     /// Sends `Offer` for a local stream to a subscriber.
     pub(super) fn send_offer(&mut self, stream: &StreamId, to: SocketAddr, live: bool) {
         self.send_offer_from(stream, to, live, None);
@@ -227,7 +259,11 @@ impl Node {
                     .streams
                     .get(&stream)
                     .is_some_and(|e| e.publisher.is_some());
-                if !live && self.importing_publisher(&stream) {
+                let waiting = self
+                    .streams
+                    .get(&stream)
+                    .is_some_and(|e| e.orphaned_until.is_some());
+                if !live && (waiting || self.importing_publisher(&stream)) {
                     // The publisher is moving here: the subscriber gets the
                     // stream once it is activated (relay_to); no "ended".
                     return;

@@ -16,7 +16,8 @@ use crate::ingest::IncomingTrack;
 use crate::negotiate::{self, AnswerParams, Negotiated};
 use crate::sdp::{IceRestartAnswer, MediaDescription, MediaKind, SdpFrag};
 use crate::session::{CloseReason, Role, Session};
-use crate::signal::{PatchOutcome, SessionAnswer, SignalError};
+use crate::signal::{PatchOutcome, SessionAnswer, SessionKind, SignalError};
+use ferry_proto::api::TicketClaims;
 
 impl Node {
     /// WHIP: creates a publisher session for `stream` from an SDP offer.
@@ -26,10 +27,23 @@ impl Node {
         stream: &StreamId,
         offer: &str,
     ) -> Result<SessionAnswer, SignalError> {
+        self.publish_replacing(now, stream, offer, None)
+    }
+
+    /// WHIP, replacing the stream's publisher session `replacing` (its client reconnected):
+    /// the stream's viewers stay and switch to the new source at its first keyframe.
+    fn publish_replacing(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        offer: &str,
+        replacing: Option<usize>,
+    ) -> Result<SessionAnswer, SignalError> {
         if self
             .streams
             .get(stream)
-            .is_some_and(|e| e.publisher.is_some())
+            .and_then(|e| e.publisher)
+            .is_some_and(|p| Some(p) != replacing)
         {
             return self.reject(SignalError::StreamBusy(stream.clone()));
         }
@@ -143,6 +157,7 @@ impl Node {
             session: session.id.clone(),
             sdp: neg.answer,
             etag: session.etag.clone(),
+            ticket: None,
         };
         let (ufrag, epoch) = (session.ice.local().ufrag.clone(), session.epoch);
         self.insert(session);
@@ -150,6 +165,191 @@ impl Node {
         self.next_claim = now + super::tunnelling::CLAIM_REPEAT;
         self.note_claim_deadline();
         Ok(answer)
+    }
+
+    /// A WHIP/WHEP request as the HTTP layer gets it: `key` (`Idempotency-Key`) makes a retry
+    /// get the same session back; `ticket` (checked by [`Node::check_ticket`], and consumed
+    /// cluster-wide by the driver) resumes the session it names. The answer carries a fresh
+    /// ticket.
+    pub fn create_session(
+        &mut self,
+        now: Instant,
+        kind: SessionKind,
+        stream: &StreamId,
+        offer: &str,
+        key: Option<&str>,
+        ticket: Option<&TicketClaims>,
+    ) -> Result<SessionAnswer, SignalError> {
+        self.last_now = now;
+        if let Some(k) = key
+            && let Some(a) = self.idempotent.get(now, k, kind, stream, offer)?
+        {
+            return Ok(a);
+        }
+        let mut answer = match (kind, ticket) {
+            (SessionKind::Publish, None) => self.publish(now, stream, offer)?,
+            (SessionKind::View, None) => self.view(now, stream, offer)?,
+            (kind, Some(claims)) => self.resume(now, kind, stream, offer, claims)?,
+        };
+        answer.ticket = self.issue_ticket(now, &answer.session);
+        if let Some(k) = key {
+            self.idempotent.put(now, k, kind, stream, offer, &answer);
+        }
+        Ok(answer)
+    }
+
+    /// The answer an earlier request with `key` got (a retry), if any.
+    pub fn idempotent_answer(
+        &mut self,
+        now: Instant,
+        key: &str,
+        kind: SessionKind,
+        stream: &StreamId,
+        offer: &str,
+    ) -> Result<Option<SessionAnswer>, SignalError> {
+        self.idempotent.get(now, key, kind, stream, offer)
+    }
+
+    /// A new transport for the session a ticket names: the session keeps its id (and, for a
+    /// publisher, its viewers; they switch to the new source at its first keyframe). Where the
+    /// session still exists here its old transport is closed; where it does not (its node died,
+    /// or it lived elsewhere) it is made anew under its id.
+    fn resume(
+        &mut self,
+        now: Instant,
+        kind: SessionKind,
+        stream: &StreamId,
+        offer: &str,
+        claims: &TicketClaims,
+    ) -> Result<SessionAnswer, SignalError> {
+        let id = claims.sid.clone();
+        let old = self.by_id.get(&id).copied();
+        let old_ok = old.is_none_or(|k| {
+            self.sessions[k]
+                .as_ref()
+                .is_some_and(|s| s.kind() == kind && s.stream == *stream)
+        });
+        if !old_ok {
+            return self.reject(SignalError::BadTicket(super::TicketError::Mismatch));
+        }
+        if kind == SessionKind::Publish {
+            self.check_resumed_codecs(stream, offer)?;
+        }
+        self.consume_ticket(now, claims);
+        // The transport that carries the session now: the old one, or — when the old one is
+        // itself a new transport that never carried media — the one it was to replace.
+        let unfinished = old.filter(|k| self.replacing.contains_key(k));
+        let working = old.map(|k| self.replacing.get(&k).copied().unwrap_or(k));
+        let mut answer = match kind {
+            SessionKind::Publish => self.publish_replacing(now, stream, offer, working)?,
+            SessionKind::View => self.view(now, stream, offer)?,
+        };
+        if let Some(k) = unfinished {
+            self.close(k, CloseReason::Replaced);
+        }
+        if let Some(key) = self.by_id.remove(&answer.session) {
+            if let Some(s) = self.sessions[key].as_mut() {
+                s.id = id.clone();
+                s.ticket_generation = claims.r#gen.saturating_add(1);
+            }
+            self.by_id.insert(id.clone(), key);
+            if let Some(working) = working.filter(|w| self.sessions[*w].is_some()) {
+                // Make before break: the working transport goes on (a publisher's still feeds
+                // the viewers) until the new one carries media; then it is closed.
+                if kind == SessionKind::Publish
+                    && let Some(e) = self.streams.get_mut(stream)
+                {
+                    e.publisher = Some(working);
+                }
+                self.replacing.insert(key, working);
+            }
+        }
+        answer.session = id;
+        self.out.metrics.sessions_resumed += 1;
+        Ok(answer)
+    }
+
+    /// A publisher resuming on a stream with viewers must offer the codecs they negotiated,
+    /// line by line: they keep their sessions, so they cannot renegotiate.
+    fn check_resumed_codecs(&mut self, stream: &StreamId, offer: &str) -> Result<(), SignalError> {
+        let Some(sources) = self.source_lines(stream) else {
+            return Ok(());
+        };
+        let watched = self
+            .streams
+            .get(stream)
+            .is_some_and(|e| !e.viewers.is_empty());
+        if !watched {
+            return Ok(());
+        }
+        let probe = IceCredentials {
+            ufrag: "probe".into(),
+            pwd: "probeprobeprobeprobeprobe".into(),
+        };
+        let params = AnswerParams {
+            local_ice: &probe,
+            fingerprint: &self.fingerprint,
+            candidates: &[],
+            origin_id: 0,
+            stream: stream.as_str(),
+        };
+        let neg = match negotiate::negotiate_publish(offer, &params) {
+            Ok(n) => n,
+            Err(e) => return self.reject(e),
+        };
+        let same = sources
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.accepted)
+            .all(|(i, a)| {
+                neg.media
+                    .get(i)
+                    .is_some_and(|b| b.accepted && a.codec == b.codec && a.video == b.video)
+            });
+        if !same {
+            return self.reject(SignalError::Unsupported(
+                "a resumed publisher must send the codecs its viewers negotiated, in the same order"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Turns video forwarding to viewer `id` off or on (its client's degraded mode). Video
+    /// resumes at a keyframe.
+    pub fn set_video(
+        &mut self,
+        now: Instant,
+        id: &SessionId,
+        enabled: bool,
+    ) -> Result<(), SignalError> {
+        let Some(&key) = self.by_id.get(id) else {
+            return self.reject(SignalError::SessionNotFound(id.to_string()));
+        };
+        let Some(s) = self.sessions[key].as_mut() else {
+            return self.reject(SignalError::SessionNotFound(id.to_string()));
+        };
+        let Role::Viewer(tracks) = &mut s.role else {
+            return self.reject(SignalError::Unsupported(
+                "video on/off is for viewers (a publisher stops sending instead)".into(),
+            ));
+        };
+        if s.video_paused != enabled {
+            return Ok(());
+        }
+        s.video_paused = !enabled;
+        let mut lines = Vec::new();
+        for t in tracks.iter_mut().filter(|t| t.line.video) {
+            t.restart_at_keyframe();
+            lines.extend(t.source());
+        }
+        let stream = s.stream.clone();
+        if enabled {
+            for line in lines {
+                self.request_keyframe(now, &stream, line);
+            }
+        }
+        Ok(())
     }
 
     /// PATCH: trickle (204) or ICE restart (200 with our new credentials).
@@ -269,7 +469,8 @@ impl Node {
     }
 
     /// DELETE: ends a session (and, for a publisher, its viewers).
-    pub fn delete(&mut self, _now: Instant, id: &SessionId) -> Result<(), SignalError> {
+    pub fn delete(&mut self, now: Instant, id: &SessionId) -> Result<(), SignalError> {
+        self.last_now = now;
         let Some(&key) = self.by_id.get(id) else {
             return self.reject(SignalError::SessionNotFound(id.to_string()));
         };

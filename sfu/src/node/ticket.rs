@@ -1,121 +1,204 @@
-//! Reconnect tickets (the `reconnect` cutover): after a viewer's session
-//! migrated, its client opens a new PeerConnection to the target with a
-//! ticket that names the session; the new transport takes over the
-//! session's identity (same id, same Location) and starts at a keyframe.
+//! Session tickets (DESIGN §6, `docs/sdk.md`): the cluster's signature over a session's identity
+//! ([`TicketClaims`]: id, stream, kind, issuing node, generation, expiry). Any node of the
+//! cluster checks one; nobody outside can make one. A client resumes its session with it — after
+//! a node crash, a page reload, or in `reconnect` migrations — and every resumption consumes the
+//! ticket's generation (here, and cluster-wide at the scheduler), so a ticket works once.
 //!
-//! A ticket is `base64url(body ‖ tag)`, body = `"ferry-ticket 1\0" session
-//! "\0" stream "\0" expiry (unix seconds, decimal)`, tag = the cluster key's
-//! HMAC-SHA256 truncated as for relay datagrams: any node of the cluster
-//! can check it, nobody outside can make one.
+//! Wire form: `base64url(TICKET_PREFIX ‖ JSON(claims) ‖ tag)`, tag = the cluster key's
+//! HMAC-SHA256 truncated as for relay datagrams.
 
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use ferry_proto::{SessionId, StreamId};
+use ferry_proto::api::{SessionKind as ApiKind, TICKET_PREFIX, TicketClaims};
+use ferry_proto::{NodeId, SessionId, StreamId};
 
 use super::Node;
-use crate::session::{CloseReason, Role};
-use crate::signal::{SessionAnswer, SignalError};
+use crate::relay::ClusterKey;
+use crate::signal::SessionKind;
 
 /// How long a ticket is good for.
-pub const TICKET_TTL: Duration = Duration::from_secs(60);
+pub const TICKET_TTL: Duration = Duration::from_secs(120);
 
-const PREFIX: &str = "ferry-ticket 1\0";
+/// Longest ticket accepted (a real one is ~300 characters).
+const MAX_TICKET_LEN: usize = 2048;
+
+/// Why a ticket is refused. Each answers with its own status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TicketError {
+    /// Not a ticket at all (400).
+    #[error("the ticket is malformed")]
+    Malformed,
+    /// Not signed by this cluster (403).
+    #[error("the ticket is not signed by this cluster")]
+    Forged,
+    /// Signed, but for another stream or kind (403).
+    #[error("the ticket is for another stream or kind")]
+    Mismatch,
+    /// Past its expiry (410).
+    #[error("the ticket expired")]
+    Expired,
+    /// Its generation was used already (409).
+    #[error("the ticket was used already")]
+    Replayed,
+    /// This node has no cluster key to check tickets with (403).
+    #[error("this node is not in a cluster and cannot check tickets")]
+    NoCluster,
+}
+
+impl TicketError {
+    /// The HTTP status.
+    pub fn status(self) -> u16 {
+        match self {
+            TicketError::Malformed => 400,
+            TicketError::Forged | TicketError::Mismatch | TicketError::NoCluster => 403,
+            TicketError::Expired => 410,
+            TicketError::Replayed => 409,
+        }
+    }
+
+    /// Machine-readable code (`Ferry-Error` header).
+    pub fn code(self) -> &'static str {
+        match self {
+            TicketError::Malformed => "ticket-malformed",
+            TicketError::Forged => "ticket-forged",
+            TicketError::Mismatch => "ticket-mismatch",
+            TicketError::Expired => "ticket-expired",
+            TicketError::Replayed => "ticket-replayed",
+            TicketError::NoCluster => "ticket-unsupported",
+        }
+    }
+}
+
+fn api_kind(kind: SessionKind) -> ApiKind {
+    match kind {
+        SessionKind::Publish => ApiKind::Publish,
+        SessionKind::View => ApiKind::View,
+    }
+}
+
+/// The ticket asserting `claims`, signed with the cluster's key.
+pub fn sign_ticket(key: &ClusterKey, claims: &TicketClaims) -> String {
+    let mut body = TICKET_PREFIX.to_vec();
+    // Serializing plain strings and numbers cannot fail.
+    let _ = serde_json::to_writer(&mut body, claims);
+    key.seal(&mut body);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(body)
+}
 
 impl Node {
-    fn unix_now(&self, now: Instant) -> u64 {
+    /// Unix seconds at `now`.
+    pub(super) fn unix_now(&self, now: Instant) -> u64 {
         let w = &self.config.wall;
         (w.unix_at_base + now.saturating_duration_since(w.base)).as_secs()
     }
 
-    /// A ticket for the client of session `id` of `stream` (`None`
-    /// outside a cluster: there is no key to sign with).
-    pub fn reconnect_ticket(
+    /// A fresh ticket for session `id` and its expiry (Unix seconds); `None` outside a cluster
+    /// (no key to sign with) or for an unknown session.
+    pub fn issue_ticket(&self, now: Instant, id: &SessionId) -> Option<(String, u64)> {
+        let s = self.session(id)?;
+        self.ticket_for(
+            now,
+            &s.id,
+            &s.stream,
+            s.kind(),
+            &self.config.node_id,
+            s.ticket_generation,
+        )
+    }
+
+    /// A ticket for a session that is (or is about to be) on `node`: what a `reconnect`
+    /// migration's client gets for its target.
+    pub fn ticket_for(
         &self,
         now: Instant,
         id: &SessionId,
         stream: &StreamId,
-    ) -> Option<String> {
+        kind: SessionKind,
+        node: &NodeId,
+        generation: u32,
+    ) -> Option<(String, u64)> {
         let key = self.config.cluster_key.as_ref()?;
-        let expiry = self.unix_now(now) + TICKET_TTL.as_secs();
-        let mut body = format!("{PREFIX}{id}\0{stream}\0{expiry}").into_bytes();
-        key.seal(&mut body);
-        Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(body))
+        let exp = self.unix_now(now) + TICKET_TTL.as_secs();
+        let claims = TicketClaims {
+            sid: id.clone(),
+            stream: stream.clone(),
+            kind: api_kind(kind),
+            node: node.clone(),
+            r#gen: generation,
+            exp,
+        };
+        Some((sign_ticket(key, &claims), exp))
     }
 
-    /// The session a ticket names, if the ticket is genuine, current and
-    /// for `stream`.
+    /// Checks a ticket for resuming a `kind` session of `stream` here: genuine, current, for
+    /// this stream and kind, and of a generation not used on this node.
     pub fn check_ticket(
         &self,
         now: Instant,
         ticket: &str,
         stream: &StreamId,
-    ) -> Result<SessionId, SignalError> {
+        kind: SessionKind,
+    ) -> Result<TicketClaims, TicketError> {
         let key = self
             .config
             .cluster_key
             .as_ref()
-            .ok_or(SignalError::BadTicket("this node is not in a cluster"))?;
+            .ok_or(TicketError::NoCluster)?;
+        if ticket.len() > MAX_TICKET_LEN {
+            return Err(TicketError::Malformed);
+        }
         let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(ticket.trim())
-            .map_err(|_| SignalError::BadTicket("not base64url"))?;
-        let body = key
-            .open(&raw)
-            .map_err(|_| SignalError::BadTicket("not signed by this cluster"))?;
-        let text = std::str::from_utf8(body).map_err(|_| SignalError::BadTicket("malformed"))?;
-        let rest = text
-            .strip_prefix(PREFIX)
-            .ok_or(SignalError::BadTicket("unknown version"))?;
-        let mut parts = rest.split('\0');
-        let (Some(id), Some(s), Some(expiry), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(SignalError::BadTicket("malformed"));
-        };
-        let expiry: u64 = expiry
-            .parse()
-            .map_err(|_| SignalError::BadTicket("malformed"))?;
-        if expiry < self.unix_now(now) {
-            return Err(SignalError::BadTicket("expired"));
+            .map_err(|_| TicketError::Malformed)?;
+        let body = key.open(&raw).map_err(|e| match e {
+            crate::relay::RelayError::BadTag => TicketError::Forged,
+            _ => TicketError::Malformed,
+        })?;
+        let json = body
+            .strip_prefix(TICKET_PREFIX)
+            .ok_or(TicketError::Malformed)?;
+        let claims: TicketClaims =
+            serde_json::from_slice(json).map_err(|_| TicketError::Malformed)?;
+        if claims.exp < self.unix_now(now) {
+            return Err(TicketError::Expired);
         }
-        if s != stream.as_str() {
-            return Err(SignalError::BadTicket("for another stream"));
+        if claims.stream != *stream || claims.kind != api_kind(kind) {
+            return Err(TicketError::Mismatch);
         }
-        SessionId::new(id).map_err(|_| SignalError::BadTicket("malformed"))
+        if self.ticket_used(now, &claims.sid, claims.r#gen) {
+            return Err(TicketError::Replayed);
+        }
+        // A live session here is past this generation once it has been resumed.
+        if self
+            .session(&claims.sid)
+            .is_some_and(|s| s.ticket_generation > claims.r#gen)
+        {
+            return Err(TicketError::Replayed);
+        }
+        Ok(claims)
     }
 
-    /// WHEP with a ticket: a new transport for a viewer session that
-    /// migrated here. The answer carries the session's own id; the old
-    /// transport is closed (its client is replacing it).
-    pub fn view_resume(
-        &mut self,
-        now: Instant,
-        stream: &StreamId,
-        offer: &str,
-        ticket: &str,
-    ) -> Result<SessionAnswer, SignalError> {
-        let id = match self.check_ticket(now, ticket, stream) {
-            Ok(id) => id,
-            Err(e) => return self.reject(e),
-        };
-        let old = self.by_id.get(&id).copied().filter(|&k| {
-            self.sessions[k].as_ref().is_some_and(|s| {
-                s.active && matches!(s.role, Role::Viewer(_)) && s.stream == *stream
-            })
-        });
-        let Some(old) = old else {
-            return self.reject(SignalError::SessionNotFound(id.to_string()));
-        };
-        let mut answer = self.view(now, stream, offer)?;
-        self.close(old, CloseReason::Replaced);
-        if let Some(key) = self.by_id.remove(&answer.session) {
-            if let Some(s) = self.sessions[key].as_mut() {
-                s.id = id.clone();
-            }
-            self.by_id.insert(id.clone(), key);
-        }
-        answer.session = id;
-        Ok(answer)
+    /// Whether generation `generation` of `session` was used on this node.
+    fn ticket_used(&self, now: Instant, session: &SessionId, generation: u32) -> bool {
+        let unix = self.unix_now(now);
+        self.used_tickets
+            .get(session)
+            .is_some_and(|&(g, exp)| exp >= unix && generation <= g)
+    }
+
+    /// Records that generation `claims.gen` of a session was used here (kept until the ticket
+    /// expires).
+    pub(super) fn consume_ticket(&mut self, now: Instant, claims: &TicketClaims) {
+        let unix = self.unix_now(now);
+        self.used_tickets.retain(|_, (_, exp)| *exp >= unix);
+        let e = self
+            .used_tickets
+            .entry(claims.sid.clone())
+            .or_insert((claims.r#gen, claims.exp));
+        e.0 = e.0.max(claims.r#gen);
+        e.1 = e.1.max(claims.exp);
     }
 }
 
@@ -126,37 +209,88 @@ mod tests {
     use crate::codec::Codec;
     use crate::testbed::Testbed;
 
-    #[test]
-    fn tickets_are_checked() {
+    fn setup() -> (Testbed, std::net::SocketAddr, SessionId) {
         let mut tb = Testbed::new(7, crate::sim::LinkConfig::delay(Duration::from_millis(5)));
         let a: std::net::SocketAddr = "10.0.0.100:5000".parse().unwrap();
         tb.add_node(ferry_proto::NodeId::new("node-a").unwrap(), a)
             .unwrap();
-        tb.publish(a, "cam", Codec::Vp8, "10.0.0.1:4000".parse().unwrap())
+        let (_, id) = tb
+            .publish(a, "cam", Codec::Vp8, "10.0.0.1:4000".parse().unwrap())
             .unwrap();
+        (tb, a, id)
+    }
+
+    #[test]
+    fn tickets_are_checked() {
+        let (mut tb, a, id) = setup();
         let now = tb.now();
-        let id = SessionId::new("s1").unwrap();
         let cam = StreamId::new("cam").unwrap();
         let n = tb.node(a);
-        let t = n.reconnect_ticket(now, &id, &cam).unwrap();
-        assert_eq!(n.check_ticket(now, &t, &cam), Ok(id.clone()));
+        let (t, exp) = n.issue_ticket(now, &id).unwrap();
+        let c = n.check_ticket(now, &t, &cam, SessionKind::Publish).unwrap();
+        assert_eq!((c.sid.clone(), c.exp, c.r#gen), (id.clone(), exp, 0));
         let other = StreamId::new("other").unwrap();
         assert_eq!(
-            n.check_ticket(now, &t, &other),
-            Err(SignalError::BadTicket("for another stream"))
+            n.check_ticket(now, &t, &other, SessionKind::Publish),
+            Err(TicketError::Mismatch)
+        );
+        assert_eq!(
+            n.check_ticket(now, &t, &cam, SessionKind::View),
+            Err(TicketError::Mismatch)
         );
         let later = now + TICKET_TTL + Duration::from_secs(2);
         assert_eq!(
-            n.check_ticket(later, &t, &cam),
-            Err(SignalError::BadTicket("expired"))
+            n.check_ticket(later, &t, &cam, SessionKind::Publish),
+            Err(TicketError::Expired)
         );
-        let mut forged = t.clone().into_bytes();
-        forged[3] ^= 1;
-        let forged = String::from_utf8(forged).unwrap();
-        assert!(n.check_ticket(now, &forged, &cam).is_err());
+        // Any flipped bit of the body or the tag.
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&t)
+            .unwrap();
+        for i in [0, TICKET_PREFIX.len() + 3, raw.len() - 1] {
+            let mut forged = raw.clone();
+            forged[i] ^= 1;
+            let forged = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(forged);
+            let e = n
+                .check_ticket(now, &forged, &cam, SessionKind::Publish)
+                .unwrap_err();
+            assert!(
+                matches!(e, TicketError::Forged | TicketError::Malformed),
+                "{i}: {e:?}"
+            );
+        }
         assert_eq!(
-            n.check_ticket(now, "!!", &cam),
-            Err(SignalError::BadTicket("not base64url"))
+            n.check_ticket(now, "!!", &cam, SessionKind::Publish),
+            Err(TicketError::Malformed)
+        );
+        assert_eq!(
+            n.check_ticket(now, &"A".repeat(5000), &cam, SessionKind::Publish),
+            Err(TicketError::Malformed)
+        );
+        // Statuses: each refusal its own.
+        assert_eq!(TicketError::Forged.status(), 403);
+        assert_eq!(TicketError::Expired.status(), 410);
+        assert_eq!(TicketError::Replayed.status(), 409);
+    }
+
+    #[test]
+    fn a_generation_is_used_once() {
+        let (mut tb, a, id) = setup();
+        let now = tb.now();
+        let cam = StreamId::new("cam").unwrap();
+        let n = tb.node(a);
+        let (t, _) = n.issue_ticket(now, &id).unwrap();
+        let (t2, _) = n.issue_ticket(now + Duration::from_secs(1), &id).unwrap();
+        let c = n.check_ticket(now, &t, &cam, SessionKind::Publish).unwrap();
+        n.consume_ticket(now, &c);
+        assert_eq!(
+            n.check_ticket(now, &t, &cam, SessionKind::Publish),
+            Err(TicketError::Replayed)
+        );
+        // Another ticket of the same generation (a refresh) is spent too.
+        assert_eq!(
+            n.check_ticket(now, &t2, &cam, SessionKind::Publish),
+            Err(TicketError::Replayed)
         );
     }
 }

@@ -1,0 +1,38 @@
+//! Embeds the browser SDK (`js/`, plain ES modules) so the scheduler and every node can serve it
+//! at `/sdk/{file}` from the binary.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+fn main() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("js");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".js") || n.ends_with(".d.ts"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let mut out = String::from(
+        "/// The browser SDK's files: (name, contents).\npub static FILES: &[(&str, &str)] = &[\n",
+    );
+    for n in &names {
+        println!("cargo:rerun-if-changed={}", dir.join(n).display());
+        let _ = writeln!(
+            out,
+            "    ({n:?}, include_str!({:?})),",
+            dir.join(n).display().to_string()
+        );
+    }
+    out.push_str("];\n");
+    let dest =
+        Path::new(&std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into())).join("js_files.rs");
+    if let Err(e) = std::fs::write(&dest, out) {
+        panic!("writing {}: {e}", dest.display());
+    }
+}

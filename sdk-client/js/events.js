@@ -1,0 +1,96 @@
+// A session's server-sent events (`GET {location}/events`) as machine inputs, and the liveness
+// probe of the node serving it (`GET {node}/healthz`). See docs/sdk.md.
+
+import { fetchWithin } from './transport.js';
+
+/** The node probe gets this long. */
+export const PROBE_TIMEOUT = 500;
+
+const MODES = new Set(['edge', 'ice-restart', 'reconnect']);
+
+const parse = (data) => {
+  try {
+    return JSON.parse(data);
+  } catch {
+    return null;
+  }
+};
+
+const text = (v) => (typeof v === 'string' && v !== '' ? v : null);
+
+/**
+ * A `migrate` event's data as the machine's `migrate` input (the fields of the Rust
+ * `MigrateEvent`), or null when it is not one. A relative `location` is resolved against `base`.
+ */
+export function migrateInput(data, base) {
+  const m = parse(data);
+  if (!m || !MODES.has(m.mode) || !text(m.target) || !text(m.location)) return null;
+  let location;
+  try {
+    location = new URL(m.location, base).href;
+  } catch {
+    return null;
+  }
+  return { type: 'migrate', mode: m.mode, from: text(m.from), target: m.target, location, ticket: text(m.ticket) };
+}
+
+/**
+ * Follows the events at `location`: `migrate`, `ticket` and `end` become machine inputs passed to
+ * `feed`; the first `error` closes the stream (no EventSource auto-reconnect) and calls `onError`.
+ * `onOpen` is called when the stream is up.
+ */
+export class Subscription {
+  /**
+   * @param {string} location the session's URL
+   * @param {{ feed: (input: object) => void, onError: () => void, onOpen?: () => void }} handlers
+   */
+  constructor(location, { feed, onError, onOpen }) {
+    this.location = location;
+    this.closed = false;
+    const url = `${location}/events`;
+    this.source = new EventSource(url);
+    const on = (name, fn) =>
+      this.source.addEventListener(name, (e) => {
+        if (!this.closed) fn(e);
+      });
+    on('open', () => onOpen?.());
+    on('migrate', (e) => {
+      const input = migrateInput(e.data, url);
+      if (input) feed(input);
+    });
+    on('ticket', (e) => {
+      const ticket = text(parse(e.data)?.ticket);
+      if (ticket) feed({ type: 'ticket', ticket });
+    });
+    on('end', (e) => {
+      const reason = parse(e.data)?.reason;
+      feed({ type: 'ended', reason: typeof reason === 'string' ? reason : 'ended by the server' });
+    });
+    on('error', () => {
+      this.close();
+      onError();
+    });
+  }
+
+  /** Stops following. */
+  close() {
+    if (this.closed) return;
+    this.closed = true;
+    this.source.close();
+  }
+}
+
+/**
+ * Whether the node serving `location` answers its health check within {@link PROBE_TIMEOUT}:
+ * no answer, or a 5xx (a proxy for a dead node), is false.
+ * @param {string} location
+ * @returns {Promise<boolean>}
+ */
+export async function probeNode(location) {
+  try {
+    const { response } = await fetchWithin(new URL('/healthz', location).href, { cache: 'no-store' }, PROBE_TIMEOUT);
+    return response.status < 500;
+  } catch {
+    return false;
+  }
+}

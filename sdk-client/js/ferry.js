@@ -1,0 +1,674 @@
+// Ferry's browser SDK: publish or play a stream; the session follows migrations, recovers from a
+// dead node, retries with backoff and turns video off when the network cannot carry it. The
+// decisions are the shared state machine's (fsm.js); this module is its driver: inputs in at
+// performance.now(), commands carried out, one timer at pollTimeout(). See docs/sdk.md.
+
+import { Machine } from './fsm.js';
+import { Subscription, probeNode } from './events.js';
+import { POST_TIMEOUT, Transport, describe, fetchWithin, videoMime } from './transport.js';
+
+/** The state machine and its defaults, for apps and tests that drive it themselves. */
+export { DEFAULT_CONFIG, Machine } from './fsm.js';
+
+/** Frames decoded are sampled this often (play). */
+const FRAME_POLL = 20;
+/** Throughput and the `stats` event, this often. */
+const TICK = 1000;
+/** A player with no new frame this long probes its node. */
+const STALL_AFTER = 1000;
+/** A restarted path must work within this. */
+const PATH_WAIT = 2000;
+/** Longest wait before following the events again after the stream dropped (node alive). */
+const RESUBSCRIBE_CAP = 5000;
+
+/** Ticket keys a session of this page holds: a second session of the same stream must not
+ *  resume (and so take over) the first one's identity. */
+const heldKeys = new Set();
+
+function report(err) {
+  if (typeof globalThis.reportError === 'function') globalThis.reportError(err);
+  else console.error(err);
+}
+
+function storage() {
+  try {
+    return globalThis.sessionStorage ?? null;
+  } catch {
+    return null;
+  }
+}
+
+function randomKeySeed() {
+  // randomUUID needs a secure context; plain http to another host is not one.
+  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
+  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/**
+ * The entry point: publishes and plays streams of one Ferry cluster.
+ */
+export class FerryClient {
+  #token;
+
+  /**
+   * @param {{ baseUrl: string, token?: string }} options `baseUrl`: the gateway (scheduler or any
+   *   node), e.g. `http://127.0.0.1:8080`; `token`: sent as `Authorization: Bearer …`
+   */
+  constructor({ baseUrl, token } = {}) {
+    if (!baseUrl) throw new TypeError('FerryClient: baseUrl is required');
+    /** The gateway's URL, without a trailing slash. */
+    this.baseUrl = new URL(String(baseUrl), globalThis.location?.href).href.replace(/\/+$/, '');
+    this.#token = token ?? null;
+  }
+
+  /**
+   * Publishes `mediaStream` as `stream` (WHIP). Resolves once the session is first connected;
+   * rejects with the reason if it fails or closes before.
+   * @param {string} stream
+   * @param {MediaStream} mediaStream
+   * @param {{ codec?: 'vp8'|'h264', resume?: boolean, config?: object, iceServers?: RTCIceServer[], endpoint?: string }} [opts]
+   * @returns {Promise<object>} the session
+   */
+  publish(stream, mediaStream, opts = {}) {
+    try {
+      checkName(stream);
+      if (typeof mediaStream?.getTracks !== 'function' || mediaStream.getTracks().length === 0) {
+        throw new TypeError('publish: mediaStream must be a MediaStream with tracks');
+      }
+      if (opts.codec != null) videoMime(opts.codec);
+      return new Driver(this.#settings(), 'publish', stream, { ...opts, mediaStream }).start();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /**
+   * Plays `stream` (WHEP). Resolves once the session is first connected; rejects with the reason
+   * if it fails or closes before.
+   * @param {string} stream
+   * @param {{ video?: HTMLVideoElement, resume?: boolean, config?: object, iceServers?: RTCIceServer[], endpoint?: string }} [opts]
+   * @returns {Promise<object>} the session
+   */
+  play(stream, opts = {}) {
+    try {
+      checkName(stream);
+      return new Driver(this.#settings(), 'play', stream, opts).start();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  #settings() {
+    return { baseUrl: this.baseUrl, auth: this.#token ? { Authorization: `Bearer ${this.#token}` } : {} };
+  }
+}
+
+function checkName(stream) {
+  if (typeof stream !== 'string' || stream === '') throw new TypeError('the stream name must be a non-empty string');
+}
+
+/**
+ * A published or played stream, kept alive by the SDK. Made by {@link FerryClient}.
+ */
+class Session {
+  #d;
+
+  constructor(driver) {
+    this.#d = driver;
+  }
+
+  /** @returns {string|null} the session id (`Ferry-Session`) */
+  get id() {
+    return this.#d.machine.session;
+  }
+
+  /** @returns {string} the machine's state */
+  get state() {
+    return this.#d.machine.state;
+  }
+
+  /** @returns {RTCPeerConnection|null} the connection media flows on */
+  get pc() {
+    return this.#d.current?.pc ?? null;
+  }
+
+  /** @returns {MediaStream} play: one stable stream (tracks swap with the transport); publish: the one published */
+  get stream() {
+    return this.#d.stream;
+  }
+
+  /** @returns {string|null} the node serving the session */
+  get node() {
+    return this.#d.machine.node;
+  }
+
+  /** @returns {string|null} the session's URL on that node */
+  get location() {
+    return this.#d.machine.location;
+  }
+
+  /**
+   * Listens to `state`, `migrated`, `reconnecting`, `reconnected`, `degraded`, `stats`, `error`.
+   * @param {string} event
+   * @param {(payload: object) => void} fn
+   * @returns {this}
+   */
+  on(event, fn) {
+    const set = this.#d.listeners.get(event) ?? new Set();
+    set.add(fn);
+    this.#d.listeners.set(event, set);
+    return this;
+  }
+
+  /**
+   * Stops listening.
+   * @param {string} event
+   * @param {(payload: object) => void} fn
+   * @returns {this}
+   */
+  off(event, fn) {
+    this.#d.listeners.get(event)?.delete(fn);
+    return this;
+  }
+
+  /** @returns {Promise<object>} a digest of the session and its media now */
+  stats() {
+    return this.#d.stats();
+  }
+
+  /**
+   * Ends the session (DELETE) and forgets its ticket.
+   * @returns {Promise<void>} settles once the DELETE was answered (or failed)
+   */
+  close() {
+    this.#d.feed({ type: 'close' });
+    // Called from a listener, the DELETE runs once the command loop it interrupted goes on.
+    return Promise.resolve().then(() => this.#d.deleting);
+  }
+}
+
+/** Carries out one session's machine: the driver. */
+class Driver {
+  constructor(settings, kind, name, opts) {
+    this.settings = settings;
+    this.kind = kind;
+    this.name = name;
+    this.opts = opts;
+    const seed = crypto.getRandomValues(new Uint32Array(1))[0];
+    this.machine = new Machine(kind, opts.config ?? {}, seed, randomKeySeed());
+    this.session = new Session(this);
+    this.listeners = new Map();
+    /** @type {Map<number, Transport>} */
+    this.transports = new Map();
+    this.current = null;
+    this.subscription = null;
+    this.eventErrors = 0;
+    this.timer = null;
+    this.resubscribeTimer = null;
+    this.frameTimer = null;
+    this.tickTimer = null;
+    this.pumping = false;
+    this.ended = false;
+    this.settled = false;
+    this.videoEnabled = true;
+    /** Play: where video was last switched (a new node must hear it again). */
+    this.videoLocation = null;
+    this.lastMigrated = null;
+    this.migrations = 0;
+    this.reconnects = 0;
+    this.bitrate = null;
+    this.previous = null;
+    this.lastFrameAt = 0;
+    this.framesFlowed = false;
+    this.probing = false;
+    this.lastProbe = -Infinity;
+    this.deleting = Promise.resolve();
+    this.ticketKey = `ferry:ticket:${kind}:${name}`;
+    this.holdsKey = !heldKeys.has(this.ticketKey);
+    if (this.holdsKey) heldKeys.add(this.ticketKey);
+    this.stream = kind === 'play' ? new MediaStream() : opts.mediaStream;
+    this.video = kind === 'play' ? (opts.video ?? null) : null;
+    if (this.video) this.video.srcObject = this.stream;
+    this.ready = new Promise((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+  }
+
+  start() {
+    let ticket = null;
+    if (this.opts.resume !== false && this.holdsKey) {
+      try {
+        ticket = storage()?.getItem(this.ticketKey) ?? null;
+      } catch {
+        ticket = null;
+      }
+    }
+    if (this.kind === 'play') this.frameTimer = setInterval(() => this.pollFrames(), FRAME_POLL);
+    this.tickTimer = setInterval(() => this.tick().catch(report), TICK);
+    this.feed({ type: 'start', ticket });
+    return this.ready;
+  }
+
+  /** One input into the machine, at the time it happened; then its commands. */
+  feed(input) {
+    try {
+      this.machine.handleInput(performance.now(), input);
+    } catch (err) {
+      report(err);
+    }
+    this.pump();
+  }
+
+  pump() {
+    // A command that feeds an input (a listener that closes the session) lands here: the outer
+    // loop drains what that input added, in order.
+    if (this.pumping) return;
+    this.pumping = true;
+    try {
+      for (let c = this.machine.pollCommand(); c; c = this.machine.pollCommand()) {
+        try {
+          this.execute(c);
+        } catch (err) {
+          report(err);
+        }
+      }
+      if (this.kind === 'play' && !this.videoEnabled && !this.ended) this.sendPlayVideo();
+    } finally {
+      this.pumping = false;
+    }
+    this.arm();
+  }
+
+  arm() {
+    clearTimeout(this.timer);
+    this.timer = null;
+    const at = this.machine.pollTimeout();
+    if (at == null) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.machine.handleTimeout(performance.now());
+      this.pump();
+    }, Math.max(0, Math.ceil(at - performance.now())));
+  }
+
+  execute(c) {
+    switch (c.type) {
+      case 'post':
+        return void this.post(c).catch(report);
+      case 'restart-ice':
+        return void this.restart(c).catch(report);
+      case 'adopt':
+        return this.adopt(c.transport);
+      case 'close-transport':
+        return this.closeTransport(c.transport);
+      case 'subscribe':
+        return this.subscribe(c.location);
+      case 'delete':
+        return this.delete(c.location);
+      case 'set-video':
+        return this.setVideo(c.enabled);
+      case 'store-ticket':
+        return this.storeTicket(c.ticket);
+      case 'emit':
+        return this.dispatch(c);
+      default:
+        throw new Error(`unknown command ${c.type}`);
+    }
+  }
+
+  endpoint() {
+    return `${this.settings.baseUrl}/${this.kind === 'publish' ? 'whip' : 'whep'}/${encodeURIComponent(this.name)}`;
+  }
+
+  open(id) {
+    const t = new Transport(id, this.kind, {
+      mediaStream: this.opts.mediaStream,
+      codec: this.opts.codec,
+      iceServers: this.opts.iceServers,
+      onConnected: () => this.feed({ type: 'connected', transport: id }),
+      onIceLost: () => {
+        if (id === this.machine.currentTransport) this.feed({ type: 'lost', transport: id, cause: 'ice' });
+      },
+    });
+    this.transports.set(id, t);
+    if (this.kind === 'publish' && !this.videoEnabled) t.setVideoActive(false).catch(report);
+    return t;
+  }
+
+  async post({ transport: id, endpoint, idempotency_key: key, ticket, failed_node: failedNode }) {
+    let t = this.transports.get(id);
+    if (!t) {
+      try {
+        t = this.open(id);
+      } catch (err) {
+        this.feed({ type: 'post-failed', transport: id, status: 400, reason: `could not set up: ${describe(err)}` });
+        return;
+      }
+    }
+    // The first offer may go straight to a node (`opts.endpoint`); every later one (a recovery)
+    // goes through the gateway, which knows which nodes are alive.
+    const first = id === 1 && this.opts.endpoint;
+    const url = endpoint.to === 'gateway' ? (first ? this.opts.endpoint : this.endpoint()) : endpoint.url;
+    const headers = { 'Content-Type': 'application/sdp', 'Idempotency-Key': key, ...this.settings.auth };
+    if (ticket != null) headers['Ferry-Ticket'] = ticket;
+    if (failedNode != null) headers['Ferry-Failed-Node'] = failedNode;
+    const r = await t.post(url, headers).catch((err) => ({ status: 0, reason: describe(err) }));
+    if (t.closed || this.ended) return;
+    if (r.location) {
+      const { location, session, node, ticket: next } = r;
+      this.feed({ type: 'answered', transport: id, location, session, node, ticket: next });
+      // Connected before the machine heard the answer: say it again now that it listens.
+      if (t.connected) this.feed({ type: 'connected', transport: id });
+    } else {
+      this.feed({ type: 'post-failed', transport: id, status: r.status, reason: r.reason });
+    }
+  }
+
+  async restart({ transport: id, location }) {
+    const t = this.transports.get(id);
+    if (!t || t.closed) {
+      this.feed({ type: 'restart-failed', transport: id, status: 0, reason: 'no such transport' });
+      return;
+    }
+    const r = await t.restartIce(location, this.settings.auth).catch((err) => ({ status: 0, reason: describe(err) }));
+    if (t.closed || this.ended) return;
+    if (!r.candidates) {
+      this.feed({ type: 'restart-failed', transport: id, status: r.status, reason: r.reason });
+      return;
+    }
+    this.feed({ type: 'restart-answered', transport: id });
+    // A player is through at its next frame (a degraded one, without video, when the path
+    // works: the machine decides); a publisher once ICE works on the new path.
+    if (await t.waitForPath(r.candidates, r.before, PATH_WAIT)) {
+      if (!t.closed && !this.ended) this.feed({ type: 'connected', transport: id });
+    }
+  }
+
+  adopt(id) {
+    for (const [other, t] of this.transports) {
+      if (other === id) continue;
+      t.close();
+      this.transports.delete(other);
+    }
+    const t = this.transports.get(id) ?? null;
+    this.current = t;
+    this.previous = null;
+    this.lastFrameAt = performance.now();
+    this.framesFlowed = (t?.frames ?? 0) > 0;
+    if (!t) return;
+    if (this.kind === 'publish') {
+      if (!this.videoEnabled) t.setVideoActive(false).catch(report);
+      return;
+    }
+    const tracks = t.tracks();
+    for (const track of tracks) if (!this.stream.getTracks().includes(track)) this.stream.addTrack(track);
+    for (const track of this.stream.getTracks()) if (!tracks.includes(track)) this.stream.removeTrack(track);
+    if (this.video) {
+      if (this.video.srcObject !== this.stream) this.video.srcObject = this.stream;
+      this.video.play()?.catch?.(() => {});
+    }
+  }
+
+  closeTransport(id) {
+    const t = this.transports.get(id);
+    if (!t) return;
+    t.close();
+    this.transports.delete(id);
+    if (this.current === t) this.current = null;
+  }
+
+  subscribe(location) {
+    this.subscription?.close();
+    clearTimeout(this.resubscribeTimer);
+    const sub = new Subscription(location, {
+      feed: (input) => this.feed(input),
+      onOpen: () => {
+        this.eventErrors = 0;
+      },
+      onError: () => this.eventsDropped(sub).catch(report),
+    });
+    this.subscription = sub;
+  }
+
+  /** The events stopped: a dead node is a lost transport, a live one gets followed again. */
+  async eventsDropped(sub) {
+    const alive = await probeNode(sub.location);
+    if (this.subscription !== sub || this.ended) return;
+    if (!alive) {
+      const transport = this.machine.currentTransport;
+      if (transport != null) this.feed({ type: 'lost', transport, cause: 'node-unreachable' });
+      return;
+    }
+    this.eventErrors += 1;
+    const delay = this.eventErrors === 1 ? 0 : Math.min(RESUBSCRIBE_CAP, 125 * 2 ** this.eventErrors);
+    this.resubscribeTimer = setTimeout(() => {
+      if (this.subscription === sub && !this.ended) this.subscribe(sub.location);
+    }, delay);
+  }
+
+  delete(location) {
+    this.subscription?.close();
+    this.subscription = null;
+    const init = { method: 'DELETE', headers: this.settings.auth };
+    // keepalive outlives the page; a browser that will not preflight such a request gets a plain one.
+    this.deleting = fetch(location, { ...init, keepalive: true })
+      .catch(() => fetch(location, init))
+      .then(
+        () => {},
+        () => {},
+      );
+  }
+
+  setVideo(enabled) {
+    this.videoEnabled = enabled;
+    if (enabled) this.lastFrameAt = performance.now();
+    if (this.kind === 'publish') {
+      for (const t of this.transports.values()) t.setVideoActive(enabled).catch(report);
+    } else {
+      this.videoLocation = null;
+      this.sendPlayVideo();
+    }
+  }
+
+  /** Play: tells the node serving the session to forward video or not (again after a move). */
+  sendPlayVideo() {
+    const location = this.machine.location;
+    if (location == null || location === this.videoLocation) return;
+    this.videoLocation = location;
+    const enabled = this.videoEnabled;
+    const init = {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', ...this.settings.auth },
+      body: JSON.stringify({ enabled }),
+    };
+    fetchWithin(`${location}/video`, init, POST_TIMEOUT)
+      .then(
+        ({ response, body }) => {
+          if (!response.ok) this.fail('set-video-failed', response.status, body);
+        },
+        (err) => this.fail('set-video-failed', 0, describe(err)),
+      )
+      .catch(report);
+  }
+
+  storeTicket(ticket) {
+    if (!this.holdsKey) return;
+    try {
+      if (ticket == null) storage()?.removeItem(this.ticketKey);
+      else storage()?.setItem(this.ticketKey, ticket);
+    } catch {
+      // Storage full or forbidden: the session only loses resuming after a reload.
+    }
+  }
+
+  /** A driver-side failure the machine does not hear of, for the app. */
+  fail(code, status, message) {
+    if (!this.ended) this.emit('error', { event: 'error', code, status, message });
+  }
+
+  dispatch(command) {
+    const { type, ...payload } = command;
+    const name = payload.event;
+    if (name === 'migrated') {
+      this.lastMigrated = payload;
+      this.migrations += 1;
+    } else if (name === 'reconnected') {
+      this.reconnects += 1;
+    } else if (name === 'state' && payload.state === 'connected') {
+      this.lastFrameAt = performance.now();
+    }
+    this.emit(name, payload);
+    if (name !== 'state') return;
+    if ((payload.state === 'connected' || payload.state === 'degraded') && !this.settled) {
+      this.settled = true;
+      this.resolve(this.session);
+    } else if (payload.state === 'closed' || payload.state === 'failed') {
+      this.teardown();
+      if (!this.settled) {
+        this.settled = true;
+        const err = new Error(payload.reason ?? payload.state);
+        err.reason = payload.reason;
+        err.state = payload.state;
+        this.reject(err);
+      }
+    }
+  }
+
+  emit(name, payload) {
+    for (const fn of [...(this.listeners.get(name) ?? [])]) {
+      try {
+        fn(payload);
+      } catch (err) {
+        report(err);
+      }
+    }
+  }
+
+  teardown() {
+    this.ended = true;
+    clearTimeout(this.timer);
+    clearTimeout(this.resubscribeTimer);
+    clearInterval(this.frameTimer);
+    clearInterval(this.tickTimer);
+    this.subscription?.close();
+    this.subscription = null;
+    for (const t of this.transports.values()) t.close();
+    this.transports.clear();
+    this.current = null;
+    if (this.holdsKey) heldKeys.delete(this.ticketKey);
+    this.holdsKey = false;
+  }
+
+  /** Play: feeds frames of every open transport as they grow; probes the node on a stall. */
+  pollFrames() {
+    if (this.ended) return;
+    for (const t of this.transports.values()) {
+      if (t.closed || t.polling || t.answer == null) continue;
+      t.polling = true;
+      t.framesDecoded()
+        .then(
+          (total) => {
+            if (t.closed || this.ended || total <= t.frames) return;
+            t.frames = total;
+            if (t === this.current) {
+              this.lastFrameAt = performance.now();
+              this.framesFlowed = true;
+            }
+            this.feed({ type: 'frames', transport: t.id, total });
+          },
+          () => {},
+        )
+        .finally(() => {
+          t.polling = false;
+        })
+        .catch(report);
+    }
+    this.checkStall(performance.now());
+  }
+
+  checkStall(now) {
+    const t = this.current;
+    const location = this.machine.location;
+    if (this.machine.state !== 'connected' || !t || !location || !this.framesFlowed || this.probing) return;
+    if (now - this.lastFrameAt < STALL_AFTER || now - this.lastProbe < STALL_AFTER) return;
+    this.probing = true;
+    this.lastProbe = now;
+    probeNode(location)
+      .then((alive) => {
+        const still = performance.now() - this.lastFrameAt >= STALL_AFTER;
+        if (!alive && still && !this.ended && this.current === t) {
+          this.feed({ type: 'lost', transport: t.id, cause: 'stalled' });
+        }
+      })
+      .finally(() => {
+        this.probing = false;
+      })
+      .catch(report);
+  }
+
+  /** Every second: throughput for the machine (while media flows) and the `stats` event. */
+  async tick() {
+    if (this.ticking || this.ended) return;
+    this.ticking = true;
+    try {
+      const t = this.current;
+      const sample = t && !t.closed ? await t.sample().catch(() => null) : null;
+      if (this.ended) return;
+      if (sample) this.measure(t, sample);
+      this.emit('stats', { event: 'stats', ...this.digest(sample) });
+    } finally {
+      this.ticking = false;
+    }
+  }
+
+  measure(t, s) {
+    const prev = this.previous?.transport === t ? this.previous.sample : null;
+    this.previous = { transport: t, sample: s };
+    const seconds = prev ? (s.at - prev.at) / 1000 : 0;
+    if (seconds <= 0) return;
+    this.bitrate = Math.max(0, Math.round(((s.bytes - prev.bytes) * 8) / seconds));
+    const state = this.machine.state;
+    if (state !== 'connected' && state !== 'degraded') return;
+    let bps;
+    let loss;
+    if (this.kind === 'publish') {
+      if (typeof s.availableOutgoingBitrate !== 'number') return;
+      bps = Math.round(s.availableOutgoingBitrate);
+      loss = s.fractionLost;
+    } else {
+      bps = this.bitrate;
+      const lost = Math.max(0, s.lost - prev.lost);
+      const received = Math.max(0, s.packets - prev.packets);
+      loss = lost + received > 0 ? lost / (lost + received) : 0;
+    }
+    this.feed({ type: 'throughput', bps, loss });
+  }
+
+  digest(s) {
+    const m = this.machine;
+    return {
+      state: m.state,
+      session: m.session,
+      node: m.node,
+      location: m.location,
+      transport: m.currentTransport,
+      codec: s?.codec ?? null,
+      bitrate: this.bitrate,
+      framesDecoded: s?.framesDecoded ?? null,
+      framesSent: s?.framesSent ?? null,
+      packetsLost: s ? s.lost : null,
+      freezeCount: s?.freezeCount ?? null,
+      videoEnabled: this.videoEnabled,
+      migrated: this.lastMigrated,
+      migrations: this.migrations,
+      reconnects: this.reconnects,
+    };
+  }
+
+  async stats() {
+    const t = this.current;
+    const sample = t && !t.closed ? await t.sample().catch(() => null) : null;
+    return this.digest(sample);
+  }
+}

@@ -1,0 +1,273 @@
+//! The SDK's HTTP side (blocking, run off the async runtime): WHIP/WHEP POST with the SDK's
+//! headers and one redirect followed, the ICE-restart PATCH, DELETE, the viewer's video switch,
+//! the node probe and the session's server-sent events (`docs/sdk.md`).
+
+use std::io::BufRead;
+use std::time::Duration;
+
+use crate::fsm::{Input, MigrateEvent};
+
+/// A POST that could not be completed: the status (0 when no response came) and why.
+pub(crate) type Refusal = (u16, String);
+
+/// What a 201 told us.
+#[derive(Debug, Clone)]
+pub(crate) struct Created {
+    pub answer: String,
+    pub location: String,
+    pub session: String,
+    pub node: Option<String>,
+    pub ticket: Option<String>,
+}
+
+/// Timeout of a signalling request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Timeout of an ICE-restart PATCH (a dead node refuses at once; a hung one is given up on).
+const PATCH_TIMEOUT: Duration = Duration::from_secs(1);
+/// Timeout of a node's health probe.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into()
+}
+
+/// `base` joined with a possibly relative `location`.
+pub(crate) fn resolve(base: &str, location: &str) -> String {
+    if location.starts_with("http://") || location.starts_with("https://") {
+        return location.to_owned();
+    }
+    let origin_end = base
+        .find("://")
+        .and_then(|i| base[i + 3..].find('/').map(|j| i + 3 + j))
+        .unwrap_or(base.len());
+    if location.starts_with('/') {
+        format!("{}{location}", &base[..origin_end])
+    } else {
+        let dir = base
+            .rfind('/')
+            .filter(|&i| i >= origin_end)
+            .unwrap_or(base.len());
+        format!("{}/{location}", &base[..dir])
+    }
+}
+
+/// The scheme, host and port of `url`.
+pub(crate) fn origin(url: &str) -> &str {
+    let end = url
+        .find("://")
+        .and_then(|i| url[i + 3..].find('/').map(|j| i + 3 + j))
+        .unwrap_or(url.len());
+    &url[..end]
+}
+
+/// Everything a POST carries.
+#[derive(Debug, Clone)]
+pub(crate) struct PostRequest {
+    pub url: String,
+    pub offer: String,
+    pub idempotency_key: String,
+    pub ticket: Option<String>,
+    pub failed_node: Option<String>,
+    pub token: Option<String>,
+}
+
+/// POSTs an offer, following one redirect (the gateway's 307).
+pub(crate) fn post_offer(req: &PostRequest) -> Result<Created, Refusal> {
+    let agent = agent(REQUEST_TIMEOUT);
+    let mut url = req.url.clone();
+    for _ in 0..2 {
+        let mut r = agent
+            .post(&url)
+            .header("Content-Type", "application/sdp")
+            .header("Idempotency-Key", &req.idempotency_key);
+        if let Some(t) = &req.ticket {
+            r = r.header("Ferry-Ticket", t);
+        }
+        if let Some(n) = &req.failed_node {
+            r = r.header("Ferry-Failed-Node", n);
+        }
+        if let Some(t) = &req.token {
+            r = r.header("Authorization", &format!("Bearer {t}"));
+        }
+        let mut resp = r.send(req.offer.as_str()).map_err(|e| (0, e.to_string()))?;
+        let status = resp.status().as_u16();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        if matches!(status, 301 | 302 | 303 | 307 | 308) {
+            let to = header("location").ok_or((status, "redirect without Location".into()))?;
+            url = resolve(&url, &to);
+            continue;
+        }
+        let location = header("location");
+        let session = header("ferry-session");
+        let node = header("ferry-node");
+        let ticket = header("ferry-ticket");
+        let body = resp.body_mut().read_to_string().unwrap_or_default();
+        if status != 201 {
+            return Err((status, body.trim().to_owned()));
+        }
+        let location = resolve(&url, &location.ok_or((502, "201 without Location".into()))?);
+        let session = session
+            .or_else(|| location.rsplit('/').next().map(str::to_owned))
+            .unwrap_or_default();
+        return Ok(Created {
+            answer: body,
+            location,
+            session,
+            node,
+            ticket,
+        });
+    }
+    Err((508, format!("too many redirects from {}", req.url)))
+}
+
+/// PATCHes an ICE-restart fragment; the answer fragment.
+pub(crate) fn patch_restart(location: &str, frag: &str) -> Result<String, Refusal> {
+    let mut resp = agent(PATCH_TIMEOUT)
+        .patch(location)
+        .header("Content-Type", "application/trickle-ice-sdpfrag")
+        .header("If-Match", "*")
+        .send(frag)
+        .map_err(|e| (0, e.to_string()))?;
+    let status = resp.status().as_u16();
+    let body = resp.body_mut().read_to_string().unwrap_or_default();
+    if status == 200 {
+        Ok(body)
+    } else {
+        Err((status, body.trim().to_owned()))
+    }
+}
+
+/// DELETE on the session (best effort).
+pub(crate) fn delete(location: &str) -> u16 {
+    agent(REQUEST_TIMEOUT)
+        .delete(location)
+        .call()
+        .map_or(0, |r| r.status().as_u16())
+}
+
+/// A viewer asks its node to stop or resume forwarding video.
+pub(crate) fn set_video(location: &str, enabled: bool) -> u16 {
+    agent(REQUEST_TIMEOUT)
+        .post(&format!("{location}/video"))
+        .header("Content-Type", "application/json")
+        .send(format!("{{\"enabled\":{enabled}}}").as_str())
+        .map_or(0, |r| r.status().as_u16())
+}
+
+/// Whether the node serving `location` answers its health check.
+pub(crate) fn probe(location: &str) -> bool {
+    agent(PROBE_TIMEOUT)
+        .get(&format!("{}/healthz", origin(location)))
+        .call()
+        .is_ok_and(|r| r.status().is_success())
+}
+
+/// Reads the session's server-sent events until the stream ends; each event becomes a machine
+/// input for `deliver`, which returns false to stop reading (a newer subscription took over).
+/// Returns when the stream ended or failed.
+pub(crate) fn follow_events(location: &str, mut deliver: impl FnMut(Input) -> bool) {
+    let Ok(resp) = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent()
+        .get(&format!("{location}/events"))
+        .header("Accept", "text/event-stream")
+        .call()
+    else {
+        return;
+    };
+    if !resp.status().is_success() {
+        return;
+    }
+    let reader = std::io::BufReader::new(resp.into_body().into_reader());
+    let mut name = String::new();
+    let mut data = String::new();
+    for line in reader.lines() {
+        let Ok(line) = line else { return };
+        if line.is_empty() {
+            if let Some(input) = event_input(&name, &data)
+                && !deliver(input)
+            {
+                return;
+            }
+            name.clear();
+            data.clear();
+        } else if let Some(v) = line.strip_prefix("event:") {
+            name = v.trim().to_owned();
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push_str(v.trim_start());
+        }
+    }
+}
+
+/// The machine input of one server-sent event (`None` for anything else).
+pub(crate) fn event_input(name: &str, data: &str) -> Option<Input> {
+    let v: serde_json::Value = serde_json::from_str(data).ok()?;
+    match name {
+        "migrate" => serde_json::from_value::<MigrateEvent>(v)
+            .ok()
+            .map(Input::Migrate),
+        "ticket" => Some(Input::Ticket {
+            ticket: v["ticket"].as_str()?.to_owned(),
+        }),
+        "end" => Some(Input::Ended {
+            reason: v["reason"].as_str().unwrap_or("ended").to_owned(),
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_resolve_against_where_the_request_went() {
+        let at = "http://127.0.0.1:8081/whip/cam";
+        assert_eq!(
+            resolve(at, "/whip/cam/s1"),
+            "http://127.0.0.1:8081/whip/cam/s1"
+        );
+        assert_eq!(resolve(at, "cam/s1"), "http://127.0.0.1:8081/whip/cam/s1");
+        assert_eq!(resolve(at, "http://10.0.0.1:80/x"), "http://10.0.0.1:80/x");
+        assert_eq!(
+            origin("http://127.0.0.1:8081/whip/cam/s1"),
+            "http://127.0.0.1:8081"
+        );
+        assert_eq!(origin("http://h:1"), "http://h:1");
+    }
+
+    #[test]
+    fn events_become_inputs() {
+        let m = event_input(
+            "migrate",
+            r#"{"mode":"ice-restart","from":"node-a","target":"node-b","location":"http://b/whep/cam/s1","epoch":2}"#,
+        );
+        assert!(
+            matches!(m, Some(Input::Migrate(MigrateEvent { ref target, .. })) if target == "node-b")
+        );
+        assert_eq!(
+            event_input("ticket", r#"{"ticket":"t","expires":1}"#),
+            Some(Input::Ticket { ticket: "t".into() })
+        );
+        assert_eq!(
+            event_input("end", r#"{"reason":"deleted"}"#),
+            Some(Input::Ended {
+                reason: "deleted".into()
+            })
+        );
+        assert_eq!(event_input("migrate", "{}"), None);
+        assert_eq!(event_input("other", "{}"), None);
+        assert_eq!(event_input("ticket", "not json"), None);
+    }
+}

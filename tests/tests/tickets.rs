@@ -1,0 +1,217 @@
+//! Session tickets and idempotency keys over HTTP against a real `ferry dev` (docs/sdk.md):
+//! every 201 carries the session's id, node and a ticket; a ticket resumes its session once —
+//! a replay is refused on every node of the cluster — and forged, expired, malformed tickets and
+//! tickets for another resource each get their own status; a retried POST with the same
+//! `Idempotency-Key` gets the same session back, through the gateway too; the session's events
+//! start with a fresh ticket.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use ferry_proto::api::{SessionKind, TicketClaims};
+use ferry_tests::cluster::{start_dev, wait_registered};
+use ferry_tests::{Response, http};
+
+const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
+const SDP: (&str, &str) = ("Content-Type", "application/sdp");
+
+/// POST `url`, following one 307 (what browsers' `fetch` does).
+fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Result<(Response, String)> {
+    let mut all = vec![SDP];
+    all.extend_from_slice(headers);
+    let r = http(url, "POST", &all, body.as_bytes())?;
+    if r.status != 307 {
+        return Ok((r, url.to_owned()));
+    }
+    let to = r
+        .header("location")
+        .context("307 without Location")?
+        .to_owned();
+    Ok((http(&to, "POST", &all, body.as_bytes())?, to))
+}
+
+fn refused(r: &Response, status: u16, code: &str) -> Result<()> {
+    ensure!(
+        r.status == status && r.header("ferry-error") == Some(code),
+        "expected {status} {code}, got {} {:?}: {}",
+        r.status,
+        r.header("ferry-error"),
+        r.body
+    );
+    Ok(())
+}
+
+fn header(r: &Response, name: &str) -> Result<String> {
+    Ok(r.header(name)
+        .with_context(|| format!("no {name} in {:?}", r.headers))?
+        .to_owned())
+}
+
+/// The first `event: {name}` of a session's server-sent events, with its data.
+fn first_event(location: &str, name: &str) -> Result<String> {
+    let rest = location.strip_prefix("http://").context("http URL")?;
+    let (host, path) = rest.split_at(rest.find('/').context("path")?);
+    let mut s = std::net::TcpStream::connect(host)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET {path}/events HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let n = s.read(&mut buf)?;
+        ensure!(n > 0, "events closed: {text}");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        if let Some(i) = text.find(&format!("event: {name}\n")) {
+            let after = &text[i..];
+            if let Some(data) = after.lines().find_map(|l| l.strip_prefix("data: ")) {
+                return Ok(data.to_owned());
+            }
+        }
+    }
+    anyhow::bail!("no {name} event in {text}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_resume_once_and_every_refusal_is_specific() -> Result<()> {
+    let dev = start_dev(true)?;
+    wait_registered(&dev.gateway, 2).await?;
+    let gw = |p: &str| format!("{}{p}", dev.gateway);
+
+    // Idempotency through the gateway: the retry is the same session.
+    let key = ("Idempotency-Key", "test-key-1");
+    let (first, at) = post(&gw("/whip/tk"), &[key], OFFER)?;
+    ensure!(first.status == 201, "{} {}", first.status, first.body);
+    let location = header(&first, "location")?;
+    ensure!(
+        location.starts_with("http://"),
+        "absolute Location: {location}"
+    );
+    let session = header(&first, "ferry-session")?;
+    ensure!(
+        location.ends_with(&format!("/whip/tk/{session}")),
+        "{location}"
+    );
+    let node = header(&first, "ferry-node")?;
+    ensure!(node == "node-a" || node == "node-b", "{node}");
+    let t1 = header(&first, "ferry-ticket")?;
+    let expires: u64 = header(&first, "ferry-ticket-expires")?.parse()?;
+    let (again, again_at) = post(&gw("/whip/tk"), &[key], OFFER)?;
+    ensure!(
+        again.status == 201 && again_at == at,
+        "{} at {again_at}",
+        again.status
+    );
+    for h in ["location", "etag", "ferry-session", "ferry-ticket"] {
+        ensure!(
+            again.header(h) == first.header(h),
+            "{h} differs on the retry"
+        );
+    }
+    ensure!(again.body == first.body, "the same answer");
+    let other_offer = OFFER.replace("o=-", "o=other");
+    let (r, _) = post(&gw("/whip/tk"), &[key], &other_offer)?;
+    refused(&r, 422, "idempotency-mismatch")?;
+    let (r, _) = post(&at, &[("Idempotency-Key", "has space")], OFFER)?;
+    ensure!(r.status == 400, "bad key: {} {}", r.status, r.body);
+
+    // The session's events begin with a ticket.
+    let data: serde_json::Value = serde_json::from_str(&first_event(&location, "ticket")?)?;
+    ensure!(
+        data["ticket"].as_str().is_some_and(|t| !t.is_empty()),
+        "{data}"
+    );
+    ensure!(
+        data["expires"].as_u64().is_some_and(|e| e >= expires),
+        "{data}"
+    );
+
+    // Resume with the ticket, through the gateway: it goes to the node holding the session.
+    let (resumed, resumed_at) = post(&gw("/whip/tk"), &[("Ferry-Ticket", &t1)], OFFER)?;
+    ensure!(resumed.status == 201, "{} {}", resumed.status, resumed.body);
+    ensure!(
+        resumed_at == at,
+        "routed to the session's node: {resumed_at}"
+    );
+    ensure!(
+        header(&resumed, "ferry-session")? == session,
+        "same session id"
+    );
+    let t2 = header(&resumed, "ferry-ticket")?;
+    ensure!(t2 != t1, "a new ticket");
+
+    // Replayed: here, and on the other node (the scheduler records uses cluster-wide).
+    let (r, _) = post(&at, &[("Ferry-Ticket", &t1)], OFFER)?;
+    refused(&r, 409, "ticket-replayed")?;
+    let other = if node == "node-a" {
+        &dev.node_b
+    } else {
+        &dev.node_a
+    };
+    let r = http(
+        &format!("{other}/whip/tk"),
+        "POST",
+        &[SDP, ("Ferry-Ticket", &t1)],
+        OFFER.as_bytes(),
+    )?;
+    refused(&r, 409, "ticket-replayed")?;
+
+    // For another stream, for the other kind.
+    let (r, _) = post(&gw("/whip/other"), &[("Ferry-Ticket", &t2)], OFFER)?;
+    refused(&r, 403, "ticket-mismatch")?;
+    let r = http(
+        &at.replace("/whip/", "/whep/"),
+        "POST",
+        &[SDP, ("Ferry-Ticket", &t2)],
+        OFFER.as_bytes(),
+    )?;
+    refused(&r, 403, "ticket-mismatch")?;
+
+    // Forged: one character of the signature changed.
+    let mut forged = t2.clone().into_bytes();
+    let last = forged.len() - 3;
+    forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged)?;
+    let (r, _) = post(&at, &[("Ferry-Ticket", &forged)], OFFER)?;
+    refused(&r, 403, "ticket-forged")?;
+    let (r, _) = post(&at, &[("Ferry-Ticket", "not a ticket")], OFFER)?;
+    refused(&r, 400, "ticket-malformed")?;
+
+    // Expired: genuinely signed with the cluster's key, an hour old.
+    let secrets = ferry_sfu::cluster::ClusterSecrets::load_or_create(&dev.state.join("cluster"))?;
+    let claims = TicketClaims {
+        sid: ferry_proto::SessionId::new(session.as_str())?,
+        stream: ferry_proto::StreamId::new("tk")?,
+        kind: SessionKind::Publish,
+        node: ferry_proto::NodeId::new(node.as_str())?,
+        r#gen: 5,
+        exp: expires - 3600,
+    };
+    let expired = ferry_sfu::node::sign_ticket(&secrets.cluster_key(), &claims);
+    let (r, _) = post(&at, &[("Ferry-Ticket", &expired)], OFFER)?;
+    refused(&r, 410, "ticket-expired")?;
+    // The same claims, current: accepted (the signature is what made it genuine).
+    let current = TicketClaims {
+        exp: expires,
+        ..claims
+    };
+    let fresh = ferry_sfu::node::sign_ticket(&secrets.cluster_key(), &current);
+    let (r, _) = post(&at, &[("Ferry-Ticket", &fresh)], OFFER)?;
+    ensure!(
+        r.status == 201,
+        "a genuine current ticket: {} {}",
+        r.status,
+        r.body
+    );
+
+    // Counted.
+    let m = http(&gw("/metrics"), "GET", &[], b"")?.body;
+    ensure!(
+        m.lines().any(|l| l.starts_with("ferry_scheduler_tickets_replayed_total ") && !l.ends_with(" 0")),
+        "scheduler metrics: {m}"
+    );
+    Ok(())
+}
