@@ -3,16 +3,50 @@
 // With `server=URL&run=1` it also drives the page like a user: sets the server, clicks Publish,
 // then Play, and reports what the Play panel shows.
 // Report (besides id, seq, t, commands, errors):
-//   title, headings (the h2 texts), controls (ids of the expected controls that exist and are
-//   visible), server (the WHIP/WHEP base URL field), codecs (the codec options as shown),
-//   status: { publish, play } (the panels' status lines), shown: { framesDecoded, freezeCount,
-//   packetsLost, resolution } (the Play panel's stats), video: { width, frames } (the <video>)
+//   title, headings (the h2 texts of the Publish and Play panels), panels (every h2 text),
+//   controls (ids of the expected controls that exist and are visible), server (the WHIP/WHEP base
+//   URL field), codecs (the codec options as shown), status: { publish, play, cluster } (the
+//   panels' status lines), shown: { framesDecoded, freezeCount, packetsLost, resolution } (the
+//   Play panel's stats), video: { width, frames } (the <video>),
+//   publisher, viewer: { id, node, state } of the page's SDK sessions, or null,
+//   markers (`ferryDemo.markers`: { event, mode, from, to, blackoutMs, firstFrameMs?, t }),
+//   moves (`ferryDemo.moves`: the cluster panel's moves and their outcome),
+//   sessions (the cluster panel's session rows: { id, node, mode (selected), modes (offered),
+//   targets (the enabled "move to" buttons' nodes), outcome }),
+//   clicked (what the last `move-viewer-*` command clicked: { session, mode, target, label }),
+//   log (the page's last 30 log lines),
+//   plot (after a `snapshot` command: { t, png }, the plot as a PNG data URL; null before).
+// Commands: `move-viewer-edge`, `move-viewer-ice-restart`, `move-viewer-reconnect` (in the
+// cluster panel's row of the viewer's session: pick the mode, click the first "move to" button;
+// an error when there is no such row or button), `snapshot` (take the plot's PNG).
 import { params, startReporting } from './report.js';
 
 const CONTROLS = ['server', 'stream', 'codec', 'publish', 'publish-stop', 'play', 'play-stop', 'local', 'remote'];
 
 const visible = (el) => el.getClientRects().length > 0;
 const text = (sel) => document.querySelector(sel)?.textContent.trim() ?? null;
+const session = (s) => (s ? { id: s.id, node: s.node, state: s.state } : null);
+
+let clicked = null;
+let plot = null;
+
+/** Picks `mode` in the viewer session's row of the cluster panel and clicks its move button. */
+const moveViewer = (mode) => async () => {
+  const viewer = window.ferryDemo?.viewer;
+  if (!viewer?.id) throw new Error('the page has no viewer session');
+  const row = document.querySelector(`#sessions tr[data-session="${CSS.escape(viewer.id)}"]`);
+  if (!row) throw new Error(`the cluster panel lists no session ${viewer.id}`);
+  const select = row.querySelector('select[data-role="mode"]');
+  if (![...(select?.options ?? [])].some((o) => o.value === mode)) {
+    throw new Error(`the row of ${viewer.id} offers no mode ${mode}`);
+  }
+  select.value = mode;
+  select.dispatchEvent(new Event('change', { bubbles: true }));
+  const button = row.querySelector('button[data-target]:not(:disabled)');
+  if (!button) throw new Error(`the row of ${viewer.id} has no enabled "move to" button`);
+  clicked = { session: viewer.id, mode, target: button.dataset.target, label: button.textContent.trim() };
+  button.click();
+};
 
 addEventListener('load', () => {
   if (params.get('server')) document.getElementById('server').value = params.get('server');
@@ -21,22 +55,50 @@ addEventListener('load', () => {
     document.getElementById('publish').click();
     setTimeout(() => document.getElementById('play').click(), 2000);
   }
-  startReporting(async () => {
-    const remote = document.getElementById('remote');
-    return {
-      title: document.title,
-      headings: [...document.querySelectorAll('h2')].map((h) => h.textContent.trim()),
-      controls: CONTROLS.filter((id) => {
-        const el = document.getElementById(id);
-        return el && visible(el);
-      }),
-      server: document.getElementById('server')?.value ?? null,
-      codecs: [...document.querySelectorAll('#codec option')].map((o) => o.textContent.trim()),
-      status: { publish: text('#publish-status'), play: text('#play-status') },
-      shown: Object.fromEntries(
-        ['framesDecoded', 'freezeCount', 'packetsLost', 'resolution'].map((k) => [k, text(`[data-stat="${k}"]`)]),
-      ),
-      video: { width: remote.videoWidth, frames: remote.getVideoPlaybackQuality?.().totalVideoFrames ?? 0 },
-    };
-  });
+  startReporting(
+    async () => {
+      const remote = document.getElementById('remote');
+      const demo = window.ferryDemo;
+      return {
+        title: document.title,
+        headings: [...document.querySelectorAll('#publish-panel h2, #play-panel h2')].map((h) => h.textContent.trim()),
+        panels: [...document.querySelectorAll('h2')].map((h) => h.textContent.trim()),
+        controls: CONTROLS.filter((id) => {
+          const el = document.getElementById(id);
+          return el && visible(el);
+        }),
+        server: document.getElementById('server')?.value ?? null,
+        codecs: [...document.querySelectorAll('#codec option')].map((o) => o.textContent.trim()),
+        status: { publish: text('#publish-status'), play: text('#play-status'), cluster: text('#cluster-status') },
+        shown: Object.fromEntries(
+          ['framesDecoded', 'freezeCount', 'packetsLost', 'resolution'].map((k) => [k, text(`[data-stat="${k}"]`)]),
+        ),
+        video: { width: remote.videoWidth, frames: remote.getVideoPlaybackQuality?.().totalVideoFrames ?? 0 },
+        publisher: session(demo?.publisher),
+        viewer: session(demo?.viewer),
+        markers: demo?.markers ?? [],
+        moves: demo?.moves ?? [],
+        sessions: [...document.querySelectorAll('#sessions tr[data-session]')].map((row) => ({
+          id: row.dataset.session,
+          node: row.dataset.node ?? null,
+          mode: row.querySelector('select[data-role="mode"]')?.value ?? null,
+          modes: [...row.querySelectorAll('select[data-role="mode"] option')].map((o) => o.value),
+          targets: [...row.querySelectorAll('button[data-target]:not(:disabled)')].map((b) => b.dataset.target),
+          outcome: row.cells[6]?.textContent.trim() ?? null,
+        })),
+        clicked,
+        log: demo?.log.slice(-30) ?? [],
+        plot,
+      };
+    },
+    {
+      'move-viewer-edge': moveViewer('edge'),
+      'move-viewer-ice-restart': moveViewer('ice-restart'),
+      'move-viewer-reconnect': moveViewer('reconnect'),
+      snapshot: async () => {
+        if (typeof window.ferryDemo?.plotPng !== 'function') throw new Error('the page has no ferryDemo.plotPng');
+        plot = { t: Math.round(performance.now()), png: window.ferryDemo.plotPng() };
+      },
+    },
+  );
 });

@@ -1,44 +1,62 @@
 //! `ferry dev` end to end: the scheduler on the gateway port with node-a and
-//! node-b reporting to it; the demo page, driven in headless Chromium like a
-//! user would (Publish, then Play), publishes the fake camera through the
-//! scheduler's 307 to the placed node and plays it back from the same node —
-//! cross-origin, so CORS on the scheduler and the nodes is exercised.
+//! node-b reporting to it and the edge in front of them; the demo page,
+//! driven in headless Chromium like a user would, publishes the fake camera
+//! through the browser SDK (the scheduler's 307 to the placed node) and plays
+//! it back from the same node — cross-origin, so CORS on the scheduler and the
+//! nodes is exercised. Then it moves the viewer with the cluster panel's
+//! "move to" button: the session lands on the other node, the SDK's
+//! `migrated` event puts a marker on the live plot, and the plot comes back as
+//! a PNG (`target/demo-plot.png`). Once with the edge (`edge` mode: nothing
+//! for the client to do), once with `--no-edge` (`ice-restart` mode: the SDK
+//! restarts ICE towards the target, `target/demo-plot-ice-restart.png`).
 
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use anyhow::{Result, ensure};
-use ferry_tests::{Browser, Collector, FerryProcess, http, num};
+use anyhow::{Context, Result, bail, ensure};
+use ferry_tests::cluster::{start_dev, wait_registered, wait_session_on};
+use ferry_tests::{Browser, Collector, http, num};
+use serde_json::Value;
+
+/// One scenario at a time: each runs a cluster and a Chromium, and two at once on two cores
+/// would measure the machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn demo_page_publishes_and_plays_through_the_dev_gateway() -> Result<()> {
-    let dev = FerryProcess::spawn(&[
-        "dev",
-        "--gateway",
-        "127.0.0.1:0",
-        "--node-a",
-        "127.0.0.1:0",
-        "--node-b",
-        "127.0.0.1:0",
-    ])?;
-    let gateway = dev.after("gateway")?;
-    // Both nodes register with the scheduler.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let nodes = http(&format!("{gateway}/v1/nodes"), "GET", &[], b"")?;
-        if nodes.body.matches("\"state\":\"active\"").count() == 2 {
-            break;
-        }
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "nodes did not register: {}",
-            nodes.body
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+async fn demo_page_publishes_plays_and_moves_the_viewer_through_the_edge() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    run(true, "demo-plot.png").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_page_moves_the_viewer_with_an_ice_restart_without_the_edge() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    run(false, "demo-plot-ice-restart.png").await
+}
+
+/// `ferry dev` (with its edge or not), the demo page publishing and playing, then the viewer
+/// moved from the cluster panel (`edge` mode with the edge, else `ice-restart`); the plot is
+/// saved as `png` in the target directory.
+async fn run(edge: bool, png_name: &str) -> Result<()> {
+    let started = Instant::now();
+    let dev = start_dev(edge)?;
+    let gateway = dev.gateway.clone();
+    wait_registered(&gateway, 2).await?;
+    // The scheduler serves the page at `/` with the API token in place of its slot (the
+    // cluster panel's moves and drains need it). An older page means an older binary.
     let r = http(&format!("{gateway}/"), "GET", &[], b"")?;
     ensure!(
-        r.status == 200 && r.body.contains("<title>"),
-        "demo page served"
+        r.status == 200 && r.body.contains("<title>Ferry dev</title>"),
+        "demo page served: {}",
+        r.status
+    );
+    ensure!(
+        r.body.contains(&format!(
+            "<meta name=\"ferry-token\" content=\"{}\">",
+            dev.token
+        )) && !r.body.contains("<!--ferry-dev-token-->"),
+        "the page at / carries the API token (is {} built from this tree?)",
+        ferry_tests::ferry_bin()?.display()
     );
     let r = http(
         &format!("{gateway}/whip/x"),
@@ -49,44 +67,288 @@ async fn demo_page_publishes_and_plays_through_the_dev_gateway() -> Result<()> {
     ensure!(r.status == 307, "gateway redirects WHIP: {}", r.status);
 
     let collector = Collector::start()?;
-    let page = format!("{}&server={}&run=1", collector.demo_url("demo"), gateway);
+    let page = format!(
+        "{}&server={gateway}&run=1&token={}",
+        collector.demo_url("demo"),
+        dev.token
+    );
     let _browser = Browser::open(&page)?;
     let reports = collector
         .wait_until(Duration::from_secs(45), |r| {
-            r.get("demo").is_some_and(|d| {
-                num(d, "/video/frames") > 60.0
-                    || d["errors"].as_array().is_some_and(|e| !e.is_empty())
-            })
+            r.get("demo")
+                .is_some_and(|d| num(d, "/video/frames") > 60.0 || has_errors(d))
         })
         .await?;
     let d = &reports["demo"];
-    eprintln!("demo report: {d}");
-    ensure!(
-        d["errors"].as_array().is_some_and(|e| e.is_empty()),
-        "page errors: {}",
-        d["errors"]
-    );
+    eprintln!("demo report: {}", brief(d));
+    ensure!(!has_errors(d), "page errors: {}", d["errors"]);
     ensure!(num(d, "/video/width") > 0.0, "the Play panel shows video");
     ensure!(
         d["shown"]["freezeCount"] == "0",
         "no freezes shown: {}",
         d["shown"]
     );
+    let viewer = d["viewer"]["id"]
+        .as_str()
+        .context("the page reports its viewer session")?
+        .to_owned();
+    let publisher = d["publisher"]["id"]
+        .as_str()
+        .context("the page reports its publisher session")?
+        .to_owned();
+    let playing_at = started.elapsed();
+
     // The scheduler lists both sessions (reported by heartbeat) on one node.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let sessions = http(&format!("{gateway}/v1/sessions"), "GET", &[], b"")?;
-        let on_a = sessions.body.matches("\"node\":\"node-a\"").count();
-        let on_b = sessions.body.matches("\"node\":\"node-b\"").count();
-        if (on_a, on_b) == (2, 0) || (on_a, on_b) == (0, 2) {
-            break;
+    let source = {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let sessions = sessions(&gateway)?;
+            let node = |id: &str| {
+                sessions
+                    .iter()
+                    .find(|s| s["id"] == id)
+                    .and_then(|s| s["node"].as_str())
+                    .map(str::to_owned)
+            };
+            if let (Some(p), Some(v)) = (node(&publisher), node(&viewer))
+                && p == v
+            {
+                break v;
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "publisher {publisher} and viewer {viewer} on one node: {sessions:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "sessions: {}",
-            sessions.body
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    };
+    let target = if source == "node-a" {
+        "node-b"
+    } else {
+        "node-a"
+    };
+    let mode = if edge { "edge" } else { "ice-restart" };
+
+    // The cluster panel lists the viewer with a "move to" button for the other node and picks
+    // the mode by itself: `edge` when the nodes share the edge's address.
+    let reports = collector
+        .wait_until(Duration::from_secs(10), |r| {
+            r.get("demo").is_some_and(|d| {
+                has_errors(d)
+                    || row(d, &viewer).is_some_and(|s| {
+                        s["node"] == source.as_str() && s["targets"] == serde_json::json!([target])
+                    })
+            })
+        })
+        .await?;
+    let d = &reports["demo"];
+    ensure!(!has_errors(d), "page errors: {}", d["errors"]);
+    let shown = row(d, &viewer).context("the viewer's row")?;
+    ensure!(
+        shown["modes"] == serde_json::json!(["edge", "ice-restart", "reconnect"]),
+        "modes offered: {}",
+        shown["modes"]
+    );
+    ensure!(
+        shown["mode"] == mode,
+        "the page picks {mode} for this cluster: {}",
+        shown["mode"]
+    );
+
+    // Some playback on the plot before the move, and (below) some after it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let clicked_at = Instant::now();
+    collector.command("demo", &format!("move-viewer-{mode}"));
+    wait_session_on(&gateway, &viewer, target).await?;
+    let moved_in = clicked_at.elapsed();
+    let reports = collector
+        .wait_until(Duration::from_secs(15), |r| {
+            r.get("demo").is_some_and(|d| {
+                has_errors(d)
+                    || (!markers(d).is_empty()
+                        && d["moves"]
+                            .as_array()
+                            .and_then(|m| m.last())
+                            .is_some_and(|m| is_final(&m["state"])))
+            })
+        })
+        .await?;
+    let marked_in = clicked_at.elapsed();
+    let d = &reports["demo"];
+    ensure!(!has_errors(d), "page errors: {}", d["errors"]);
+    eprintln!("clicked: {}", d["clicked"]);
+    ensure!(
+        d["clicked"]["target"] == target && d["clicked"]["mode"] == mode,
+        "clicked {}",
+        d["clicked"]
+    );
+    let moves = d["moves"].as_array().context("moves")?;
+    ensure!(moves.len() == 1, "one move: {}", d["moves"]);
+    let m = &moves[0];
+    eprintln!("move: {m}");
+    ensure!(
+        m["session"] == viewer.as_str()
+            && m["target"] == target
+            && m["mode"] == mode
+            && m["state"] == "committed",
+        "the move is shown committed: {m}"
+    );
+    let marker = markers(d).first().cloned().context("a marker")?;
+    eprintln!("marker: {marker}");
+    ensure!(
+        marker["event"] == "migrated" && marker["mode"] == mode && marker["to"] == target,
+        "a migrated marker of the move: {marker}"
+    );
+    let blackout = marker["blackoutMs"]
+        .as_f64()
+        .with_context(|| format!("the marker's blackout is a number: {marker}"))?;
+    ensure!(
+        blackout.is_finite() && blackout >= 0.0,
+        "blackout {blackout}"
+    );
+    ensure!(
+        d["viewer"]["node"] == target,
+        "the SDK's viewer session is on {target}: {}",
+        d["viewer"]
+    );
+
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    collector.command("demo", "snapshot");
+    let reports = collector
+        .wait_until(Duration::from_secs(10), |r| {
+            r.get("demo")
+                .is_some_and(|d| has_errors(d) || d["plot"]["png"].is_string())
+        })
+        .await?;
+    let d = &reports["demo"];
+    ensure!(!has_errors(d), "page errors: {}", d["errors"]);
+    let url = d["plot"]["png"].as_str().context("the plot")?;
+    let png = base64_decode(
+        url.strip_prefix("data:image/png;base64,")
+            .with_context(|| format!("a PNG data URL: {:.60}", url))?,
+    )?;
+    let path = target_dir()?.join(png_name);
+    std::fs::write(&path, &png).with_context(|| format!("writing {}", path.display()))?;
+    let (width, height) = png_size(&png)?;
+    eprintln!(
+        "plot: {} ({width}x{height}, {} bytes)",
+        path.display(),
+        png.len()
+    );
+    ensure!(
+        width >= 900 && height >= 300,
+        "the plot is {width}x{height}"
+    );
+    ensure!(
+        png.len() > 5 * 1024,
+        "the plot has content: {} bytes",
+        png.len()
+    );
+    let markers_now = markers(d).len();
+    ensure!(markers_now == 1, "one marker: {}", d["markers"]);
+    eprintln!(
+        "timings: playing after {playing_at:?}; move clicked → session on {target} in \
+         {moved_in:?}, → marker in {marked_in:?}; {mode} blackout {blackout} ms \
+         (first frame {} ms; the node measured {} ms)",
+        marker["firstFrameMs"], m["blackout_ms"]
+    );
     Ok(())
+}
+
+fn has_errors(d: &Value) -> bool {
+    d["errors"].as_array().is_some_and(|e| !e.is_empty())
+}
+
+fn markers(d: &Value) -> Vec<Value> {
+    d["markers"].as_array().cloned().unwrap_or_default()
+}
+
+fn is_final(state: &Value) -> bool {
+    matches!(
+        state.as_str(),
+        Some("committed" | "rolled_back" | "failed" | "refused")
+    )
+}
+
+/// The cluster panel's row of session `id`.
+fn row<'a>(d: &'a Value, id: &str) -> Option<&'a Value> {
+    d["sessions"].as_array()?.iter().find(|s| s["id"] == id)
+}
+
+/// `GET /v1/sessions`.
+fn sessions(gateway: &str) -> Result<Vec<Value>> {
+    let r = http(&format!("{gateway}/v1/sessions"), "GET", &[], b"")?;
+    ensure!(r.status == 200, "GET /v1/sessions: {} {}", r.status, r.body);
+    Ok(serde_json::from_str(&r.body)?)
+}
+
+/// A report without its bulky parts.
+fn brief(d: &Value) -> Value {
+    let mut d = d.clone();
+    if let Some(o) = d.as_object_mut() {
+        o.remove("log");
+        o.remove("plot");
+    }
+    d
+}
+
+/// The target directory: `$CARGO_TARGET_DIR`, else the one this test binary
+/// was built in (`target/<profile>/deps/<test>`).
+fn target_dir() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from)
+        && dir.is_absolute()
+    {
+        return Ok(dir);
+    }
+    let exe = std::env::current_exe().context("current_exe")?;
+    exe.ancestors()
+        .nth(3)
+        .map(PathBuf::from)
+        .context("locating the target directory")
+}
+
+/// Width and height from a PNG's signature and IHDR chunk.
+fn png_size(png: &[u8]) -> Result<(u32, u32)> {
+    const SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+    ensure!(
+        png.starts_with(SIGNATURE),
+        "not a PNG: {:02x?}",
+        &png[..png.len().min(8)]
+    );
+    let ihdr = png.get(8..24).context("a PNG without IHDR")?;
+    ensure!(&ihdr[4..8] == b"IHDR", "the first chunk is not IHDR");
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    Ok((be(&ihdr[8..12]), be(&ihdr[12..16])))
+}
+
+/// Standard base64 (padding optional).
+fn base64_decode(s: &str) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len() / 4 * 3);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.bytes().take_while(|&c| c != b'=') {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => bail!("not base64: {:?}", char::from(c)),
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(u8::try_from((acc >> bits) & 0xff)?);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Ok(out)
+}
+
+#[test]
+fn base64_decodes_what_the_browser_encodes() {
+    assert_eq!(base64_decode("iVBORw0KGgo=").unwrap(), b"\x89PNG\r\n\x1a\n");
+    assert_eq!(base64_decode("TWFu").unwrap(), b"Man");
+    assert_eq!(base64_decode("TWE=").unwrap(), b"Ma");
+    assert!(base64_decode("TW!=").is_err());
 }
