@@ -210,7 +210,7 @@ impl Cluster {
     }
 
     /// Sessions the scheduler sees on `node`.
-    async fn sessions_on(&self, node: &str) -> Result<Vec<String>> {
+    pub(crate) async fn sessions_on(&self, node: &str) -> Result<Vec<String>> {
         let url = format!("{}/v1/sessions", self.gateway);
         let list = tokio::task::spawn_blocking(move || get_json(&url)).await??;
         Ok(list

@@ -86,6 +86,11 @@ async fn pair(
     )
     .await?;
     // The viewer's node relays the stream in once the routing table names its origin.
+    let origin = ["node-a", "node-b"][pub_node];
+    wait_for(Duration::from_secs(10), || async {
+        Ok(!c.sessions_on(origin).await?.is_empty())
+    })
+    .await?;
     let viewer = loop {
         match bench_peer::start(
             &c.gateway,

@@ -673,16 +673,24 @@ impl Driver {
                 }
             }
             Command::Emit(e) => {
-                match &e {
-                    Event::Migrated { .. } => self.migrations += 1,
-                    Event::Reconnected { .. } => self.reconnects += 1,
-                    Event::State { state, .. } => {
-                        let _ = self.s.state.send(*state);
+                let state = match &e {
+                    Event::Migrated { .. } => {
+                        self.migrations += 1;
+                        None
                     }
-                    _ => {}
-                }
+                    Event::Reconnected { .. } => {
+                        self.reconnects += 1;
+                        None
+                    }
+                    Event::State { state, .. } => Some(*state),
+                    _ => None,
+                };
                 self.sync_shared();
+                // The event first: whoever waits for the state finds its reason queued.
                 let _ = self.s.events.send(e);
+                if let Some(state) = state {
+                    let _ = self.s.state.send(state);
+                }
             }
         }
     }
