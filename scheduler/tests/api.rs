@@ -76,8 +76,22 @@ impl Reply {
 }
 
 async fn call(method: &str, url: String, token: Option<&str>, body: Option<String>) -> Reply {
+    call_with(method, url, token, body, &[]).await
+}
+
+async fn call_with(
+    method: &str,
+    url: String,
+    token: Option<&str>,
+    body: Option<String>,
+    headers: &[(&str, &str)],
+) -> Reply {
     let method = method.to_owned();
     let token = token.map(str::to_owned);
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
     tokio::task::spawn_blocking(move || {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -91,6 +105,9 @@ async fn call(method: &str, url: String, token: Option<&str>, body: Option<Strin
             req = req.header("Authorization", format!("Bearer {t}"));
         }
         req = req.header("Content-Type", "application/json");
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
         let req = req.body(body.unwrap_or_default()).unwrap();
         let mut resp = agent.run(req).unwrap();
         let header = |n: &str| {
@@ -646,4 +663,155 @@ async fn openapi_document_lists_every_route() {
         doc["components"]["securitySchemes"]["bearer"]["scheme"],
         "bearer"
     );
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A ticket the scheduler can route by (it never checks signatures: nodes do).
+fn ticket_for(session: &str, stream: &str, kind: SessionKind) -> String {
+    use base64::Engine;
+    let claims = ferry_proto::api::TicketClaims {
+        sid: SessionId::new(session).unwrap(),
+        stream: StreamId::new(stream).unwrap(),
+        kind,
+        node: NodeId::new("n1").unwrap(),
+        r#gen: 0,
+        exp: unix_now() + 100,
+    };
+    let mut raw = ferry_proto::api::TICKET_PREFIX.to_vec();
+    raw.extend(serde_json::to_vec(&claims).unwrap());
+    raw.extend([0u8; 16]);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+#[tokio::test]
+async fn tickets_are_used_once_and_clients_steer_their_redirects() {
+    let api = start(Box::new(MemoryStore::default()), Arc::new(NoMigrator)).await;
+    let url = |p: &str| format!("{}{p}", api.base);
+    // Nothing listens on these nodes' HTTP ports: a probe of either fails.
+    beat(&api, "n1", &hb(9301, "z1", vec![])).await;
+    beat(
+        &api,
+        "n2",
+        &hb(9302, "z1", vec![session("s9", "cam2", SessionKind::View)]),
+    )
+    .await;
+    let consume = |g: u32, exp: u64, token: Option<&'static str>| {
+        let body = json!({ "session": "s1", "generation": g, "expires": exp }).to_string();
+        call("POST", url("/v1/tickets/consume"), token, Some(body))
+    };
+    let soon = unix_now() + 100;
+    assert_eq!(consume(0, soon, None).await.status, 401);
+    assert_eq!(consume(0, soon, Some(TOKEN)).await.status, 200, "first use");
+    assert_eq!(consume(0, soon, Some(TOKEN)).await.status, 409, "replay");
+    assert_eq!(
+        consume(1, soon, Some(TOKEN)).await.status,
+        200,
+        "the next generation"
+    );
+    assert_eq!(
+        consume(0, soon, Some(TOKEN)).await.status,
+        409,
+        "an older one"
+    );
+    assert_eq!(
+        consume(7, 5, Some(TOKEN)).await.status,
+        200,
+        "expired: nothing to keep"
+    );
+    assert_eq!(consume(8, u64::MAX, Some(TOKEN)).await.status, 400);
+    let m = call("GET", url("/metrics"), None, None).await.body;
+    assert!(
+        m.contains("ferry_scheduler_tickets_replayed_total 2"),
+        "{m}"
+    );
+    assert!(
+        m.contains("ferry_scheduler_tickets_consumed_total 2"),
+        "{m}"
+    );
+
+    // A retried request (same Idempotency-Key) goes where the first one went.
+    let keyed = [("Idempotency-Key", "k-7")];
+    let first = call_with("POST", url("/whip/x7"), None, Some("v=0".into()), &keyed).await;
+    assert_eq!(first.status, 307);
+    pin(&api, "n1", 0.01).await;
+    pin(&api, "n2", 1.0).await;
+    for _ in 0..3 {
+        let again = call_with("POST", url("/whip/x7"), None, Some("v=0".into()), &keyed).await;
+        assert_eq!(again.location, first.location);
+    }
+
+    // A resumed session goes to the node holding it.
+    let t = ticket_for("s9", "cam2", SessionKind::View);
+    let r = call_with(
+        "POST",
+        url("/whep/cam2"),
+        None,
+        Some("v=0".into()),
+        &[("Ferry-Ticket", &t)],
+    )
+    .await;
+    assert_eq!(
+        r.location.as_deref(),
+        Some("http://127.0.0.1:9302/whep/cam2")
+    );
+
+    // A client reports n2 unreachable; the scheduler cannot reach it either: n2 is down at
+    // once (no waiting for its heartbeats to lapse) and the session goes elsewhere.
+    let r = call_with(
+        "POST",
+        url("/whep/cam2"),
+        None,
+        Some("v=0".into()),
+        &[("Ferry-Ticket", &t), ("Ferry-Failed-Node", "n2")],
+    )
+    .await;
+    assert_eq!(
+        r.location.as_deref(),
+        Some("http://127.0.0.1:9301/whep/cam2")
+    );
+    let nodes = call("GET", url("/v1/nodes"), None, None).await.json();
+    let n2 = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == "n2")
+        .unwrap();
+    assert_eq!(n2["state"], "down");
+    // A node that answers its health check is not taken down by a report.
+    let alive = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = alive.local_addr().unwrap().port();
+    let health = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" }));
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(alive, health).await;
+    });
+    beat(&api, "n3", &hb(port, "z1", vec![])).await;
+    let r = call_with(
+        "POST",
+        url("/whip/x8"),
+        None,
+        Some("v=0".into()),
+        &[("Ferry-Failed-Node", "n3")],
+    )
+    .await;
+    assert_eq!(r.status, 307);
+    let nodes = call("GET", url("/v1/nodes"), None, None).await.json();
+    let n3 = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == "n3")
+        .unwrap();
+    assert_eq!(n3["state"], "active");
+    let m = call("GET", url("/metrics"), None, None).await.body;
+    assert!(
+        m.contains("ferry_scheduler_nodes_reported_down_total 1"),
+        "{m}"
+    );
+    server.abort();
 }

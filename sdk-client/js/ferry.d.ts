@@ -199,6 +199,9 @@ export interface Session {
   stats(): Promise<Digest>;
   /** Ends the session (DELETE) and forgets its ticket; settles once the DELETE was answered or failed. */
   close(): Promise<void>;
+  /** The session's events so far (not `stats`), oldest first, the last 200: also those from
+   *  before `publish()`/`play()` resolved (a refused ticket, retries). */
+  readonly history: ReadonlyArray<Exclude<SessionEvents[keyof SessionEvents], StatsEvent> & { at: number }>;
 }
 
 /** The error a publish or play promise rejects with when the session ends before it connected. */

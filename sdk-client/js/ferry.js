@@ -10,6 +10,8 @@ import { POST_TIMEOUT, Transport, describe, fetchWithin, videoMime } from './tra
 /** The state machine and its defaults, for apps and tests that drive it themselves. */
 export { DEFAULT_CONFIG, Machine } from './fsm.js';
 
+/** Events kept in a session's `history`. */
+const HISTORY = 200;
 /** Frames decoded are sampled this often (play). */
 const FRAME_POLL = 20;
 /** Throughput and the `stats` event, this often. */
@@ -148,6 +150,14 @@ class Session {
   }
 
   /**
+   * @returns {object[]} the session's events so far (not `stats`), oldest first, the last 200 —
+   * including those from before `publish()`/`play()` resolved (a refused ticket, retries).
+   */
+  get history() {
+    return [...this.#d.history];
+  }
+
+  /**
    * Listens to `state`, `migrated`, `reconnecting`, `reconnected`, `degraded`, `stats`, `error`.
    * @param {string} event
    * @param {(payload: object) => void} fn
@@ -198,6 +208,7 @@ class Driver {
     this.machine = new Machine(kind, opts.config ?? {}, seed, randomKeySeed());
     this.session = new Session(this);
     this.listeners = new Map();
+    this.history = [];
     /** @type {Map<number, Transport>} */
     this.transports = new Map();
     this.current = null;
@@ -536,6 +547,10 @@ class Driver {
   }
 
   emit(name, payload) {
+    if (name !== 'stats') {
+      this.history.push({ at: performance.now(), ...payload });
+      if (this.history.length > HISTORY) this.history.shift();
+    }
     for (const fn of [...(this.listeners.get(name) ?? [])]) {
       try {
         fn(payload);

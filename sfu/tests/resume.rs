@@ -82,6 +82,38 @@ fn world(seed: u64, codec: Codec, third: bool) -> World {
     }
 }
 
+impl World {
+    /// A fresh ticket for the publisher's session, from node A.
+    fn publisher_ticket(&mut self) -> String {
+        let now = self.tb.now();
+        self.tb
+            .node(addr(A))
+            .issue_ticket(now, &self.publisher_id)
+            .unwrap()
+            .0
+    }
+
+    /// The publisher's client comes back (a new peer at `from`) on `node` with `ticket`: the
+    /// same session. Returns the new peer.
+    fn resume_publisher(&mut self, node: &str, codec: Codec, from: &str, ticket: &str) -> usize {
+        let (p, id) = self
+            .tb
+            .publish_with(addr(node), "cam", codec, addr(from), Some(ticket))
+            .unwrap();
+        assert_eq!(id, self.publisher_id, "the session keeps its id");
+        p
+    }
+
+    /// Runs `d`, then stops every publisher in `peers` and lets repairs finish.
+    fn run_then_quiesce(&mut self, d: Duration, peers: &[usize]) {
+        self.tb.run_for(d);
+        for &p in peers {
+            self.tb.peers[p].pause_media();
+        }
+        self.tb.run_for(Duration::from_secs(1));
+    }
+}
+
 /// The publisher stops sending and its repairs finish (what it sent arrives everywhere), then
 /// it goes silent: its client lost its path.
 fn publisher_goes_silent(tb: &mut Testbed) {
@@ -117,21 +149,12 @@ fn check_continuous(tb: &Testbed, viewer: usize, before: u64) {
 fn a_publisher_resumes_on_its_node_and_every_viewer_follows() {
     for (seed, codec) in [(1, Codec::Vp8), (2, Codec::H264)] {
         let mut w = world(seed, codec, false);
-        let now = w.tb.now();
-        let (ticket, _) =
-            w.tb.node(addr(A))
-                .issue_ticket(now, &w.publisher_id)
-                .unwrap();
+        let ticket = w.publisher_ticket();
         let before = [w.local, w.remote].map(|v| video(&w.tb, v).packets);
         publisher_goes_silent(&mut w.tb);
         w.tb.run_for(Duration::from_millis(500));
-        let (p2, id) =
-            w.tb.publish_with(addr(A), "cam", codec, addr("10.0.0.9:4000"), Some(&ticket))
-                .unwrap();
-        assert_eq!(id, w.publisher_id, "the session keeps its id");
-        w.tb.run_for(Duration::from_secs(3));
-        w.tb.peers[p2].pause_media();
-        w.tb.run_for(Duration::from_secs(1));
+        let p2 = w.resume_publisher(A, codec, "10.0.0.9:4000", &ticket);
+        w.run_then_quiesce(Duration::from_secs(3), &[p2]);
         for (v, b) in [w.local, w.remote].into_iter().zip(before) {
             check_continuous(&w.tb, v, b);
         }
@@ -160,28 +183,13 @@ fn a_publisher_resumes_on_its_node_and_every_viewer_follows() {
 #[test]
 fn a_publisher_whose_node_died_resumes_where_its_viewers_are() {
     let mut w = world(3, Codec::Vp8, false);
-    let now = w.tb.now();
-    let (ticket, _) =
-        w.tb.node(addr(A))
-            .issue_ticket(now, &w.publisher_id)
-            .unwrap();
+    let ticket = w.publisher_ticket();
     let before = video(&w.tb, w.remote).packets;
     publisher_goes_silent(&mut w.tb);
     w.tb.crash_node(addr(A));
     w.tb.run_for(Duration::from_millis(700));
-    let (p2, id) =
-        w.tb.publish_with(
-            addr(B),
-            "cam",
-            Codec::Vp8,
-            addr("10.0.0.9:4000"),
-            Some(&ticket),
-        )
-        .unwrap();
-    assert_eq!(id, w.publisher_id);
-    w.tb.run_for(Duration::from_secs(3));
-    w.tb.peers[p2].pause_media();
-    w.tb.run_for(Duration::from_secs(1));
+    let p2 = w.resume_publisher(B, Codec::Vp8, "10.0.0.9:4000", &ticket);
+    w.run_then_quiesce(Duration::from_secs(3), &[p2]);
     check_continuous(&w.tb, w.remote, before);
     assert_eq!(w.tb.node(addr(B)).sessions().len(), 2);
 }
@@ -189,33 +197,19 @@ fn a_publisher_whose_node_died_resumes_where_its_viewers_are() {
 #[test]
 fn relays_follow_a_publisher_that_came_back_on_a_third_node() {
     let mut w = world(4, Codec::H264, true);
-    let now = w.tb.now();
-    let (ticket, _) =
-        w.tb.node(addr(A))
-            .issue_ticket(now, &w.publisher_id)
-            .unwrap();
+    let ticket = w.publisher_ticket();
     let before = video(&w.tb, w.remote).packets;
     publisher_goes_silent(&mut w.tb);
     w.tb.crash_node(addr(A));
     w.tb.run_for(Duration::from_millis(500));
-    w.tb.publish_with(
-        addr(C),
-        "cam",
-        Codec::H264,
-        addr("10.0.0.9:4000"),
-        Some(&ticket),
-    )
-    .unwrap();
+    let p2 = w.resume_publisher(C, Codec::H264, "10.0.0.9:4000", &ticket);
     w.tb.run_for(Duration::from_millis(200));
     // The routing table now says: A is down, cam is published on C.
     let origins = HashMap::from([(StreamId::new("cam").unwrap(), addr(C))]);
     let down = HashSet::from([addr(A)]);
     let now = w.tb.now();
     w.tb.node(addr(B)).repoint_relays(now, &origins, &down);
-    w.tb.run_for(Duration::from_secs(3));
-    let p2 = w.tb.peers.len() - 1;
-    w.tb.peers[p2].pause_media();
-    w.tb.run_for(Duration::from_secs(1));
+    w.run_then_quiesce(Duration::from_secs(3), &[p2]);
     check_continuous(&w.tb, w.remote, before);
     assert_eq!(w.tb.node(addr(B)).metrics().relays_repointed, 1);
 }
@@ -303,11 +297,7 @@ fn viewers_wait_for_a_lost_publisher_then_end() {
 #[test]
 fn a_resumed_publisher_must_keep_its_viewers_codecs() {
     let mut w = world(7, Codec::Vp8, false);
-    let now = w.tb.now();
-    let (ticket, _) =
-        w.tb.node(addr(A))
-            .issue_ticket(now, &w.publisher_id)
-            .unwrap();
+    let ticket = w.publisher_ticket();
     let err =
         w.tb.publish_with(
             addr(A),
@@ -328,28 +318,19 @@ fn a_resumed_publisher_must_keep_its_viewers_codecs() {
 fn make_before_break_a_publisher_resumed_while_its_old_transport_works() {
     for (seed, codec) in [(8, Codec::Vp8), (9, Codec::H264)] {
         let mut w = world(seed, codec, false);
-        let now = w.tb.now();
-        let (ticket, _) =
-            w.tb.node(addr(A))
-                .issue_ticket(now, &w.publisher_id)
-                .unwrap();
+        let ticket = w.publisher_ticket();
         let before = [w.local, w.remote].map(|v| video(&w.tb, v).packets);
         for v in [w.local, w.remote] {
             w.tb.peers[v].reset_arrival_gaps();
         }
         // The old transport keeps sending while the new one connects (the SDK's `reconnect`).
-        let (p2, _) =
-            w.tb.publish_with(addr(A), "cam", codec, addr("10.0.0.9:4000"), Some(&ticket))
-                .unwrap();
-        w.tb.run_for(Duration::from_secs(2));
+        let p2 = w.resume_publisher(A, codec, "10.0.0.9:4000", &ticket);
+        w.run_then_quiesce(Duration::from_secs(2), &[p2, 0]);
         assert_eq!(
             w.tb.node(addr(A)).sessions().len(),
             2,
             "the old publisher transport was closed once the new one took over"
         );
-        w.tb.peers[p2].pause_media();
-        w.tb.peers[0].pause_media();
-        w.tb.run_for(Duration::from_secs(1));
         for (v, b) in [w.local, w.remote].into_iter().zip(before) {
             check_continuous(&w.tb, v, b);
             let gap = video(&w.tb, v).max_arrival_gap;
@@ -364,30 +345,15 @@ fn make_before_break_a_publisher_resumed_while_its_old_transport_works() {
 #[test]
 fn a_resume_of_a_resume_that_never_carried_media_replaces_the_working_transport() {
     let mut w = world(10, Codec::Vp8, false);
-    let now = w.tb.now();
-    let (t1, _) =
-        w.tb.node(addr(A))
-            .issue_ticket(now, &w.publisher_id)
-            .unwrap();
+    let t1 = w.publisher_ticket();
     // A new transport that never gets anywhere (its network is down from the start).
     w.tb.net.set_down(addr("10.0.0.8:4000"), true);
-    w.tb.publish_with(addr(A), "cam", Codec::Vp8, addr("10.0.0.8:4000"), Some(&t1))
-        .unwrap();
+    w.resume_publisher(A, Codec::Vp8, "10.0.0.8:4000", &t1);
     w.tb.run_for(Duration::from_millis(500));
-    let now = w.tb.now();
-    let (t2, _) =
-        w.tb.node(addr(A))
-            .issue_ticket(now, &w.publisher_id)
-            .unwrap();
+    let t2 = w.publisher_ticket();
     let before = video(&w.tb, w.local).packets;
-    let (p3, id) =
-        w.tb.publish_with(addr(A), "cam", Codec::Vp8, addr("10.0.0.9:4000"), Some(&t2))
-            .unwrap();
-    assert_eq!(id, w.publisher_id);
-    w.tb.run_for(Duration::from_secs(2));
-    w.tb.peers[p3].pause_media();
-    w.tb.peers[0].pause_media();
-    w.tb.run_for(Duration::from_secs(1));
+    let p3 = w.resume_publisher(A, Codec::Vp8, "10.0.0.9:4000", &t2);
+    w.run_then_quiesce(Duration::from_secs(2), &[p3, 0]);
     check_continuous(&w.tb, w.local, before);
     assert_eq!(
         w.tb.node(addr(A)).sessions().len(),

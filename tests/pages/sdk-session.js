@@ -21,6 +21,10 @@ export class Watch {
     this.events = events;
     this.log = [];
     this.pcs = new Map();
+    // What happened before we listened (a refused ticket, retries while connecting).
+    for (const e of session.history) {
+      this.log.push({ t: Math.round(e.at), wall: Math.round(performance.timeOrigin + e.at), ...e });
+    }
     for (const name of ['state', 'migrated', 'reconnecting', 'reconnected', 'degraded', 'error']) {
       session.on(name, (e) => {
         this.log.push({ t: Math.round(performance.now()), wall: Date.now(), ...e });

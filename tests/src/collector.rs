@@ -48,11 +48,6 @@ const PAGES: &[(&str, &str, &str)] = &[
     ("publish.html", HTML, include_str!("../pages/publish.html")),
     ("view.html", HTML, include_str!("../pages/view.html")),
     (
-        "reconnect.html",
-        HTML,
-        include_str!("../pages/reconnect.html"),
-    ),
-    (
         "loopback.html",
         HTML,
         include_str!("../pages/loopback.html"),

@@ -12,12 +12,12 @@
 //! |---|---|---|
 //! | `publish.html` | `whip=URL&codec=vp8\|h264&audio=1` | publishes the fake camera (640x360@30) and microphone over WHIP |
 //! | `view.html` | `whep=URL` | plays a stream over WHEP into a muted `<video>` |
-//! | `reconnect.html` | `whep=URL` | plays over WHEP and follows `reconnect` migrations with a new connection and the ticket |
+//! | `sdk-publish.html` | `sdk=URL&base=URL&stream=S&codec=…[&endpoint=URL]` | publishes with the browser SDK (`/sdk/ferry.js`), which follows every migration and recovers by itself |
+//! | `sdk-play.html` | `sdk=URL&base=URL&stream=S[&endpoint=URL][&ticket=T]` | plays with the browser SDK; measures every frame shown (gaps, RTP timestamps) across transports |
 //! | `loopback.html` | | two peer connections in one page, no server: checks the harness itself |
 //!
-//! `publish.html` and `view.html` also take `follow=1` (restart ICE at the target when the session's
-//! server-sent events announce an `ice-restart` migration) and `trickle=1` (send candidates with
-//! `PATCH`), and obey
+//! `publish.html` and `view.html` (plain WHIP/WHEP clients, no SDK) also take `trickle=1` (send
+//! candidates with `PATCH`), and obey
 //! the commands `delete` and `close` (see [`Collector::command`]). Report fields are documented
 //! at the top of each page.
 

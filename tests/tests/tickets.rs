@@ -215,3 +215,113 @@ async fn tickets_resume_once_and_every_refusal_is_specific() -> Result<()> {
     );
     Ok(())
 }
+
+/// The browser SDK with a persisted ticket (as after a page reload): a genuine one resumes the
+/// same session; a forged (403), expired (410) or replayed (409) one is refused with its status
+/// and the SDK starts a clean session by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_browser_sdk_resumes_with_its_ticket_or_falls_back_to_a_clean_session() -> Result<()> {
+    let dev = start_dev(true)?;
+    wait_registered(&dev.gateway, 2).await?;
+    let collector = ferry_tests::Collector::start()?;
+    let stream = "reload";
+    let page = |id: &str, ticket: Option<&str>| {
+        let mut q = vec![
+            ("sdk", dev.gateway.as_str()),
+            ("base", dev.gateway.as_str()),
+            ("stream", stream),
+            ("codec", "vp8"),
+            ("id", id),
+        ];
+        if let Some(t) = ticket {
+            q.push(("ticket", t));
+        }
+        ferry_tests::Browser::open(&collector.page_url(
+            if id == "P" {
+                "sdk-publish.html"
+            } else {
+                "sdk-play.html"
+            },
+            &q,
+        ))
+    };
+    let _publisher = page("P", None)?;
+    let playing = |r: &serde_json::Value| {
+        r["state"] == "connected" && ferry_tests::num(r, "/frames/count") > 10.0
+    };
+    collector
+        .wait_until(Duration::from_secs(45), |r| {
+            r.get("P").is_some_and(|p| p["phase"] == "publishing")
+        })
+        .await?;
+    let first = page("V1", None)?;
+    let r = collector
+        .wait_until(Duration::from_secs(45), |r| {
+            r.get("V1").is_some_and(playing)
+        })
+        .await?;
+    let session = r["V1"]["session"]
+        .as_str()
+        .context("V1's session")?
+        .to_owned();
+    // The page "reloads": the same ticket, as the SDK persisted it, in a new page.
+    let location = r["V1"]["location"].as_str().context("location")?.to_owned();
+    let data: serde_json::Value = serde_json::from_str(&first_event(&location, "ticket")?)?;
+    let ticket = data["ticket"].as_str().context("ticket")?.to_owned();
+    drop(first);
+    let _again = page("V2", Some(&ticket))?;
+    let r = collector
+        .wait_until(Duration::from_secs(45), |r| {
+            r.get("V2").is_some_and(playing)
+        })
+        .await?;
+    ensure!(
+        r["V2"]["session"] == session.as_str(),
+        "resumed {} as {}",
+        session,
+        r["V2"]["session"]
+    );
+    // The same ticket again: replayed. A forged one. An expired one.
+    let secrets = ferry_sfu::cluster::ClusterSecrets::load_or_create(&dev.state.join("cluster"))?;
+    let mut claims = claims_of(&ticket)?;
+    claims.exp -= 3600;
+    let expired = ferry_sfu::node::sign_ticket(&secrets.cluster_key(), &claims);
+    let mut forged = ticket.clone().into_bytes();
+    let last = forged.len() - 3;
+    forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged)?;
+    for (id, bad, status) in [
+        ("R", &ticket, 409),
+        ("F", &forged, 403),
+        ("E", &expired, 410),
+    ] {
+        let _p = page(id, Some(bad))?;
+        let r = collector
+            .wait_until(Duration::from_secs(45), |r| r.get(id).is_some_and(playing))
+            .await?;
+        let v = &r[id];
+        ensure!(
+            v["sdkErrors"].as_array().is_some_and(|e| e
+                .iter()
+                .any(|x| x["code"] == "ticket-rejected" && x["status"] == status)),
+            "{id}: {status} then a clean session: {}",
+            v["sdk"]
+        );
+        ensure!(v["session"] != session.as_str(), "{id} got a new session");
+        eprintln!(
+            "{id}: ticket refused with {status}, playing as a new session {}",
+            v["session"]
+        );
+    }
+    Ok(())
+}
+
+/// The claims of a ticket (the test trusts its own cluster's tickets).
+fn claims_of(ticket: &str) -> Result<TicketClaims> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(ticket)?;
+    let body = raw
+        .strip_prefix(ferry_proto::api::TICKET_PREFIX)
+        .context("a ticket")?;
+    Ok(serde_json::from_slice(&body[..body.len() - 16])?)
+}
