@@ -68,6 +68,12 @@ pub mod lenient {
         d.deserialize_any(Whole(MAX_COUNT)).map(|v| v as u32)
     }
 
+    /// A ticket generation (any `u32`).
+    pub fn generation<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        d.deserialize_any(Whole(u64::from(u32::MAX)))
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+    }
+
     /// A number of seconds up to [`MAX_SECONDS`].
     pub fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         d.deserialize_any(Whole(MAX_SECONDS))
@@ -554,7 +560,11 @@ pub struct TicketUse {
     #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub session: SessionId,
     /// The ticket's generation.
+    #[serde(deserialize_with = "lenient::generation")]
+    #[cfg_attr(feature = "openapi", schema(value_type = i64, minimum = 0, maximum = 4_294_967_295_i64))]
     pub generation: u32,
     /// The ticket's expiry (Unix seconds): the record is kept until then.
+    #[serde(deserialize_with = "lenient::u64")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
     pub expires: u64,
 }
