@@ -109,10 +109,12 @@ export class Frames {
         this.lastRtp = null;
       }
       if (typeof meta.rtpTimestamp === 'number') {
-        // 32-bit RTP timestamps: a step back of less than half the range is a regression.
+        // 32-bit RTP timestamps: a step back (within a minute of 90 kHz ticks) is a regression.
+        // A jump of more is another stream: the element can present a last frame of the old
+        // track after the SDK swapped in the new one, and the two streams' bases are unrelated.
         if (this.lastRtp !== null) {
-          const d = (meta.rtpTimestamp - this.lastRtp) >>> 0;
-          if (d !== 0 && d > 0x80000000) {
+          const d = (meta.rtpTimestamp - this.lastRtp) | 0;
+          if (d < 0 && d > -90000 * 60) {
             this.tsRegressions += 1;
             this.regressions.push({ t: Math.round(performance.now()), track, from: this.lastRtp, to: meta.rtpTimestamp });
             if (this.regressions.length > 10) this.regressions.shift();
