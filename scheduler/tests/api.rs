@@ -724,7 +724,11 @@ async fn tickets_are_used_once_and_clients_steer_their_redirects() {
         200,
         "expired: nothing to keep"
     );
-    assert_eq!(consume(8, u64::MAX, Some(TOKEN)).await.status, 400, "past 2^53");
+    assert_eq!(
+        consume(8, u64::MAX, Some(TOKEN)).await.status,
+        400,
+        "past 2^53"
+    );
     let m = call("GET", url("/metrics"), None, None).await.body;
     assert!(
         m.contains("ferry_scheduler_tickets_replayed_total 2"),
