@@ -238,9 +238,24 @@ async fn run(codec: &str, mime: &str, mode: &str) -> Result<()> {
             gap <= max_gap,
             "{id}: the video stood still for {gap} ms (≤ {max_gap} ms in {mode} mode)"
         );
+        // Edge and ICE-restart moves keep the transport: no freeze at all. A
+        // reconnect builds a new one, so each of the four cutovers this viewer
+        // sees (two of its own, two of its publisher's) may exceed Chrome's
+        // freeze threshold (~180 ms at 30 fps), all of them together within the
+        // mode's budget.
+        let (freezes, frozen_ms) = (
+            delta("/totals/freezeCount"),
+            delta("/totals/totalFreezesDuration") * 1000.0,
+        );
+        let (max_freezes, max_frozen_ms) = if mode == "reconnect" {
+            (4.0, max_gap)
+        } else {
+            (0.0, 0.0)
+        };
         ensure!(
-            delta("/totals/freezeCount") == 0.0 && delta("/totals/totalFreezesDuration") == 0.0,
-            "{id} froze during the migrations: {}",
+            freezes <= max_freezes && frozen_ms <= max_frozen_ms,
+            "{id} froze during the migrations ({freezes} freezes, {frozen_ms} ms; \
+             ≤ {max_freezes} and {max_frozen_ms} ms in {mode} mode): {}",
             e["totals"]
         );
         ensure!(
