@@ -5,18 +5,22 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("js");
+    // The manifest dir as cargo sets it for this run, not `env!` (baked in when the build script
+    // was compiled: a target dir shared between checkouts would read another checkout's files).
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    let dir = Path::new(&manifest).join("js");
     println!("cargo:rerun-if-changed={}", dir.display());
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-                .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| n.ends_with(".js") || n.ends_with(".d.ts"))
-                .collect()
-        })
-        .unwrap_or_default();
+    let entries = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading the browser SDK at {}: {e}", dir.display()));
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".js") || n.ends_with(".d.ts"))
+        .collect();
+    if !names.iter().any(|n| n == "ferry.js") {
+        panic!("the browser SDK at {} has no ferry.js", dir.display());
+    }
     names.sort();
     let mut out = String::from(
         "/// The browser SDK's files: (name, contents).\npub static FILES: &[(&str, &str)] = &[\n",
