@@ -38,6 +38,9 @@ pub enum BenchCommand {
     /// SIGKILL the node of an SDK viewer, then of an SDK publisher: time until media plays
     /// again (p50/p95/max over the trials).
     Recovery(crate::bench_recovery::RecoveryArgs),
+    /// Scheduler replicas on a real etcd cluster: the leader SIGKILLed mid-drain, an etcd
+    /// member killed, a node killed — failover time, drain, packets lost, recovery.
+    Ha(crate::bench_ha::HaArgs),
     /// The raw-UDP fan-out baseline (started by `forward`).
     #[command(hide = true)]
     Relay {
@@ -71,6 +74,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Migrate(args) => crate::bench_migrate::migrate(args).await,
         BenchCommand::Drain(args) => crate::bench_migrate::drain(args).await,
         BenchCommand::Recovery(args) => crate::bench_recovery::recovery(args).await,
+        BenchCommand::Ha(args) => crate::bench_ha::ha(args).await,
         BenchCommand::Relay { udp } => relay(udp).await,
     }
 }
@@ -363,7 +367,18 @@ struct FerryRun {
 }
 
 async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<FerryRun> {
-    let node = ChildProc::spawn(&["node", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])?;
+    // The node's API token is also a WHIP/WHEP credential: the raw peers send it as
+    // `access_token` (they have no header to put it in).
+    let token = crate::access::random_secret();
+    let node = ChildProc::spawn(&[
+        "node",
+        "--http",
+        "127.0.0.1:0",
+        "--udp",
+        "127.0.0.1:0",
+        "--token",
+        &token,
+    ])?;
     let http = node.after("http")?;
     let now = Instant::now();
     let clocks = Clocks {
@@ -384,7 +399,7 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
         1,
         args.bitrate,
         &clocks,
-        format!("{http}/whip/{stream}"),
+        ferry_proto::auth::with_access_token(&format!("{http}/whip/{stream}"), &token),
     )
     .await?;
     wait_for(Duration::from_secs(20), || async {
@@ -405,7 +420,7 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
                 100 + i as u64,
                 args.bitrate,
                 &clocks,
-                format!("{http}/whep/{stream}"),
+                ferry_proto::auth::with_access_token(&format!("{http}/whep/{stream}"), &token),
             )
             .await?,
         );

@@ -64,14 +64,18 @@ pub struct DrainArgs {
 
 /// A cluster of separate processes on loopback.
 pub(crate) struct Cluster {
-    _scheduler: ChildProc,
+    /// The scheduler replicas (one with the embedded store; `None` once killed).
+    schedulers: Vec<Option<ChildProc>>,
+    /// Their base URLs, in start order.
+    pub(crate) scheduler_urls: Vec<String>,
     _edge: Option<ChildProc>,
-    /// node-a, node-b (`None` while killed).
+    /// node-a, node-b, … (`None` while killed).
     nodes: Vec<Option<ChildProc>>,
     /// Their command lines, to start them again.
     node_args: Vec<Vec<String>>,
     pub(crate) gateway: String,
-    token: String,
+    /// The API token (also the bench peers' WHIP/WHEP credential).
+    pub(crate) token: String,
     pub(crate) node_http: Vec<String>,
     dir: PathBuf,
 }
@@ -82,14 +86,43 @@ impl Drop for Cluster {
     }
 }
 
-fn get_json(url: &str) -> Result<Value> {
+/// Node ids of a bench cluster, in start order.
+pub(crate) const NODE_IDS: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+/// Scheduler replicas on etcd for a bench cluster.
+#[derive(Debug, Clone)]
+pub(crate) struct HaSchedulers {
+    /// etcd client URLs, comma-separated.
+    pub(crate) etcd_endpoints: String,
+    /// The replicas' leader lease.
+    pub(crate) lease_ttl_s: u64,
+}
+
+/// Whether the scheduler replica at `url` says it leads (`/readyz`).
+pub(crate) async fn leads(url: &str) -> bool {
+    let url = format!("{url}/readyz");
+    tokio::task::spawn_blocking(move || {
+        ureq::get(&url)
+            .config()
+            .timeout_global(Some(Duration::from_secs(1)))
+            .build()
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .is_some_and(|b| b.starts_with("ok leader"))
+    })
+    .await
+    .unwrap_or(false)
+}
+
+pub(crate) fn get_json(url: &str) -> Result<Value> {
     let mut r = ureq::get(url)
         .call()
         .with_context(|| format!("GET {url}"))?;
     Ok(r.body_mut().read_json()?)
 }
 
-fn post_json(url: &str, token: &str, body: &Value) -> Result<Value> {
+pub(crate) fn post_json(url: &str, token: &str, body: &Value) -> Result<Value> {
     let mut r = ureq::post(url)
         .header("Authorization", &format!("Bearer {token}"))
         .config()
@@ -107,22 +140,73 @@ impl Cluster {
     /// `edge`: clients reach the nodes through `ferry edge` (else directly,
     /// as in an ice-restart deployment).
     pub(crate) async fn start(max_sessions: usize, edge: bool) -> Result<Cluster> {
+        Self::start_with(max_sessions, edge, 2, None).await
+    }
+
+    /// `nodes` nodes; with `ha` two scheduler replicas on etcd instead of one on a state file.
+    /// The first replica leads at the start; clients and the bench's reads use the second
+    /// (the gateway), which survives killing the first.
+    pub(crate) async fn start_with(
+        max_sessions: usize,
+        edge: bool,
+        nodes: usize,
+        ha: Option<&HaSchedulers>,
+    ) -> Result<Cluster> {
+        ensure!(nodes <= NODE_IDS.len(), "at most {} nodes", NODE_IDS.len());
         let dir = std::env::temp_dir().join(format!("ferry-bench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let d = dir.to_str().context("temp dir")?.to_owned();
         let token = format!("{:032x}", rand::random::<u128>());
         let state = format!("{d}/scheduler.json");
-        let scheduler = ChildProc::spawn(&[
-            "scheduler",
-            "--http",
-            "127.0.0.1:0",
-            "--state-file",
-            &state,
-            "--token",
-            &token,
-        ])?;
-        let gateway = scheduler.after("http")?;
+        let mut schedulers = Vec::new();
+        match ha {
+            None => schedulers.push(ChildProc::spawn(&[
+                "scheduler",
+                "--http",
+                "127.0.0.1:0",
+                "--state-file",
+                &state,
+                "--token",
+                &token,
+            ])?),
+            Some(ha) => {
+                let prefix = format!("/ferry-bench/{}", std::process::id());
+                let ttl = ha.lease_ttl_s.to_string();
+                for i in 0..2 {
+                    schedulers.push(ChildProc::spawn(&[
+                        "scheduler",
+                        "--http",
+                        "127.0.0.1:0",
+                        "--store",
+                        "etcd",
+                        "--etcd-endpoints",
+                        &ha.etcd_endpoints,
+                        "--etcd-prefix",
+                        &prefix,
+                        "--lease-ttl-s",
+                        &ttl,
+                        "--token",
+                        &token,
+                    ])?);
+                    if i == 0 {
+                        let url = schedulers[0].after("http")?;
+                        wait_for(Duration::from_secs(20), || {
+                            let url = url.clone();
+                            async move { Ok(leads(&url).await) }
+                        })
+                        .await
+                        .context("the first scheduler replica did not become leader")?;
+                    }
+                }
+            }
+        }
+        let scheduler_urls = schedulers
+            .iter()
+            .map(|s| s.after("http"))
+            .collect::<Result<Vec<_>>>()?;
+        let gateway = scheduler_urls.last().cloned().context("no scheduler")?;
+        let scheduler_list = scheduler_urls.join(",");
         let (edge, edge_udp) = if edge {
             let e = ChildProc::spawn(&["edge", "--udp", "127.0.0.1:0", "--cluster-dir", &d])?;
             let udp = e.after("udp")?;
@@ -132,7 +216,7 @@ impl Cluster {
         };
         let max = max_sessions.to_string();
         let mut node_args = Vec::new();
-        for id in ["node-a", "node-b"] {
+        for id in &NODE_IDS[..nodes] {
             let mut argv: Vec<String> = [
                 "node",
                 "--id",
@@ -142,7 +226,7 @@ impl Cluster {
                 "--udp",
                 "127.0.0.1:0",
                 "--scheduler",
-                &gateway,
+                &scheduler_list,
                 "--token",
                 &token,
                 "--cluster-dir",
@@ -158,20 +242,26 @@ impl Cluster {
             node_args.push(argv);
         }
         let mut c = Cluster {
-            _scheduler: scheduler,
+            schedulers: schedulers.into_iter().map(Some).collect(),
+            scheduler_urls,
             _edge: edge,
-            nodes: vec![None, None],
+            nodes: (0..nodes).map(|_| None).collect(),
             node_args,
             gateway,
             token,
-            node_http: vec![String::new(), String::new()],
+            node_http: vec![String::new(); nodes],
             dir,
         };
-        for i in 0..2 {
+        for i in 0..nodes {
             c.start_node(i)?;
         }
         c.wait_active().await?;
         Ok(c)
+    }
+
+    /// SIGKILLs scheduler replica `i`.
+    pub(crate) fn kill_scheduler(&mut self, i: usize) {
+        self.schedulers[i] = None;
     }
 
     /// Starts node `i` (again).
@@ -197,7 +287,7 @@ impl Cluster {
             async move {
                 let nodes = tokio::task::spawn_blocking(move || get_json(&url)).await??;
                 Ok(nodes.as_array().is_some_and(|n| {
-                    n.len() == 2
+                    n.len() == self.nodes.len()
                         && n.iter().all(|n| {
                             n["state"] == "active"
                                 && n["migration"].as_str().is_some_and(|m| !m.is_empty())
@@ -245,7 +335,7 @@ pub(crate) fn video_packets(s: &PeerStats) -> u64 {
     s.video().map(|r| r.packets).sum()
 }
 
-fn video_missing(s: &PeerStats) -> u64 {
+pub(crate) fn video_missing(s: &PeerStats) -> u64 {
     s.video().map(|r| r.received.missing()).sum()
 }
 
@@ -256,7 +346,7 @@ pub(crate) fn max_gap(s: &PeerStats) -> Duration {
         .unwrap_or_default()
 }
 
-async fn stats(peers: &[SdkPeer]) -> Result<Vec<PeerStats>> {
+pub(crate) async fn stats(peers: &[SdkPeer]) -> Result<Vec<PeerStats>> {
     let mut out = Vec::with_capacity(peers.len());
     for p in peers {
         out.push(p.stats().await?);
@@ -266,7 +356,7 @@ async fn stats(peers: &[SdkPeer]) -> Result<Vec<PeerStats>> {
 
 /// Publisher on `pub_node`, `n` viewers on `view_node`, all playing: SDK sessions with
 /// synthetic media, which follow their migrations (whatever the mode) by themselves.
-async fn start_media(
+pub(crate) async fn start_media(
     c: &Cluster,
     stream: &str,
     n: usize,
@@ -277,6 +367,7 @@ async fn start_media(
     let clocks = Clocks::now();
     let publisher = bench_peer::start(
         &c.gateway,
+        &c.token,
         &c.node_http[pub_node],
         stream,
         Some(Codec::Vp8),
@@ -288,18 +379,16 @@ async fn start_media(
     if pub_node != view_node {
         // The viewers' node finds the origin in the routing table.
         wait_for(Duration::from_secs(10), || async {
-            Ok(!c
-                .sessions_on(["node-a", "node-b"][pub_node])
-                .await?
-                .is_empty())
+            Ok(!c.sessions_on(NODE_IDS[pub_node]).await?.is_empty())
         })
         .await?;
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
     let mut starts = Vec::with_capacity(n);
     for i in 0..n {
-        let (gateway, node, stream, clocks) = (
+        let (gateway, token, node, stream, clocks) = (
             c.gateway.clone(),
+            c.token.clone(),
             c.node_http[view_node].clone(),
             stream.to_owned(),
             clocks.clone(),
@@ -307,6 +396,7 @@ async fn start_media(
         starts.push(tokio::spawn(async move {
             bench_peer::start(
                 &gateway,
+                &token,
                 &node,
                 &stream,
                 None,

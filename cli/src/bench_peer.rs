@@ -22,10 +22,12 @@ pub(crate) struct SdkPeer {
     reconnected: mpsc::UnboundedReceiver<(Instant, Event)>,
 }
 
-/// Publisher (`Some(codec)`) or player through `gateway`, its first offer to `node` (an HTTP
-/// base URL).
+/// Publisher (`Some(codec)`) or player through `gateway` with access token `token`, its first
+/// offer to `node` (an HTTP base URL).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn start(
     gateway: &str,
+    token: &str,
     node: &str,
     stream: &str,
     publish: Option<Codec>,
@@ -33,7 +35,7 @@ pub(crate) async fn start(
     bitrate: u32,
     clocks: &Clocks,
 ) -> Result<SdkPeer> {
-    let client = FerryClient::new(gateway);
+    let client = FerryClient::new(gateway).with_token(token);
     let kind = if publish.is_some() { "whip" } else { "whep" };
     let endpoint = Some(format!("{node}/{kind}/{stream}"));
     let clocks = Some((clocks.wall, clocks.epoch));
@@ -123,6 +125,11 @@ impl SdkPeer {
     /// Transports the session has used so far.
     pub(crate) async fn transports(&self) -> Result<u32> {
         Ok(self.session.stats().await?.transports)
+    }
+
+    /// The session's id (where it is now).
+    pub(crate) fn id(&self) -> Option<String> {
+        self.session.id()
     }
 
     /// The node serving the session.

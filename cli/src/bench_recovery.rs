@@ -77,6 +77,7 @@ async fn pair(
     let clocks = Clocks::now();
     let publisher = bench_peer::start(
         &c.gateway,
+        &c.token,
         &c.node_http[pub_node],
         stream,
         Some(Codec::Vp8),
@@ -86,7 +87,7 @@ async fn pair(
     )
     .await?;
     // The viewer's node relays the stream in once the routing table names its origin.
-    let origin = ["node-a", "node-b"][pub_node];
+    let origin = crate::bench_migrate::NODE_IDS[pub_node];
     wait_for(Duration::from_secs(10), || async {
         Ok(!c.sessions_on(origin).await?.is_empty())
     })
@@ -94,6 +95,7 @@ async fn pair(
     let viewer = loop {
         match bench_peer::start(
             &c.gateway,
+            &c.token,
             &c.node_http[view_node],
             stream,
             None,

@@ -15,7 +15,7 @@ use ferry_proto::NodeId;
 use ferry_scheduler::service::Scheduler;
 use ferry_sfu::driver::{self, NodeOptions};
 
-use crate::scheduler::{SchedulerArgs, start_scheduler};
+use crate::scheduler::{SchedulerArgs, StoreKind, start_scheduler};
 
 const DEMO: &str = include_str!("demo/index.html");
 /// Where the demo page gets the dev API token (a `<meta name="ferry-token">`).
@@ -42,18 +42,62 @@ pub struct DevArgs {
     /// Clients reach the nodes directly instead of through the edge.
     #[arg(long)]
     no_edge: bool,
-    /// Where the scheduler's state and the cluster secrets are kept
-    /// (default: `ferry-dev` in the temp directory).
+    /// Where the scheduler's state and the cluster secrets are kept, from one run to the
+    /// next (default: a fresh directory per run, removed at exit).
     #[arg(long)]
     state_dir: Option<std::path::PathBuf>,
+    /// Where the scheduler keeps the cluster state (`etcd` needs `--features etcd`).
+    #[arg(long, env = "FERRY_STORE", value_enum, default_value_t = StoreKind::Embedded)]
+    store: StoreKind,
+    /// etcd client URLs, comma-separated (`--store etcd`).
+    #[arg(
+        long,
+        env = "FERRY_ETCD_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
+    etcd_endpoints: Vec<String>,
+    /// How WHIP/WHEP access tokens are checked (gateway and nodes).
+    #[command(flatten)]
+    tokens: crate::access::TokenKeyArgs,
+    /// HTTPS on the gateway and the nodes.
+    #[command(flatten)]
+    tls: crate::access::TlsArgs,
 }
+
+/// How long the printed dev token lives.
+const DEV_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let token = crate::scheduler::token_from_env_or_random();
-    let state_dir = args
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join("ferry-dev"));
+    // One token key for the gateway and the nodes (made up when none is given).
+    let token_keys = args.tokens.resolved();
+    let keys = token_keys.keys()?;
+    let dev_token = match &keys.signer {
+        Some(signer) => Some(crate::access::mint(
+            signer,
+            "ferry-dev",
+            "*",
+            true,
+            true,
+            DEV_TOKEN_TTL,
+        )?),
+        None => None,
+    };
+    let node_tokens = Arc::new(keys.verifier.with_operator_token(token.clone()));
+    let node_tls = args.tls.server()?;
+    let client_tls = args.tls.client()?;
+    // Without --state-dir every run starts from a fresh cluster (no node left drained by the
+    // last run); the directory goes at exit.
+    let fresh = args.state_dir.is_none();
+    let state_dir = args.state_dir.clone().unwrap_or_else(|| {
+        use rand::RngExt;
+        let n: u32 = rand::rng().random();
+        std::env::temp_dir().join(format!("ferry-dev-{}-{n:08x}", std::process::id()))
+    });
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("creating {}", state_dir.display()))?;
+    let _cleanup = fresh.then(|| RemoveOnDrop(state_dir.clone()));
     let state_file = state_dir.join("scheduler.json");
     // The demo page drives the operator API (moves, drains) with the dev token: loopback only.
     let page = DEMO.replace(
@@ -68,11 +112,28 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             http: args.gateway,
             state_file: Some(state_file.clone()),
             token: Some(token.clone()),
+            store: args.store,
+            etcd_endpoints: args.etcd_endpoints.clone(),
+            // A fresh run gets a key space of its own; --state-dir names a lasting one.
+            etcd_prefix: if fresh {
+                format!(
+                    "/ferry-dev/{}",
+                    state_dir
+                        .file_name()
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+                )
+            } else {
+                "/ferry-dev/default".into()
+            },
+            lease_ttl_s: 5,
+            advertise: None,
+            tokens: token_keys,
+            tls: args.tls.clone(),
         },
         Some(demo),
     )
     .await?;
-    let gateway = format!("http://{}", sched.addr);
+    let gateway = sched.url.clone();
     let cluster_dir = state_dir.join("cluster");
     let secrets = ferry_sfu::cluster::ClusterSecrets::load_or_create(&cluster_dir)
         .context("cluster secrets")?;
@@ -80,7 +141,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         None
     } else {
         Some(
-            ferry_sfu::edge_driver::start_edge(args.edge, None, secrets.cluster_key())
+            ferry_sfu::edge_driver::start_edge(args.edge, None, None, secrets.cluster_key())
                 .await
                 .with_context(|| format!("starting the edge on {}", args.edge))?,
         )
@@ -98,7 +159,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             nack_cache: 1000,
             max_sessions: 2000,
             process_metrics: Some(crate::alloc::prometheus),
-            scheduler: Some(crate::scheduler::link(&gateway, &token, name)),
+            scheduler: Some({
+                let mut l = crate::scheduler::link(&gateway, &token, name);
+                l.tls = client_tls.clone();
+                l
+            }),
             cluster: Some(crate::cluster_options(
                 &cluster_dir,
                 &id,
@@ -107,24 +172,47 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 &token,
             )?),
             extra_routes: Some(crate::sdk_files::routes()),
+            tokens: node_tokens.clone(),
+            tls: node_tls.clone(),
         })
         .await
         .with_context(|| format!("starting {name}"))?;
         nodes.push((name, node));
     }
     // First line: machine-readable addresses (tests and scripts read it).
+    let scheme = ferry_sfu::tls::scheme(node_tls.is_some());
     let mut first = format!("ferry dev gateway {gateway} token {token}");
     for (name, n) in &nodes {
-        first.push_str(&format!(" {name} http://{} udp {}", n.http, n.candidate));
+        first.push_str(&format!(
+            " {name} {scheme}://{} udp {}",
+            n.http, n.candidate
+        ));
     }
     if let Some(e) = edge_addr {
         first.push_str(&format!(" edge {e}"));
     }
+    if let Some(t) = &dev_token {
+        first.push_str(&format!(" access-token {t}"));
+    }
     println!("{first}");
     println!("  demo page + API   {gateway}/   (OpenAPI: {gateway}/openapi.json)");
-    println!("  API token         {token}   (mutating calls: Authorization: Bearer …)");
+    println!(
+        "  API token         {token}   (mutating calls, and WHIP/WHEP: Authorization: Bearer …)"
+    );
+    match &dev_token {
+        Some(t) => println!(
+            "  dev access token  {t}   (WHIP/WHEP, every stream, {} days)",
+            DEV_TOKEN_TTL.as_secs() / 86_400
+        ),
+        None => println!(
+            "  dev access token  none: tokens are checked with --token-public-key; mint them with its private key (ferry token --private-key …)"
+        ),
+    }
     for (name, n) in &nodes {
-        println!("  {name:<17} http://{}  media udp {}", n.http, n.candidate);
+        println!(
+            "  {name:<17} {scheme}://{}  media udp {}",
+            n.http, n.candidate
+        );
     }
     match edge_addr {
         Some(e) => println!("  edge              udp {e}  (clients' candidates; nodes behind it)"),
@@ -151,4 +239,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
     sched.scheduler.flush().context("saving scheduler state")?;
     Ok(())
+}
+
+/// Removes a directory when dropped (the fresh state of a `ferry dev` run).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -10,14 +10,18 @@ use ferry_sfu::cluster::{ClusterOptions, ClusterSecrets};
 use ferry_sfu::driver::{self, NodeOptions};
 use ferry_sfu::http::IceServer;
 
+mod access;
 mod alloc;
 mod bench;
+mod bench_etcd;
+mod bench_ha;
 mod bench_migrate;
 mod bench_peer;
 mod bench_recovery;
 mod dev;
 mod gpu;
 mod migrate;
+mod ops;
 mod scheduler;
 mod sdk_files;
 mod telemetry;
@@ -47,6 +51,14 @@ enum Command {
     /// Benchmarks that print a table and write JSON under target/bench/.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Mint an access token for WHIP/WHEP (printed on stdout).
+    Token(access::TokenArgs),
+    /// Nodes, sessions and running migrations of the cluster (tables, or --json).
+    Status(ops::StatusArgs),
+    /// Drain a node: no new sessions, every session migrated away (--wait: follow it).
+    Drain(ops::DrainArgs),
+    /// Cancel a node's drain: it takes sessions again, ramping back up.
+    Undrain(ops::UndrainArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -109,6 +121,10 @@ struct NodeArgs {
     /// Where the migration transport (QUIC, mutual TLS) listens.
     #[arg(long, default_value = "127.0.0.1:0")]
     migration_listen: SocketAddr,
+    #[command(flatten)]
+    tokens: access::TokenKeyArgs,
+    #[command(flatten)]
+    tls: access::TlsArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -122,6 +138,9 @@ struct EdgeArgs {
     /// Cluster secrets directory (as for `ferry node`).
     #[arg(long)]
     cluster_dir: std::path::PathBuf,
+    /// HTTPS on the metrics listener.
+    #[command(flatten)]
+    tls: access::TlsArgs,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -134,6 +153,10 @@ fn main() -> anyhow::Result<()> {
         Command::Edge(_) => "edge".to_owned(),
         Command::Migrate(_) => "migrate".to_owned(),
         Command::Bench(_) => "bench".to_owned(),
+        Command::Token(_) => "token".to_owned(),
+        Command::Status(_) => "status".to_owned(),
+        Command::Drain(_) => "drain".to_owned(),
+        Command::Undrain(_) => "undrain".to_owned(),
     };
     let _telemetry = telemetry::init(&instance)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -148,13 +171,18 @@ fn main() -> anyhow::Result<()> {
             Command::Edge(args) => run_edge(args).await,
             Command::Migrate(args) => migrate::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
+            Command::Token(args) => access::run_token(args),
+            Command::Status(args) => ops::run("status", move |o| ops::status(&args, o)).await,
+            Command::Drain(args) => ops::run("drain", move |o| ops::drain(&args, o)).await,
+            Command::Undrain(args) => ops::run("undrain", move |o| ops::undrain(&args, o)).await,
         }
     })
 }
 
 async fn run_edge(args: EdgeArgs) -> anyhow::Result<()> {
     let secrets = ClusterSecrets::load_or_create(&args.cluster_dir).context("--cluster-dir")?;
-    let edge = ferry_sfu::edge_driver::start_edge(args.udp, args.http, secrets.cluster_key())
+    let tls = args.tls.server()?;
+    let edge = ferry_sfu::edge_driver::start_edge(args.udp, args.http, tls, secrets.cluster_key())
         .await
         .context("starting the edge")?;
     let http = edge
@@ -190,13 +218,23 @@ pub(crate) fn cluster_options(
 
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let id = NodeId::new(args.id.clone()).context("--id")?;
+    // The API token (the cluster's, also a WHIP/WHEP credential for every stream): made up and
+    // printed when not given, so a lone node can be used at all.
+    let printed_token = args.token.is_none();
+    let token = args
+        .token
+        .clone()
+        .unwrap_or_else(scheduler::token_from_env_or_random);
+    let keys = args.tokens.keys()?;
+    let tls = args.tls.server()?;
+    let client_tls = args.tls.client()?;
     let cluster = match &args.cluster_dir {
         Some(dir) => Some(cluster_options(
             dir,
             &id,
             args.edge,
             args.migration_listen,
-            args.token.as_deref().unwrap_or(""),
+            &token,
         )?),
         None => None,
     };
@@ -219,7 +257,8 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         max_sessions: args.max_sessions,
         process_metrics: Some(alloc::prometheus),
         scheduler: args.scheduler.as_ref().map(|url| {
-            let mut l = scheduler::link(url, args.token.as_deref().unwrap_or(""), &args.id);
+            let mut l = scheduler::link(url, &token, &args.id);
+            l.tls = client_tls.clone();
             l.zone = args.zone.clone();
             l.region = args.region.clone();
             l.capabilities.extend(args.capabilities.iter().cloned());
@@ -237,6 +276,8 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             l
         }),
         extra_routes: Some(sdk_files::routes()),
+        tokens: std::sync::Arc::new(keys.verifier.with_operator_token(token.clone())),
+        tls: tls.clone(),
     })
     .await
     .context("starting node")?;
@@ -244,10 +285,21 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         .migration
         .map(|m| m.to_string())
         .unwrap_or_else(|| "-".into());
+    let scheme = ferry_sfu::tls::scheme(tls.is_some());
     println!(
-        "node {} http http://{} media udp {} (candidate {}) migration {migration}",
+        "node {} http {scheme}://{} media udp {} (candidate {}) migration {migration}",
         args.id, node.http, node.udp, node.candidate
     );
+    if printed_token {
+        println!(
+            "  API token {token}   (WHIP/WHEP and the migration API: Authorization: Bearer …)"
+        );
+    }
+    if keys.generated {
+        println!(
+            "  no --token-secret/$FERRY_TOKEN_SECRET/--token-public-key: WHIP/WHEP accept the API token only"
+        );
+    }
     tokio::select! {
         r = node.server => r.context("http server")?.context("http server")?,
         _ = tokio::signal::ctrl_c() => println!("shutting down"),

@@ -3,7 +3,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
@@ -25,13 +24,55 @@ pub struct SchedulerArgs {
     /// API bearer token (default: $FERRY_API_TOKEN, else a random one, printed).
     #[arg(long, env = "FERRY_API_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// How the gateway checks WHIP/WHEP access tokens.
+    #[command(flatten)]
+    pub tokens: crate::access::TokenKeyArgs,
+    /// HTTPS.
+    #[command(flatten)]
+    pub tls: crate::access::TlsArgs,
+    /// Where the cluster state lives: `embedded` (the state file; one scheduler) or `etcd`
+    /// (replicas elect a leader; needs a binary built with `--features etcd`).
+    #[arg(long, env = "FERRY_STORE", value_enum, default_value_t = StoreKind::Embedded)]
+    pub store: StoreKind,
+    /// etcd client URLs, comma-separated (`--store etcd`).
+    #[arg(
+        long,
+        env = "FERRY_ETCD_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
+    pub etcd_endpoints: Vec<String>,
+    /// Key prefix of this Ferry cluster in etcd.
+    #[arg(long, env = "FERRY_ETCD_PREFIX", default_value = "/ferry")]
+    pub etcd_prefix: String,
+    /// Leader lease (seconds): a dead leader is replaced within this. The leader steps down
+    /// when etcd has not acknowledged a renewal for 3/4 of it, so it must outlast an etcd
+    /// leader election (1–3 s with etcd's defaults).
+    #[arg(long, env = "FERRY_LEASE_TTL", default_value_t = 5)]
+    pub lease_ttl_s: u64,
+    /// This replica's base URL as other replicas and nodes reach it (followers redirect
+    /// writes to the leader's); default `http://` + the listen address.
+    #[arg(long, env = "FERRY_ADVERTISE")]
+    pub advertise: Option<String>,
+}
+
+/// Where the scheduler keeps the cluster state.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// A local file (or memory): a single scheduler.
+    Embedded,
+    /// etcd: replicated schedulers with leader election and fenced writes.
+    Etcd,
 }
 
 /// A started scheduler.
 pub struct RunningScheduler {
     pub scheduler: Arc<Scheduler>,
-    pub addr: SocketAddr,
+    /// Base URL: `http://` or, with TLS, `https://` and the address.
+    pub url: String,
     pub server: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// Whether no token key was given (WHIP/WHEP then take the API token only).
+    pub generated_secret: bool,
 }
 
 /// `$FERRY_API_TOKEN`, else 32 random hex digits.
@@ -46,56 +87,113 @@ pub fn token_from_env_or_random() -> String {
         })
 }
 
-/// How a node started by this binary reports to the scheduler at `url`.
-pub fn link(url: &str, token: &str, host: &str) -> SchedulerLink {
-    SchedulerLink {
-        url: url.to_owned(),
-        token: token.to_owned(),
-        zone: "default".into(),
-        host: host.to_owned(),
-        region: String::new(),
-        capabilities: vec!["h264".into(), "vp8".into(), "opus".into()],
-        canary: false,
-        gpu: None,
-        gpu_reader: None,
-        bandwidth_capacity_bps: 0,
-        interval: Duration::from_secs(1),
-    }
+/// How a node started by this binary reports to the scheduler replicas at `urls`
+/// (comma-separated).
+pub fn link(urls: &str, token: &str, host: &str) -> SchedulerLink {
+    let mut l = SchedulerLink::new(urls, token);
+    l.host = host.to_owned();
+    l.capabilities = vec!["h264".into(), "vp8".into(), "opus".into()];
+    l
 }
 
 pub async fn start_scheduler(
     args: SchedulerArgs,
     extra: Option<Router<Arc<Scheduler>>>,
 ) -> anyhow::Result<RunningScheduler> {
-    let token = args.token.unwrap_or_else(token_from_env_or_random);
-    let store: Box<dyn Store<ferry_scheduler::cluster::Persisted>> = match args.state_file {
-        Some(p) if p.as_os_str() != "none" => Box::new(FileStore::new(p)),
-        _ => Box::new(MemoryStore::default()),
-    };
-    // Nodes accept migration orders with the same token they heartbeat with.
-    let migrations = Arc::new(HttpMigrations::new(&token));
-    let scheduler = Scheduler::open(ClusterConfig::default(), store, token, migrations)
-        .context("opening the scheduler state")?;
-    tokio::spawn(scheduler.clone().run());
+    let token = args.token.clone().unwrap_or_else(token_from_env_or_random);
     let listener = tokio::net::TcpListener::bind(args.http)
         .await
         .with_context(|| format!("binding {}", args.http))?;
     let addr = listener.local_addr()?;
-    let app = ferry_scheduler::api::router(scheduler.clone(), extra);
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    // Nodes accept migration orders with the same token they heartbeat with.
+    let migrations = Arc::new(HttpMigrations::new(&token).with_tls(args.tls.client()?));
+    let scheduler = match args.store {
+        StoreKind::Embedded => {
+            let store: Box<dyn Store<ferry_scheduler::cluster::Persisted>> = match &args.state_file
+            {
+                Some(p) if p.as_os_str() != "none" => Box::new(FileStore::new(p.clone())),
+                _ => Box::new(MemoryStore::default()),
+            };
+            Scheduler::open(ClusterConfig::default(), store, token, migrations)
+                .context("opening the scheduler state")?
+        }
+        StoreKind::Etcd => open_etcd(&args, addr, token, migrations).await?,
+    };
+    tokio::spawn(scheduler.clone().run());
+    let keys = args.tokens.keys()?;
+    let server_tls = args.tls.server()?;
+    scheduler.set_node_tls(args.tls.client()?);
+    let app = ferry_scheduler::api::router_with_tokens(scheduler.clone(), extra, keys.verifier);
+    let url = format!("{}://{addr}", ferry_sfu::tls::scheme(server_tls.is_some()));
+    let server = tokio::spawn(ferry_sfu::tls::serve(listener, server_tls, app));
     Ok(RunningScheduler {
         scheduler,
-        addr,
+        url,
         server,
+        generated_secret: keys.generated,
     })
+}
+
+/// A scheduler replica on etcd.
+#[cfg(feature = "etcd")]
+async fn open_etcd(
+    args: &SchedulerArgs,
+    addr: SocketAddr,
+    token: String,
+    migrations: Arc<HttpMigrations>,
+) -> anyhow::Result<Arc<Scheduler>> {
+    use ferry_scheduler::ha::{EtcdConfig, EtcdStore};
+    let advertise = match &args.advertise {
+        Some(a) => a.trim_end_matches('/').to_owned(),
+        None if addr.ip().is_unspecified() => anyhow::bail!(
+            "--advertise is needed with --store etcd when listening on {addr} (followers redirect to it)"
+        ),
+        None => format!("http://{addr}"),
+    };
+    anyhow::ensure!(args.lease_ttl_s >= 1, "--lease-ttl-s must be at least 1");
+    let cfg = EtcdConfig {
+        endpoints: args.etcd_endpoints.clone(),
+        prefix: args.etcd_prefix.trim_end_matches('/').to_owned(),
+        lease_ttl: std::time::Duration::from_secs(args.lease_ttl_s),
+        advertise,
+    };
+    let endpoints = cfg.endpoints.join(",");
+    let (store, leadership) = tokio::task::spawn_blocking(move || EtcdStore::connect(cfg))
+        .await?
+        .with_context(|| format!("connecting to etcd at {endpoints}"))?;
+    Scheduler::open_replica(
+        ClusterConfig::default(),
+        Box::new(store),
+        token,
+        migrations,
+        leadership,
+    )
+    .context("opening the scheduler state from etcd")
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn open_etcd(
+    _: &SchedulerArgs,
+    _: SocketAddr,
+    _: String,
+    _: Arc<HttpMigrations>,
+) -> anyhow::Result<Arc<Scheduler>> {
+    anyhow::bail!(
+        "--store etcd needs a ferry binary built with etcd support: cargo build --release -p ferry --features etcd"
+    )
 }
 
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let printed_token = args.token.is_none();
     let s = start_scheduler(args, Some(crate::sdk_files::routes())).await?;
-    println!("scheduler http http://{}", s.addr);
+    println!("scheduler http {}", s.url);
     if printed_token {
         println!("  API token {}", s.scheduler.token());
+    }
+    if s.generated_secret {
+        println!(
+            "  no --token-secret/$FERRY_TOKEN_SECRET/--token-public-key: WHIP/WHEP accept the API token only"
+        );
     }
     tokio::select! {
         r = s.server => r.context("scheduler")??,

@@ -5,7 +5,11 @@
 //! node at version N+1 restores a snapshot written by version N.
 
 pub mod api;
+#[cfg(feature = "jwt")]
+pub mod auth;
 pub mod ids;
 pub mod state;
+#[cfg(feature = "otel")]
+pub mod trace;
 
 pub use ids::{IdError, MigrationId, NodeId, SessionId, StreamId, TrackId};

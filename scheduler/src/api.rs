@@ -10,21 +10,23 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, Path, Query, RawQuery, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::{Json, middleware};
+use axum::{Extension, Json, middleware};
 use ferry_proto::api::{
     ApiError, DrainStatus, Heartbeat, MigrationAccepted, MigrationRequest, MigrationView, NodeView,
     PlacementRequest, PlacementResponse, ReclaimNotice, RoutingTable, SessionKind, SessionView,
     TicketUse, WeightUpdate,
 };
+use ferry_proto::auth::{AuthError, Grant, Verifier};
 use ferry_proto::{MigrationId, NodeId, StreamId};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use tower_http::cors::{AllowHeaders, Any, CorsLayer};
+use tracing::Instrument;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
@@ -38,9 +40,9 @@ const MAX_BODY: usize = 256 * 1024;
 #[openapi(
     info(title = "Ferry scheduler API", description = "Placement, nodes, sessions, drains and migrations of a Ferry cluster."),
     paths(
-        list_nodes, get_node, heartbeat, set_weight, reclaim_notice, start_drain, drain_status,
+        list_nodes, get_node, heartbeat, set_weight, reclaim_notice, start_drain, cancel_drain, drain_status,
         list_sessions, place, create_migration, get_migration, list_migrations, routing, healthz,
-        whip, whep, consume_ticket
+        readyz, whip, whep, consume_ticket
     ),
     modifiers(&BearerAuth),
 )]
@@ -118,19 +120,106 @@ async fn require_token(
     next.run(req).await
 }
 
-/// All routes. `extra` is merged in (the `ferry dev` demo page).
+/// On a follower replica (etcd HA), state-changing calls go to the leader: a 307 to the same
+/// path there (method and body kept), or 503 while no leader is known.
+async fn follow_leader(
+    State(s): State<Arc<Scheduler>>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    if s.is_leader() {
+        return next.run(req).await;
+    }
+    let Some(leader) = s.leader_url() else {
+        let mut r = error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no scheduler replica leads at the moment; retry shortly",
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    };
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
+    let location = format!("{}{path}", leader.trim_end_matches('/'));
+    match HeaderValue::from_str(&location) {
+        Ok(v) => (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, v)]).into_response(),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the leader's address is not a valid URL",
+        ),
+    }
+}
+
+/// `ok` once the change it reports is stored (with etcd: replicated and fenced), else 503 —
+/// a write the client saw acknowledged survives the leader's death.
+fn committed(s: &Scheduler, ok: Response) -> Response {
+    match s.flush() {
+        Ok(()) => ok,
+        Err(e) => {
+            tracing::warn!(error = %e, "a write was not stored");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the change was not stored: {e}"),
+            )
+        }
+    }
+}
+
+/// Readiness: this replica leads, or follows a known leader (it then redirects writes there).
+#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready", body = String), (status = 503, body = ApiError)))]
+async fn readyz(State(s): State<Arc<Scheduler>>) -> Response {
+    if s.is_leader() {
+        "ok leader\n".into_response()
+    } else if let Some(l) = s.leader_url() {
+        format!("ok follower of {l}\n").into_response()
+    } else {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no scheduler replica leads at the moment",
+        )
+    }
+}
+
+/// All routes. `extra` is merged in (the `ferry dev` demo page). WHIP/WHEP `POST`s need the
+/// API token (see [`router_with_tokens`] for access tokens as well).
 pub fn router(s: Arc<Scheduler>, extra: Option<Router<Arc<Scheduler>>>) -> Router {
+    router_with_tokens(s, extra, Verifier::operator_only())
+}
+
+/// All routes, with WHIP/WHEP `POST`s checked by `tokens` (the scheduler's API token is
+/// accepted too, as a credential for every stream). `extra` is merged in (the `ferry dev`
+/// demo page).
+pub fn router_with_tokens(
+    s: Arc<Scheduler>,
+    extra: Option<Router<Arc<Scheduler>>>,
+    tokens: Verifier,
+) -> Router {
+    let tokens = Arc::new(tokens.with_operator_token(s.token()));
     let mutating = Router::new()
         .route("/v1/nodes/{id}/heartbeat", post(heartbeat))
         .route("/v1/nodes/{id}/weight", put(set_weight))
         .route("/v1/nodes/{id}/reclaim-notice", post(reclaim_notice))
-        .route("/v1/nodes/{id}/drain", post(start_drain))
+        .route(
+            "/v1/nodes/{id}/drain",
+            post(start_drain).delete(cancel_drain),
+        )
         .route("/v1/placements", post(place))
         .route("/v1/migrations", post(create_migration))
         .route("/v1/tickets/consume", post(consume_ticket))
-        .route_layer(middleware::from_fn_with_state(s.clone(), require_token));
+        .route_layer(middleware::from_fn_with_state(s.clone(), require_token))
+        .route_layer(middleware::from_fn_with_state(s.clone(), follow_leader));
+    // The gateway records placements: only the leader answers it.
+    let gateway = Router::new()
+        .route("/whip/{stream}", post(whip))
+        .route("/whep/{stream}", post(whep))
+        .route_layer(middleware::from_fn_with_state(s.clone(), follow_leader))
+        .layer(Extension(tokens));
     let public = Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route(
             "/openapi.json",
@@ -143,17 +232,21 @@ pub fn router(s: Arc<Scheduler>, extra: Option<Router<Arc<Scheduler>>>) -> Route
         .route("/v1/migrations", get(list_migrations))
         .route("/v1/migrations/{id}", get(get_migration))
         .route("/v1/routing", get(routing))
-        .route("/v1/routing/events", get(routing_events))
-        .route("/whip/{stream}", post(whip))
-        .route("/whep/{stream}", post(whep));
+        .route("/v1/routing/events", get(routing_events));
     let cors = CorsLayer::new()
         .allow_origin(Any)
         .allow_methods(Any)
         // Mirrored rather than `*`: a wildcard does not cover `Authorization` (pages that call
         // the operator API with a token).
         .allow_headers(AllowHeaders::mirror_request())
-        .expose_headers([header::LOCATION, header::ETAG, header::LINK]);
-    let mut app = mutating.merge(public);
+        .expose_headers([
+            header::LOCATION,
+            header::ETAG,
+            header::LINK,
+            header::WWW_AUTHENTICATE,
+            HeaderName::from_static(FERRY_ERROR),
+        ]);
+    let mut app = mutating.merge(gateway).merge(public);
     if let Some(extra) = extra {
         app = app.merge(extra);
     }
@@ -239,7 +332,7 @@ async fn set_weight(
         c.set_weight(&id, w.weight)?;
         c.node(Instant::now(), &id)
     }) {
-        Ok(v) => Json(v).into_response(),
+        Ok(v) => committed(&s, Json(v).into_response()),
         Err(e) => cluster_error(e),
     }
 }
@@ -266,7 +359,7 @@ async fn reclaim_notice(
         c.reclaim_notice(now, &id, Duration::from_secs(n.deadline_s))?;
         c.drain_status(&id)
     }) {
-        Ok(v) => (StatusCode::ACCEPTED, Json(v)).into_response(),
+        Ok(v) => committed(&s, (StatusCode::ACCEPTED, Json(v)).into_response()),
         Err(e) => cluster_error(e),
     }
 }
@@ -283,7 +376,28 @@ async fn start_drain(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) ->
     match s.mutate(|c| c.drain(Instant::now(), &id)) {
         Ok(v) => {
             s.wake();
-            (StatusCode::ACCEPTED, Json(v)).into_response()
+            committed(&s, (StatusCode::ACCEPTED, Json(v)).into_response())
+        }
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// Cancels a node's drain (undrain): the node is active again and ramps back up; migrations
+/// already running end as they will. An active node is left as it is.
+#[utoipa::path(delete, path = "/v1/nodes/{id}/drain", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
+    security(("bearer" = [])),
+    responses((status = 200, description = "the node is active; the cancelled drain's last progress", body = DrainStatus),
+        (status = 401, body = ApiError), (status = 404, body = ApiError),
+        (status = 409, description = "the node is down", body = ApiError)))]
+async fn cancel_drain(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
+    let id = match node_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match s.mutate(|c| c.undrain(Instant::now(), &id)) {
+        Ok(v) => {
+            s.wake();
+            committed(&s, Json(v).into_response())
         }
         Err(e) => cluster_error(e),
     }
@@ -331,6 +445,20 @@ async fn place(
     responses((status = 202, body = MigrationAccepted), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError), (status = 503, body = ApiError)))]
 async fn create_migration(
     State(s): State<Arc<Scheduler>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    req: Result<Json<MigrationRequest>, JsonRejection>,
+) -> Response {
+    // The migration's own span (and through it the nodes') is a child of this one. Nothing
+    // below awaits, so the guard never crosses an await.
+    let span = crate::trace::request_span("/v1/migrations", query.as_deref(), &headers);
+    let r = span.in_scope(|| create_migration_in_span(&s, req));
+    ferry_proto::trace::record_status(&span, r.status().as_u16());
+    r
+}
+
+fn create_migration_in_span(
+    s: &Arc<Scheduler>,
     req: Result<Json<MigrationRequest>, JsonRejection>,
 ) -> Response {
     let req = match body(req) {
@@ -340,8 +468,18 @@ async fn create_migration(
     match s.mutate(|c| c.create_migration(&req)) {
         Ok(m) => {
             let id = m.id.clone();
-            s.start_migration(m);
-            (StatusCode::ACCEPTED, Json(MigrationAccepted { id })).into_response()
+            let span = tracing::Span::current();
+            span.record("migration.id", id.as_str());
+            span.record("session.id", m.session.as_str());
+            // Stored before the order goes out: a new leader follows it.
+            let r = committed(
+                s,
+                (StatusCode::ACCEPTED, Json(MigrationAccepted { id })).into_response(),
+            );
+            if r.status() == StatusCode::ACCEPTED {
+                s.start_migration(m);
+            }
+            r
         }
         Err(e) => cluster_error(e),
     }
@@ -432,12 +570,70 @@ const FAILED_NODE: &str = "ferry-failed-node";
 /// goes where the first try went), `Ferry-Ticket` (a resumed session goes to the node holding
 /// it, if that node is up) and `Ferry-Failed-Node` (a node the client lost: the scheduler
 /// probes it and, if it does not answer either, declares it down and places elsewhere).
-async fn redirect(
+/// Machine-readable reason of a refusal (as on the nodes).
+const FERRY_ERROR: &str = "ferry-error";
+
+/// 401 (no, bad or expired access token) or 403 (a token that does not allow this), with the
+/// reason, its `Ferry-Error` code and the `WWW-Authenticate` challenge (RFC 6750 §3).
+fn auth_error(e: AuthError) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+    let mut r = error(status, e.to_string());
+    let h = r.headers_mut();
+    h.insert(FERRY_ERROR, HeaderValue::from_static(e.code()));
+    if let Ok(v) = HeaderValue::from_str(&e.challenge()) {
+        h.insert(header::WWW_AUTHENTICATE, v);
+    }
+    r
+}
+
+/// [`redirect`] in a span of its own (`POST /whip/{stream}` or `POST /whep/{stream}`) whose
+/// trace context the 307 hands on to the node.
+async fn traced_redirect(
     s: &Arc<Scheduler>,
+    tokens: &Verifier,
     stream: String,
     kind: SessionKind,
+    query: Option<&str>,
     headers: &HeaderMap,
 ) -> Response {
+    let route = match kind {
+        SessionKind::Publish => "/whip/{stream}",
+        SessionKind::View => "/whep/{stream}",
+    };
+    let span = crate::trace::request_span(route, query, headers);
+    span.record("stream", stream.as_str());
+    let r = redirect(s, tokens, stream, kind, query, headers)
+        .instrument(span.clone())
+        .await;
+    ferry_proto::trace::record_status(&span, r.status().as_u16());
+    r
+}
+
+async fn redirect(
+    s: &Arc<Scheduler>,
+    tokens: &Verifier,
+    stream: String,
+    kind: SessionKind,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Response {
+    // The token first: nothing (not even a probe of a reported node) for a refused request.
+    let token = ferry_proto::auth::request_token(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+        query,
+    );
+    let grant = match kind {
+        SessionKind::Publish => Grant::Publish,
+        SessionKind::View => Grant::Play,
+    };
+    let unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if let Err(e) = tokens.authorize(token.as_deref(), grant, &stream, unix_s) {
+        return auth_error(e);
+    }
     let Ok(stream) = StreamId::new(stream.clone()) else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -470,8 +666,21 @@ async fn redirect(
     if let Some(k) = key {
         s.remember_redirect(k, base.clone());
     }
+    // Browsers drop `Authorization` when they follow a redirect to another origin (the node):
+    // the token goes along in the query (RFC 6750 §2.3).
+    tracing::Span::current().record("node.url", base.as_str());
+    let location = format!("{base}/{}/{stream}", kind_path(kind));
+    let location = match &token {
+        Some(t) => ferry_proto::auth::with_access_token(&location, t),
+        None => location,
+    };
+    // The node's span for the client's POST there joins this request's trace.
+    let location = ferry_proto::trace::with_trace_parent(
+        &location,
+        &crate::trace::for_redirect(query, headers),
+    );
     let mut r = StatusCode::TEMPORARY_REDIRECT.into_response();
-    match HeaderValue::from_str(&format!("{base}/{}/{stream}", kind_path(kind))) {
+    match HeaderValue::from_str(&location) {
         Ok(v) => {
             r.headers_mut().insert(header::LOCATION, v);
             r
@@ -491,29 +700,49 @@ fn kind_path(kind: SessionKind) -> &'static str {
 }
 
 /// WHIP: answered with 307 to the node that takes the stream (or that holds the session a
-/// `Ferry-Ticket` resumes).
-#[utoipa::path(post, path = "/whip/{stream}", params(("stream" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "stream name")),
-    request_body(content = String, content_type = "application/sdp"),
-    responses((status = 307, description = "Location: the node's WHIP endpoint"), (status = 400, body = ApiError), (status = 503, body = ApiError)))]
+/// `Ferry-Ticket` resumes). Needs an access token with a `publish` grant for the stream (or the
+/// API token), which the `Location` carries on as `access_token`.
+#[utoipa::path(post, path = "/whip/{stream}", params(("stream" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "stream name"),
+        ("access_token" = Option<String>, Query, description = "the access token, when no Authorization header can carry it")),
+    request_body(content = String, content_type = "application/sdp"), security(("bearer" = [])),
+    responses((status = 307, description = "Location: the node's WHIP endpoint, with the token as access_token"), (status = 400, body = ApiError),
+        (status = 401, description = "no, bad or expired access token (WWW-Authenticate, Ferry-Error)", body = ApiError),
+        (status = 403, description = "the token does not grant publishing this stream (Ferry-Error)", body = ApiError), (status = 503, body = ApiError)))]
 async fn whip(
     State(s): State<Arc<Scheduler>>,
+    Extension(tokens): Extension<Arc<Verifier>>,
     Path(stream): Path<String>,
+    RawQuery(query): RawQuery,
     h: HeaderMap,
 ) -> Response {
-    redirect(&s, stream, SessionKind::Publish, &h).await
+    traced_redirect(
+        &s,
+        &tokens,
+        stream,
+        SessionKind::Publish,
+        query.as_deref(),
+        &h,
+    )
+    .await
 }
 
 /// WHEP: answered with 307 to the node that serves the stream (or that holds the session a
-/// `Ferry-Ticket` resumes).
-#[utoipa::path(post, path = "/whep/{stream}", params(("stream" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "stream name")),
-    request_body(content = String, content_type = "application/sdp"),
-    responses((status = 307, description = "Location: the node's WHEP endpoint"), (status = 400, body = ApiError), (status = 503, body = ApiError)))]
+/// `Ferry-Ticket` resumes). Needs an access token with a `play` grant for the stream (or the
+/// API token), which the `Location` carries on as `access_token`.
+#[utoipa::path(post, path = "/whep/{stream}", params(("stream" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "stream name"),
+        ("access_token" = Option<String>, Query, description = "the access token, when no Authorization header can carry it")),
+    request_body(content = String, content_type = "application/sdp"), security(("bearer" = [])),
+    responses((status = 307, description = "Location: the node's WHEP endpoint, with the token as access_token"), (status = 400, body = ApiError),
+        (status = 401, description = "no, bad or expired access token (WWW-Authenticate, Ferry-Error)", body = ApiError),
+        (status = 403, description = "the token does not grant playing this stream (Ferry-Error)", body = ApiError), (status = 503, body = ApiError)))]
 async fn whep(
     State(s): State<Arc<Scheduler>>,
+    Extension(tokens): Extension<Arc<Verifier>>,
     Path(stream): Path<String>,
+    RawQuery(query): RawQuery,
     h: HeaderMap,
 ) -> Response {
-    redirect(&s, stream, SessionKind::View, &h).await
+    traced_redirect(&s, &tokens, stream, SessionKind::View, query.as_deref(), &h).await
 }
 
 /// Records that a node resumed a session with a ticket of this generation (nodes call it,
@@ -532,7 +761,7 @@ async fn consume_ticket(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     match s.mutate(|c| c.consume_ticket(unix_s, &req)) {
-        Ok(()) => Json(serde_json::json!({})).into_response(),
+        Ok(()) => committed(&s, Json(serde_json::json!({})).into_response()),
         Err(e) => cluster_error(e),
     }
 }

@@ -760,6 +760,56 @@ impl Cluster {
         self.drain_status(id)
     }
 
+    /// `DELETE /v1/nodes/{id}/drain`: cancels a drain. A draining or drained node is active
+    /// again: it takes placements once more, its weight ramping up from where it is (0) as a
+    /// node joining the cluster does. The drain starts no more migrations; those already
+    /// running end as they will. An active node is left as it is. The answer is the cancelled
+    /// drain's last progress, with the node's new state.
+    pub fn undrain(&mut self, _now: Instant, id: &NodeId) -> Result<DrainStatus, ClusterError> {
+        let mut status = self.drain_status(id)?;
+        let n = self
+            .nodes
+            .get_mut(id)
+            .ok_or_else(|| ClusterError::NotFound(format!("no node {id}")))?;
+        match n.state {
+            NodeState::Down => {
+                return Err(ClusterError::Conflict(format!(
+                    "node {id} is down: nothing to undrain until it reports again"
+                )));
+            }
+            NodeState::Active => return Ok(status),
+            NodeState::Draining | NodeState::Drained => {
+                n.state = NodeState::Active;
+                n.drain = None;
+                let (hb, pinned) = (n.heartbeat.clone(), n.weight_override);
+                self.weights.set_node_state(id, scoring::NodeState::Active);
+                let w = self.effective_weight(id, NodeState::Active, pinned);
+                self.upsert(id, &hb, w);
+                self.bump();
+            }
+        }
+        status.state = NodeState::Active;
+        Ok(status)
+    }
+
+    /// How unevenly sessions are spread: the most loaded active node's sessions over the
+    /// average of the active nodes (1 = even). 0 when no node is active or none holds a
+    /// session (nothing to compare).
+    pub fn placement_skew(&self) -> f64 {
+        let loads = self.loads();
+        let active: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.state == NodeState::Active)
+            .map(|(id, _)| loads.get(id).copied().unwrap_or(0))
+            .collect();
+        let total: u64 = active.iter().sum();
+        match active.iter().max() {
+            Some(&max) if total > 0 => max as f64 * active.len() as f64 / total as f64,
+            _ => 0.0,
+        }
+    }
+
     /// `GET /v1/nodes/{id}/drain`.
     pub fn drain_status(&self, id: &NodeId) -> Result<DrainStatus, ClusterError> {
         let n = self.record(id)?;
@@ -908,6 +958,15 @@ impl Cluster {
             .get(id)
             .cloned()
             .ok_or_else(|| ClusterError::NotFound(format!("no migration {id}")))
+    }
+
+    /// Migrations not yet ended (a new leader follows them on).
+    pub fn migrations_in_flight(&self) -> Vec<MigrationView> {
+        self.migrations
+            .values()
+            .filter(|m| matches!(m.state, MigrationState::Planned | MigrationState::Running))
+            .cloned()
+            .collect()
     }
 
     /// `GET /v1/migrations`.

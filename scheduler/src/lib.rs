@@ -12,9 +12,13 @@
 pub mod api;
 pub mod cluster;
 pub mod drain;
+#[cfg(feature = "etcd")]
+pub mod ha;
+pub mod leadership;
 pub mod node_client;
 pub mod placement;
 pub mod scoring;
 pub mod service;
 pub mod store;
 pub mod ticket;
+mod trace;

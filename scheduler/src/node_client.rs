@@ -5,7 +5,9 @@
 //! The contract the nodes implement is in `docs/scheduler.md` ("Migrations
 //! on the nodes"). Calls are blocking `ureq` requests on tokio's blocking
 //! pool with a short timeout, so a hung node costs one blocking thread for
-//! at most [`NODE_TIMEOUT`], never the tick loop.
+//! at most [`NODE_TIMEOUT`], never the tick loop. An order carries the W3C
+//! `traceparent` of the span it is sent from, so the source node's
+//! migration span joins the scheduler's trace.
 
 use std::time::Duration;
 
@@ -49,6 +51,18 @@ impl HttpMigrations {
             auth: format!("Bearer {token}"),
         }
     }
+
+    /// The same client with these TLS settings (trusted roots) for nodes that serve HTTPS.
+    pub fn with_tls(mut self, tls: ureq::tls::TlsConfig) -> Self {
+        self.agent = ureq::Agent::config_builder()
+            .timeout_global(Some(NODE_TIMEOUT))
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .tls_config(tls)
+            .build()
+            .new_agent();
+        self
+    }
 }
 
 fn url(base: &str, id: &MigrationId) -> String {
@@ -68,12 +82,13 @@ fn reason_text(body: &str) -> String {
 }
 
 impl HttpMigrations {
-    fn put(&self, migration: &MigrationView, base: &str) -> Result<(), String> {
+    fn put(&self, migration: &MigrationView, base: &str, traceparent: &str) -> Result<(), String> {
         let url = url(base, &migration.id);
-        let mut resp = self
-            .agent
-            .put(&url)
-            .header("Authorization", &self.auth)
+        let mut req = self.agent.put(&url).header("Authorization", &self.auth);
+        if !traceparent.is_empty() {
+            req = req.header(ferry_proto::trace::TRACEPARENT, traceparent);
+        }
+        let mut resp = req
             .send_json(migration)
             .map_err(|e| format!("source node at {base} unreachable: {e}"))?;
         let status = resp.status();
@@ -127,8 +142,11 @@ impl Migrations for HttpMigrations {
         source_http: String,
     ) -> BoxFuture<'_, Result<(), String>> {
         let this = self.clone();
+        // The span the order is sent from (the scheduler's for this migration): the source
+        // node's span joins its trace.
+        let traceparent = ferry_proto::trace::trace_parent(&tracing::Span::current());
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || this.put(&migration, &source_http))
+            tokio::task::spawn_blocking(move || this.put(&migration, &source_http, &traceparent))
                 .await
                 .unwrap_or_else(|e| Err(format!("calling the source node: {e}")))
         })

@@ -14,6 +14,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::cluster::{Action, Cluster, ClusterConfig, Persisted};
 use crate::drain::Migrations;
+use crate::leadership::Leadership;
 use crate::store::{Store, StoreError};
 
 /// Milliseconds since the Unix epoch (the service is the driver: it may
@@ -30,6 +31,7 @@ pub const STATUS_SILENCE: Duration = Duration::from_secs(10);
 
 struct Inner {
     cluster: Cluster,
+    config: ClusterConfig,
     store: Box<dyn Store<Persisted>>,
     dirty: bool,
 }
@@ -45,6 +47,10 @@ pub struct Scheduler {
     probes: Mutex<HashMap<NodeId, (Instant, bool)>>,
     /// Where recent WHIP/WHEP requests were sent, by idempotency key.
     redirects: Mutex<HashMap<String, (String, Instant)>>,
+    /// Whether this replica leads (always, with the embedded store).
+    leadership: Arc<Leadership>,
+    /// TLS settings of the calls to nodes' `https://` URLs (health probes).
+    node_tls: std::sync::OnceLock<ureq::tls::TlsConfig>,
 }
 
 /// A probe's result is reused this long (clients of one dead node all report it at once).
@@ -63,23 +69,36 @@ impl std::fmt::Debug for Scheduler {
 }
 
 impl Scheduler {
-    /// Opens the store and restores what it holds.
+    /// Opens the store and restores what it holds; the only replica, so it leads.
     pub fn open(
+        config: ClusterConfig,
+        store: Box<dyn Store<Persisted>>,
+        token: String,
+        migrations: Arc<dyn Migrations>,
+    ) -> Result<Arc<Self>, StoreError> {
+        Self::open_replica(config, store, token, migrations, Leadership::sole())
+    }
+
+    /// One of several replicas sharing `store` (etcd): it acts — ticks, drains, migrates,
+    /// takes writes — only while `leadership` says it leads, and follows the store otherwise.
+    pub fn open_replica(
         config: ClusterConfig,
         mut store: Box<dyn Store<Persisted>>,
         token: String,
         migrations: Arc<dyn Migrations>,
+        leadership: Arc<Leadership>,
     ) -> Result<Arc<Self>, StoreError> {
         let now = Instant::now();
         let cluster = match store.load()? {
-            Some(p) => Cluster::restore(config, p, now, unix_ms()),
-            None => Cluster::new(config, now).map_err(|e| e.to_string()),
+            Some(p) => Cluster::restore(config.clone(), p, now, unix_ms()),
+            None => Cluster::new(config.clone(), now).map_err(|e| e.to_string()),
         }
         .map_err(StoreError::Invalid)?;
         let (routing, _) = watch::channel(cluster.routing_version());
         Ok(Arc::new(Self {
             inner: Mutex::new(Inner {
                 cluster,
+                config,
                 store,
                 dirty: false,
             }),
@@ -89,7 +108,47 @@ impl Scheduler {
             migrations,
             probes: Mutex::default(),
             redirects: Mutex::default(),
+            leadership,
+            node_tls: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Sets the TLS settings (trusted roots) of this scheduler's calls to nodes that serve
+    /// HTTPS; the first call wins. Without it, the public web roots are trusted.
+    pub fn set_node_tls(&self, tls: ureq::tls::TlsConfig) {
+        let _ = self.node_tls.set(tls);
+    }
+
+    /// Whether this replica leads (takes writes, runs drains and migrations).
+    pub fn is_leader(&self) -> bool {
+        self.leadership.is_leader()
+    }
+
+    /// The leading replica's base URL, if known.
+    pub fn leader_url(&self) -> Option<String> {
+        self.leadership.leader_url()
+    }
+
+    /// Replaces the in-memory cluster with the stored one (a follower's copy, or a new
+    /// leader's start) and wakes routing watchers.
+    fn reload(&self) -> Result<(), StoreError> {
+        let version = {
+            let mut inner = self.lock();
+            let Some(p) = inner.store.load()? else {
+                return Ok(());
+            };
+            let c = Cluster::restore(inner.config.clone(), p, Instant::now(), unix_ms())
+                .map_err(StoreError::Invalid)?;
+            inner.cluster = c;
+            inner.dirty = false;
+            inner.cluster.routing_version()
+        };
+        self.routing.send_if_modified(|v| {
+            let changed = *v != version;
+            *v = version;
+            changed
+        });
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -141,9 +200,11 @@ impl Scheduler {
             Some(alive) => alive,
             None => {
                 let url = format!("{}/healthz", http.trim_end_matches('/'));
+                let tls = self.node_tls.get().cloned().unwrap_or_default();
                 let alive = tokio::task::spawn_blocking(move || {
                     ureq::get(&url)
                         .config()
+                        .tls_config(tls)
                         .timeout_global(Some(PROBE_TIMEOUT))
                         .build()
                         .call()
@@ -200,9 +261,14 @@ impl Scheduler {
         self.wake.notify_one();
     }
 
-    /// Saves now if anything changed.
+    /// Saves now if anything changed (only the leader writes).
     pub fn flush(&self) -> Result<(), StoreError> {
         let mut inner = self.lock();
+        if !self.leadership.is_leader() {
+            // A follower's changes are its own view; the leader's state replaces them.
+            inner.dirty = false;
+            return Ok(());
+        }
         if inner.dirty {
             let p = inner.cluster.persisted(Instant::now(), unix_ms());
             inner.store.save(&p)?;
@@ -220,11 +286,15 @@ impl Scheduler {
     /// [`STATUS_SILENCE`], so a vanished node cannot hold a drain forever.
     pub fn start_migration(self: &Arc<Self>, m: MigrationView) {
         let s = self.clone();
-        tokio::spawn(async move {
+        // Its span: a child of the API call that created it, if any; its context goes with
+        // the order to the source node.
+        let span = crate::trace::migration_span(&m);
+        let task = async move {
             let fail = |reason: String| {
                 let mut failed = m.clone();
                 failed.state = MigrationState::Failed;
                 failed.error = Some(reason);
+                crate::trace::record_end(&failed);
                 s.mutate(|c| c.update_migration(failed));
                 s.wake();
             };
@@ -273,32 +343,73 @@ impl Scheduler {
                     next.state,
                     MigrationState::Planned | MigrationState::Running
                 );
+                if done {
+                    crate::trace::record_end(&next);
+                }
                 s.mutate(|c| c.update_migration(next));
                 if done {
                     s.wake();
                     return;
                 }
             }
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
     }
 
-    /// Runs liveness, weights, drains and persistence until the process ends.
+    /// Runs liveness, weights, drains and persistence until the process ends. A follower
+    /// (etcd) only reloads the leader's state as it changes; a replica that becomes leader
+    /// reloads it once more and picks up the migrations in flight.
     pub async fn run(self: Arc<Self>) {
+        let mut leading = self.leadership.is_leader();
         loop {
+            if !self.leadership.is_leader() {
+                leading = false;
+                if let Err(e) = self.reload() {
+                    tracing::warn!(error = %e, "reloading the scheduler state");
+                }
+                tokio::select! {
+                    () = self.leadership.changed.notified() => {}
+                    () = self.leadership.state_changed.notified() => {}
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                continue;
+            }
+            if !leading {
+                leading = true;
+                if let Err(e) = self.reload() {
+                    tracing::error!(error = %e, "loading the state as the new leader");
+                }
+                let in_flight = self.with(Cluster::migrations_in_flight);
+                tracing::info!(
+                    migrations = in_flight.len(),
+                    "leading: following the migrations in flight"
+                );
+                for m in in_flight {
+                    self.start_migration(m);
+                }
+            }
             let now = Instant::now();
             let actions = self.mutate(|c| c.tick(now));
+            // Recorded before the orders go out: a leader that dies right after leaves its
+            // successor the migrations it ordered (which it then follows).
+            let saved = self.flush();
+            if let Err(e) = &saved {
+                tracing::error!(error = %e, "saving scheduler state");
+            }
+            if matches!(saved, Err(StoreError::Fenced(_))) {
+                // Deposed: the orders are the new leader's to give.
+                continue;
+            }
             for a in actions {
                 match a {
                     Action::StartMigration(m) => self.start_migration(m),
                 }
             }
-            if let Err(e) = self.flush() {
-                tracing::error!(error = %e, "saving scheduler state");
-            }
             let next = self.with(|c| c.poll_timeout(Instant::now()));
             tokio::select! {
                 () = tokio::time::sleep_until(next.into()) => {}
                 () = self.wake.notified() => {}
+                () = self.leadership.changed.notified() => {}
             }
         }
     }
@@ -373,6 +484,11 @@ impl Scheduler {
             s,
             "# HELP ferry_scheduler_sessions Sessions in the cluster.\n# TYPE ferry_scheduler_sessions gauge\nferry_scheduler_sessions {}",
             c.sessions().len()
+        );
+        let _ = writeln!(
+            s,
+            "# HELP ferry_scheduler_placement_skew Most loaded active node's sessions over the average of the active nodes (1 = even, 0 = no sessions).\n# TYPE ferry_scheduler_placement_skew gauge\nferry_scheduler_placement_skew {}",
+            c.placement_skew()
         );
         let _ = writeln!(
             s,

@@ -1,7 +1,8 @@
 //! Where the scheduler keeps its state between restarts.
 //!
 //! [`Store`] is the seam: the embedded default is [`FileStore`] (one JSON
-//! file, replaced atomically); etcd comes behind the same trait.
+//! file, replaced atomically); [`crate::ha::EtcdStore`] (feature `etcd`) keeps it in etcd,
+//! written only by the elected leader.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,9 @@ pub enum StoreError {
     /// The stored state parses but cannot be used.
     #[error("stored state is unusable: {0}")]
     Invalid(String),
+    /// A write by a scheduler that no longer leads, refused (etcd fencing).
+    #[error("fenced: {0}")]
+    Fenced(String),
     /// The stored state does not parse.
     #[error("store {path} is corrupt: {source}")]
     Corrupt {

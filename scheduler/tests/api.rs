@@ -314,9 +314,20 @@ async fn bad_input_gets_400_and_unknown_ids_404() {
     )
     .await;
     assert_eq!(r.status, 503, "{}", r.body);
+    // WHIP/WHEP need a token (the API token is one for every stream).
     let r = call("POST", url("/whip/s1"), None, Some("v=0".into())).await;
+    assert_eq!(r.status, 401);
+    let r = call("POST", url("/whip/s1"), Some("wrong"), Some("v=0".into())).await;
+    assert_eq!(r.status, 401);
+    let r = call("POST", url("/whip/s1"), Some(TOKEN), Some("v=0".into())).await;
     assert_eq!(r.status, 503);
-    let r = call("POST", url("/whip/bad%20name"), None, Some("v=0".into())).await;
+    let r = call(
+        "POST",
+        url("/whip/bad%20name"),
+        Some(TOKEN),
+        Some("v=0".into()),
+    )
+    .await;
     assert_eq!(r.status, 400);
 }
 
@@ -370,7 +381,7 @@ async fn placements_agree_with_the_core_and_whip_whep_redirect() {
     let r = call(
         "POST",
         format!("{}/whip/s1", api.base),
-        None,
+        Some(TOKEN),
         Some("v=0".into()),
     )
     .await;
@@ -382,7 +393,7 @@ async fn placements_agree_with_the_core_and_whip_whep_redirect() {
     let port = nodes.iter().find(|n| n.0 == placed.as_str()).unwrap().1;
     assert_eq!(
         r.location.as_deref(),
-        Some(format!("http://127.0.0.1:{port}/whip/s1").as_str())
+        Some(format!("http://127.0.0.1:{port}/whip/s1?access_token={TOKEN}").as_str())
     );
     beat(
         &api,
@@ -393,12 +404,17 @@ async fn placements_agree_with_the_core_and_whip_whep_redirect() {
     let r = call(
         "POST",
         format!("{}/whep/s1", api.base),
-        None,
+        Some(TOKEN),
         Some("v=0".into()),
     )
     .await;
     assert_eq!(r.status, 307);
-    assert_eq!(r.location.as_deref(), Some("http://127.0.0.1:9104/whep/s1"));
+    assert_eq!(
+        r.location,
+        Some(format!(
+            "http://127.0.0.1:9104/whep/s1?access_token={TOKEN}"
+        ))
+    );
     let sessions = call("GET", format!("{}/v1/sessions", api.base), None, None)
         .await
         .json();
@@ -741,12 +757,26 @@ async fn tickets_are_used_once_and_clients_steer_their_redirects() {
 
     // A retried request (same Idempotency-Key) goes where the first one went.
     let keyed = [("Idempotency-Key", "k-7")];
-    let first = call_with("POST", url("/whip/x7"), None, Some("v=0".into()), &keyed).await;
+    let first = call_with(
+        "POST",
+        url("/whip/x7"),
+        Some(TOKEN),
+        Some("v=0".into()),
+        &keyed,
+    )
+    .await;
     assert_eq!(first.status, 307);
     pin(&api, "n1", 0.01).await;
     pin(&api, "n2", 1.0).await;
     for _ in 0..3 {
-        let again = call_with("POST", url("/whip/x7"), None, Some("v=0".into()), &keyed).await;
+        let again = call_with(
+            "POST",
+            url("/whip/x7"),
+            Some(TOKEN),
+            Some("v=0".into()),
+            &keyed,
+        )
+        .await;
         assert_eq!(again.location, first.location);
     }
 
@@ -755,14 +785,14 @@ async fn tickets_are_used_once_and_clients_steer_their_redirects() {
     let r = call_with(
         "POST",
         url("/whep/cam2"),
-        None,
+        Some(TOKEN),
         Some("v=0".into()),
         &[("Ferry-Ticket", &t)],
     )
     .await;
     assert_eq!(
         r.location.as_deref(),
-        Some("http://127.0.0.1:9302/whep/cam2")
+        Some(format!("http://127.0.0.1:9302/whep/cam2?access_token={TOKEN}").as_str())
     );
 
     // A client reports n2 unreachable; the scheduler cannot reach it either: n2 is down at
@@ -770,14 +800,14 @@ async fn tickets_are_used_once_and_clients_steer_their_redirects() {
     let r = call_with(
         "POST",
         url("/whep/cam2"),
-        None,
+        Some(TOKEN),
         Some("v=0".into()),
         &[("Ferry-Ticket", &t), ("Ferry-Failed-Node", "n2")],
     )
     .await;
     assert_eq!(
         r.location.as_deref(),
-        Some("http://127.0.0.1:9301/whep/cam2")
+        Some(format!("http://127.0.0.1:9301/whep/cam2?access_token={TOKEN}").as_str())
     );
     let nodes = call("GET", url("/v1/nodes"), None, None).await.json();
     let n2 = nodes
@@ -798,7 +828,7 @@ async fn tickets_are_used_once_and_clients_steer_their_redirects() {
     let r = call_with(
         "POST",
         url("/whip/x8"),
-        None,
+        Some(TOKEN),
         Some("v=0".into()),
         &[("Ferry-Failed-Node", "n3")],
     )

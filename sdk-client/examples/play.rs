@@ -2,10 +2,11 @@
 //! node failures by itself.
 //!
 //! ```text
-//! cargo run -p ferry-sdk --example play -- URL OUT.ivf|OUT.h264 [--seconds S] [--frames N]
+//! cargo run -p ferry-sdk --example play -- URL OUT.ivf|OUT.h264 [--seconds S] [--frames N] [--token T]
 //! ```
 //!
-//! `URL` is a WHEP endpoint (`http://127.0.0.1:8080/whep/cam`). VP8 is written as IVF, H.264 as
+//! `URL` is a WHEP endpoint (`http://127.0.0.1:8080/whep/cam`); `--token` (default:
+//! `$FERRY_TOKEN`) is the access token (`ferry token --play …`, or `ferry dev`'s). VP8 is written as IVF, H.264 as
 //! an Annex B stream. It stops after `--seconds` (default 10) or `--frames`, prints the
 //! session's events and then a JSON summary (frames written, keyframes, migrations).
 
@@ -21,23 +22,28 @@ async fn main() -> Result<()> {
     let mut it = std::env::args().skip(1);
     let (mut url, mut out, mut seconds, mut max_frames, mut ticket_file) =
         (None, None, 10.0f64, u64::MAX, None);
+    let mut token = std::env::var("FERRY_TOKEN").ok().filter(|t| !t.is_empty());
     while let Some(a) = it.next() {
         match a.as_str() {
             "--seconds" => seconds = it.next().context("--seconds S")?.parse()?,
             "--frames" => max_frames = it.next().context("--frames N")?.parse()?,
             "--ticket-file" => ticket_file = Some(it.next().context("--ticket-file PATH")?),
+            "--token" => token = Some(it.next().context("--token T")?),
             _ if url.is_none() => url = Some(a),
             _ if out.is_none() => out = Some(a),
             other => bail!("unexpected argument {other:?}"),
         }
     }
-    let usage = "usage: play URL OUT.ivf|OUT.h264 [--seconds S] [--frames N]";
+    let usage = "usage: play URL OUT.ivf|OUT.h264 [--seconds S] [--frames N] [--token T]";
     let url = url.context(usage)?;
     let out = out.context(usage)?;
     let (base, stream) = url
         .split_once("/whep/")
         .with_context(|| format!("{url} is not a WHEP endpoint (…/whep/NAME)"))?;
-    let client = FerryClient::new(base);
+    let mut client = FerryClient::new(base);
+    if let Some(t) = token {
+        client = client.with_token(t);
+    }
     let opts = PlayOptions {
         ticket_file: ticket_file.map(Into::into),
         ..PlayOptions::default()

@@ -2,11 +2,12 @@
 //! migrations and node failures by itself.
 //!
 //! ```text
-//! cargo run -p ferry-sdk --example publish -- FILE.ivf|FILE.h264 URL [--fps N] [--loop]
+//! cargo run -p ferry-sdk --example publish -- FILE.ivf|FILE.h264 URL [--fps N] [--loop] [--token T]
 //! ```
 //!
 //! `URL` is a WHIP endpoint (`http://127.0.0.1:8080/whip/cam`) or a cluster's base URL plus
-//! `--stream NAME`. VP8 comes from an IVF file, H.264 from an Annex B stream (`.h264`, `.264`);
+//! `--stream NAME`; `--token` (default: `$FERRY_TOKEN`) is the access token (`ferry token
+//! --publish …`, or `ferry dev`'s). VP8 comes from an IVF file, H.264 from an Annex B stream (`.h264`, `.264`);
 //! make them with ffmpeg, a keyframe every second so a viewer joins fast:
 //!
 //! ```text
@@ -30,14 +31,17 @@ struct Args {
     fps: Option<u32>,
     looped: bool,
     ticket_file: Option<String>,
+    token: Option<String>,
 }
 
 fn args() -> Result<Args> {
     let mut it = std::env::args().skip(1);
     let (mut file, mut url, mut stream, mut fps, mut looped, mut ticket_file) =
         (None, None, None, None, false, None);
+    let mut token = std::env::var("FERRY_TOKEN").ok().filter(|t| !t.is_empty());
     while let Some(a) = it.next() {
         match a.as_str() {
+            "--token" => token = Some(it.next().context("--token T")?),
             "--fps" => fps = Some(it.next().context("--fps N")?.parse()?),
             "--stream" => stream = Some(it.next().context("--stream NAME")?),
             "--ticket-file" => ticket_file = Some(it.next().context("--ticket-file PATH")?),
@@ -47,7 +51,8 @@ fn args() -> Result<Args> {
             other => bail!("unexpected argument {other:?}"),
         }
     }
-    let usage = "usage: publish FILE.ivf|FILE.h264 URL [--stream NAME] [--fps N] [--loop]";
+    let usage =
+        "usage: publish FILE.ivf|FILE.h264 URL [--stream NAME] [--fps N] [--loop] [--token T]";
     let file = file.context(usage)?;
     let url = url.context(usage)?;
     let (base, stream) = match (url.split_once("/whip/"), stream) {
@@ -62,6 +67,7 @@ fn args() -> Result<Args> {
         fps,
         looped,
         ticket_file,
+        token,
     })
 }
 
@@ -111,7 +117,10 @@ async fn main() -> Result<()> {
     let (codec, frames) = frames(&a.file, a.fps)?;
     let mut opts = PublishOptions::new(codec, false);
     opts.ticket_file = a.ticket_file.map(Into::into);
-    let client = FerryClient::new(&a.base);
+    let mut client = FerryClient::new(&a.base);
+    if let Some(t) = &a.token {
+        client = client.with_token(t.clone());
+    }
     let mut session = client.publish(&a.stream, opts).await?;
     eprintln!(
         "publishing {} ({codec:?}, {} frames) as session {} on {}",

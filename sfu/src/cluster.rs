@@ -18,53 +18,13 @@ use ferry_migrator::{MigrationEvent, MigrationReport, Outcome, Phase};
 use ferry_proto::api::{MigrationState, MigrationView, RoutingTable, SessionKind};
 use ferry_proto::{MigrationId, NodeId, SessionId, StreamId};
 
+use crate::metrics::Histogram;
 use crate::relay::ClusterKey;
 
-use opentelemetry::trace::{
-    SpanContext, SpanId, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
-};
+use opentelemetry::trace::Status;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// The W3C `traceparent` of `span`'s OpenTelemetry context: empty when no
-/// OpenTelemetry layer is installed (nothing is exported then).
-pub fn trace_parent(span: &tracing::Span) -> String {
-    let cx = span.context();
-    let sc = cx.span().span_context().clone();
-    if !sc.is_valid() {
-        return String::new();
-    }
-    format!(
-        "00-{}-{}-{:02x}",
-        sc.trace_id(),
-        sc.span_id(),
-        sc.trace_flags().to_u8()
-    )
-}
-
-/// Reads a W3C `traceparent` (version 00) from a peer; `None` for anything
-/// else, including the all-zero ids the spec forbids.
-pub fn parse_trace_parent(s: &str) -> Option<SpanContext> {
-    let mut parts = s.split('-');
-    let (version, trace, span, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit());
-    if version != "00"
-        || parts.next().is_some()
-        || !hex(trace, 32)
-        || !hex(span, 16)
-        || !hex(flags, 2)
-    {
-        return None;
-    }
-    let sc = SpanContext::new(
-        TraceId::from_hex(trace).ok()?,
-        SpanId::from_hex(span).ok()?,
-        TraceFlags::new(u8::from_str_radix(flags, 16).ok()?),
-        true,
-        TraceState::default(),
-    );
-    sc.is_valid().then_some(sc)
-}
+pub use ferry_proto::trace::{parse_trace_parent, trace_parent};
 
 /// Why the cluster secrets could not be read or made.
 #[derive(Debug, thiserror::Error)]
@@ -226,10 +186,11 @@ pub struct MigrationBook {
     order: std::collections::VecDeque<MigrationId>,
     /// Finished migrations by (role, outcome).
     outcomes: BTreeMap<(&'static str, &'static str), u64>,
-    /// Sum and count of each phase's duration, seconds.
-    phases: BTreeMap<&'static str, (f64, u64)>,
-    /// Blackouts of committed migrations: sum, count, max (seconds).
-    blackout: (f64, u64, f64),
+    /// Each phase's duration, seconds.
+    phases: BTreeMap<&'static str, Histogram>,
+    /// Blackouts of committed migrations (seconds), and the largest.
+    blackout: Histogram,
+    blackout_max: f64,
     snapshot_bytes: u64,
     wal_bytes: u64,
     wal_records: u64,
@@ -277,16 +238,19 @@ impl MigrationBook {
     }
 
     /// Opens the span that traces migration `view` on its source (before
-    /// the migrator sends `Prepare`); returns its `traceparent` for the
-    /// target. A span already open for the ID is kept.
+    /// the migrator sends `Prepare`), a child of `parent` (the `traceparent`
+    /// of the scheduler's span that ordered it, empty if none); returns its
+    /// own `traceparent` for the target. A span already open for the ID is
+    /// kept.
     pub fn trace_source(
         &mut self,
         view: &MigrationView,
         source: &NodeId,
         target: &NodeId,
+        parent: &str,
     ) -> String {
         let span = self.spans.entry(view.id.clone()).or_insert_with(|| {
-            tracing::info_span!(
+            let span = tracing::info_span!(
                 "migration",
                 otel.name = "migration.source",
                 migration.id = %view.id,
@@ -294,7 +258,9 @@ impl MigrationBook {
                 migration.source = %source,
                 migration.target = %target,
                 migration.mode = ?view.mode,
-            )
+            );
+            ferry_proto::trace::set_parent(&span, parent);
+            span
         });
         trace_parent(span)
     }
@@ -307,7 +273,7 @@ impl MigrationBook {
     /// Records a migration this node started (source side).
     pub fn started(&mut self, mut view: MigrationView, source: &NodeId, target: &NodeId) {
         view.state = MigrationState::Running;
-        self.trace_source(&view, source, target);
+        self.trace_source(&view, source, target, "");
         if let Some(span) = self.spans.get(&view.id) {
             span.in_scope(|| tracing::info!("migration started"));
         }
@@ -334,10 +300,9 @@ impl MigrationBook {
             migration.target = %me,
             migration.mode = ?mode,
         );
-        if let Some(sc) = parse_trace_parent(parent) {
-            // Only fails without an OpenTelemetry layer, when nothing is exported.
-            let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(sc));
-        }
+        // Only fails without an OpenTelemetry layer (nothing is exported then) or for a
+        // malformed context, which leaves the span a root.
+        ferry_proto::trace::set_parent(&span, parent);
         span.in_scope(|| tracing::info!("migration accepted"));
         self.spans.insert(id, span);
     }
@@ -393,9 +358,10 @@ impl MigrationBook {
             (Phase::Commit, r.phases.commit),
         ] {
             if let Some(d) = d {
-                let e = self.phases.entry(phase.name()).or_default();
-                e.0 += d.as_secs_f64();
-                e.1 += 1;
+                self.phases
+                    .entry(phase.name())
+                    .or_default()
+                    .observe(d.as_secs_f64());
             }
         }
         if r.role == ferry_migrator::Role::Source {
@@ -404,9 +370,8 @@ impl MigrationBook {
             self.wal_records += r.wal_records;
             if let Some(b) = r.blackout {
                 let s = b.as_secs_f64();
-                self.blackout.0 += s;
-                self.blackout.1 += 1;
-                self.blackout.2 = self.blackout.2.max(s);
+                self.blackout.observe(s);
+                self.blackout_max = self.blackout_max.max(s);
             }
         }
         let span = self.spans.remove(&r.id);
@@ -475,15 +440,20 @@ impl MigrationBook {
                 "ferry_migrations_total{{role=\"{role}\",outcome=\"{outcome}\"}} {n}\n"
             ));
         }
-        s.push_str("# HELP ferry_migration_phase_seconds Time spent in each migration phase.\n# TYPE ferry_migration_phase_seconds summary\n");
-        for (phase, (sum, count)) in &self.phases {
-            s.push_str(&format!(
-                "ferry_migration_phase_seconds_sum{{phase=\"{phase}\"}} {sum}\nferry_migration_phase_seconds_count{{phase=\"{phase}\"}} {count}\n"
-            ));
+        s.push_str("# HELP ferry_migration_phase_seconds Time spent in each migration phase.\n# TYPE ferry_migration_phase_seconds histogram\n");
+        for (phase, h) in &self.phases {
+            h.write(
+                &mut s,
+                "ferry_migration_phase_seconds",
+                &format!("phase=\"{phase}\""),
+            );
         }
-        let (sum, count, max) = self.blackout;
+        s.push_str("# HELP ferry_migration_blackout_seconds Media blackout of committed migrations (source side).\n# TYPE ferry_migration_blackout_seconds histogram\n");
+        self.blackout
+            .write(&mut s, "ferry_migration_blackout_seconds", "");
         s.push_str(&format!(
-            "# HELP ferry_migration_blackout_seconds Media blackout of committed migrations (source side).\n# TYPE ferry_migration_blackout_seconds summary\nferry_migration_blackout_seconds_sum {sum}\nferry_migration_blackout_seconds_count {count}\n# HELP ferry_migration_blackout_max_seconds Largest blackout so far.\n# TYPE ferry_migration_blackout_max_seconds gauge\nferry_migration_blackout_max_seconds {max}\n"
+            "# HELP ferry_migration_blackout_max_seconds Largest blackout so far.\n# TYPE ferry_migration_blackout_max_seconds gauge\nferry_migration_blackout_max_seconds {}\n",
+            self.blackout_max
         ));
         s.push_str(&format!(
             "# HELP ferry_migration_bytes_total State moved by migrations from this node.\n# TYPE ferry_migration_bytes_total counter\nferry_migration_bytes_total{{kind=\"snapshot\"}} {}\nferry_migration_bytes_total{{kind=\"wal\"}} {}\n# HELP ferry_migration_wal_records_total WAL records shipped.\n# TYPE ferry_migration_wal_records_total counter\nferry_migration_wal_records_total {}\n",
@@ -550,35 +520,6 @@ pub type SharedDirectory = Arc<Mutex<Directory>>;
 mod tests {
     use super::*;
     use ferry_proto::api::{NodeState, RouteEntry, RouteNode};
-
-    #[test]
-    fn trace_parents_are_read_strictly() {
-        let good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-        let sc = parse_trace_parent(good).expect("valid traceparent");
-        assert_eq!(
-            format!("{}", sc.trace_id()),
-            "0af7651916cd43dd8448eb211c80319c"
-        );
-        assert_eq!(format!("{}", sc.span_id()), "b7ad6b7169203331");
-        assert!(sc.is_sampled() && sc.is_remote());
-        for bad in [
-            "",
-            "00",
-            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
-            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
-            "00-0af7651916cd43dd8448eb211c80319-b7ad6b7169203331-01",
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-00",
-            "00-+af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333g-01",
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-1",
-            "00-ü0af7651916cd43dd8448eb211c8031-b7ad6b7169203331-01",
-        ] {
-            assert!(parse_trace_parent(bad).is_none(), "{bad:?} accepted");
-        }
-        // Without an OpenTelemetry layer nothing is traced: no context to send.
-        assert_eq!(trace_parent(&tracing::info_span!("migration")), "");
-    }
 
     #[allow(clippy::unwrap_used)]
     #[test]

@@ -51,7 +51,8 @@ enum Command {
     Snapshot(SessionId, Reply<SessionSnapshot>),
     Restore(Box<SessionSnapshot>, Reply<SessionId>),
     Report(Reply<(Vec<SessionInfo>, crate::metrics::NodeMetrics)>),
-    Migrate(Box<MigrationView>, MigrationReply<MigrationView>),
+    /// A migration order and the `traceparent` of the scheduler's span that sent it.
+    Migrate(Box<MigrationView>, String, MigrationReply<MigrationView>),
     MigrationStatus(MigrationId, MigrationReply<MigrationView>),
     Directory(Box<Directory>),
     SubscribeRelay(StreamId, SocketAddr),
@@ -159,8 +160,8 @@ pub struct NodeHandle {
     directory: Option<SharedDirectory>,
     token: Option<Arc<str>>,
     events: SessionEvents,
-    /// The scheduler (base URL, API token) that records used tickets cluster-wide.
-    scheduler: Option<Arc<(String, String)>>,
+    /// The scheduler that records used tickets cluster-wide.
+    scheduler: Option<crate::heartbeat::SchedulerLink>,
     /// This node's id.
     id: ferry_proto::NodeId,
 }
@@ -297,15 +298,14 @@ impl NodeHandle {
             expires: c.exp,
         };
         let outcome = tokio::task::spawn_blocking(move || {
-            let (url, token) = (&link.0, &link.1);
-            ureq::post(&format!("{}/v1/tickets/consume", url.trim_end_matches('/')))
-                .config()
-                .timeout_global(Some(std::time::Duration::from_secs(1)))
-                .http_status_as_error(false)
-                .build()
-                .header("Authorization", &format!("Bearer {token}"))
-                .send_json(&body)
-                .map(|r| r.status().as_u16())
+            let body = serde_json::to_value(&body).map_err(|e| e.to_string())?;
+            link.call(
+                "/v1/tickets/consume",
+                Some(&body),
+                std::time::Duration::from_secs(1),
+            )
+            .map(|a| a.status)
+            .map_err(|e| e.to_string())
         })
         .await;
         match outcome {
@@ -357,9 +357,14 @@ impl NodeHandle {
         rx.await.map_err(|_| unavailable())?
     }
 
-    /// Starts migrating a session away from this node (idempotent per id).
-    pub async fn migrate(&self, view: MigrationView) -> Result<MigrationView, MigrationApiError> {
-        self.migration_call(|r| Command::Migrate(Box::new(view), r))
+    /// Starts migrating a session away from this node (idempotent per id). The migration's
+    /// span joins the trace of `trace_parent` (W3C; empty when the caller is not traced).
+    pub async fn migrate(
+        &self,
+        view: MigrationView,
+        trace_parent: String,
+    ) -> Result<MigrationView, MigrationApiError> {
+        self.migration_call(|r| Command::Migrate(Box::new(view), trace_parent, r))
             .await
     }
 
@@ -538,6 +543,7 @@ fn migrate(
     cluster: Option<&mut ClusterRuntime>,
     now: Instant,
     view: MigrationView,
+    parent: &str,
 ) -> Result<MigrationView, MigrationApiError> {
     let Some(c) = cluster else {
         return Err(MigrationApiError::new(
@@ -587,7 +593,7 @@ fn migrate(
     let me = node.id().clone();
     // The span opens before `Prepare` leaves, which carries its context.
     let fresh = !c.book.is_traced(&view.id);
-    let trace_parent = c.book.trace_source(&view, &me, &target);
+    let trace_parent = c.book.trace_source(&view, &me, &target, parent);
     let plan = MigrationPlan {
         id: view.id.clone(),
         session: view.session.clone(),
@@ -697,8 +703,8 @@ fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Comma
         Command::Report(r) => {
             let _ = r.send(Ok((node.sessions(), node.metrics().clone())));
         }
-        Command::Migrate(view, r) => {
-            let _ = r.send(migrate(node, cluster, now, *view));
+        Command::Migrate(view, parent, r) => {
+            let _ = r.send(migrate(node, cluster, now, *view, &parent));
         }
         Command::MigrationStatus(id, r) => {
             let found = cluster.and_then(|c| c.book.get(&id).cloned());
@@ -762,6 +768,11 @@ pub struct NodeOptions {
     pub cluster: Option<ClusterOptions>,
     /// More routes on the node's HTTP server (the binary adds the browser SDK's files).
     pub extra_routes: Option<axum::Router>,
+    /// Checks the access tokens of WHIP/WHEP `POST`s (always on: without a token key, only the
+    /// operator token it was given gets in).
+    pub tokens: Arc<ferry_proto::auth::Verifier>,
+    /// Serve HTTPS with this certificate (and advertise `https://` URLs).
+    pub tls: Option<Arc<crate::tls::ServerTls>>,
 }
 
 /// A node started by [`start`].
@@ -843,24 +854,31 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
         directory: opts.cluster.as_ref().map(|_| directory.clone()),
         token: opts.cluster.as_ref().map(|c| Arc::from(c.token.as_str())),
         events,
-        scheduler: opts
-            .scheduler
-            .as_ref()
-            .map(|l| Arc::new((l.url.clone(), l.token.clone()))),
+        scheduler: opts.scheduler.clone(),
         id: opts.id.clone(),
     };
     let listener = tokio::net::TcpListener::bind(opts.http).await?;
     let http = listener.local_addr()?;
-    let mut app = crate::http::router(handle.clone(), opts.ice_servers, opts.process_metrics);
+    let scheme = crate::tls::scheme(opts.tls.is_some());
+    let access = crate::http::Access {
+        tokens: opts.tokens,
+        scheme,
+    };
+    let mut app = crate::http::router(
+        handle.clone(),
+        opts.ice_servers,
+        opts.process_metrics,
+        access,
+    );
     if let Some(extra) = opts.extra_routes {
         app = app.merge(extra);
     }
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = tokio::spawn(crate::tls::serve(listener, opts.tls, app));
     if let Some(link) = opts.scheduler {
         let mut hb = crate::heartbeat::Reporter::new(
             link.clone(),
             opts.id.clone(),
-            format!("http://{http}"),
+            format!("{scheme}://{http}"),
             candidates_media(&opts.cluster, candidate),
             opts.max_sessions as u64,
         );
@@ -904,19 +922,18 @@ async fn refresh_directory(
     directory: SharedDirectory,
     node: NodeHandle,
 ) {
-    let base = link.url.trim_end_matches('/').to_owned();
     let mut version = 0u64;
     loop {
-        let url = format!("{base}/v1/routing?since={version}&timeout_s=5");
+        let link = link.clone();
         let table = tokio::task::spawn_blocking(move || {
-            ureq::get(&url)
-                .config()
-                .timeout_global(Some(std::time::Duration::from_secs(10)))
-                .build()
-                .call()
-                .map_err(|e| e.to_string())?
-                .body_mut()
-                .read_json::<ferry_proto::api::RoutingTable>()
+            let path = format!("/v1/routing?since={version}&timeout_s=5");
+            let a = link
+                .call(&path, None, std::time::Duration::from_secs(10))
+                .map_err(|e| e.to_string())?;
+            if a.status != 200 {
+                return Err(format!("{} {}", a.status, a.body.trim()));
+            }
+            serde_json::from_str::<ferry_proto::api::RoutingTable>(&a.body)
                 .map_err(|e| e.to_string())
         })
         .await;

@@ -24,11 +24,12 @@ pub struct RunningEdge {
     pub task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-/// Binds `udp` (and `http` for metrics, when given) and runs an edge with
+/// Binds `udp` (and `http` for metrics, when given; HTTPS with `tls`) and runs an edge with
 /// the cluster `key`.
 pub async fn start_edge(
     udp: SocketAddr,
     http: Option<SocketAddr>,
+    tls: Option<Arc<crate::tls::ServerTls>>,
     key: ClusterKey,
 ) -> std::io::Result<RunningEdge> {
     let socket = crate::udp::bind(udp)?;
@@ -49,7 +50,7 @@ pub async fn start_edge(
                         async move { text }
                     }),
                 );
-            tokio::spawn(async move { axum::serve(listener, app).await });
+            tokio::spawn(crate::tls::serve(listener, tls, app));
             Some(bound)
         }
         None => None,

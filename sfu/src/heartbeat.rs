@@ -5,54 +5,13 @@
 use std::time::{Duration, Instant};
 
 use ferry_proto::NodeId;
-use ferry_proto::api::{GpuFigures, Heartbeat, SessionKind, SessionReport};
+use ferry_proto::api::{Heartbeat, SessionKind, SessionReport};
 
 use crate::driver::NodeHandle;
 use crate::metrics::NodeMetrics;
 use crate::signal;
 
-/// Reads the node's GPU figures at each heartbeat (NVML on GPU nodes).
-pub type GpuReader = std::sync::Arc<dyn Fn() -> Option<GpuFigures> + Send + Sync>;
-
-/// Where and how a node reports to the scheduler.
-#[derive(Clone)]
-pub struct SchedulerLink {
-    /// Scheduler base URL (`http://127.0.0.1:8080`).
-    pub url: String,
-    /// Bearer token of the scheduler API.
-    pub token: String,
-    /// Zone (AZ or ISP line).
-    pub zone: String,
-    /// Physical host, for anti-affinity (default: the node id).
-    pub host: String,
-    /// Region.
-    pub region: String,
-    /// Capability flags.
-    pub capabilities: Vec<String>,
-    /// Canary node (fixed small weight).
-    pub canary: bool,
-    /// GPU figures from configuration (used when `gpu_reader` is absent).
-    pub gpu: Option<GpuFigures>,
-    /// Live GPU figures (NVML), read at every heartbeat.
-    pub gpu_reader: Option<GpuReader>,
-    /// Bandwidth capacity, bit/s (0 = unknown).
-    pub bandwidth_capacity_bps: u64,
-    /// Report interval.
-    pub interval: Duration,
-}
-
-impl std::fmt::Debug for SchedulerLink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SchedulerLink")
-            .field("url", &self.url)
-            .field("zone", &self.zone)
-            .field("host", &self.host)
-            .field("capabilities", &self.capabilities)
-            .field("gpu", &self.gpu)
-            .field("live_gpu", &self.gpu_reader.is_some())
-            .finish_non_exhaustive()
-    }
-}
+pub use crate::scheduler_link::{GpuReader, SchedulerLink};
 
 /// Builds and sends heartbeats.
 #[derive(Debug)]
@@ -188,12 +147,7 @@ impl Reporter {
 
     /// Reports every interval until the node stops.
     pub async fn run(mut self, node: NodeHandle) {
-        let url = format!(
-            "{}/v1/nodes/{}/heartbeat",
-            self.link.url.trim_end_matches('/'),
-            self.id
-        );
-        let auth = format!("Bearer {}", self.link.token);
+        let path = format!("/v1/nodes/{}/heartbeat", self.id);
         let mut tick = tokio::time::interval(self.link.interval);
         let mut failing = false;
         loop {
@@ -202,13 +156,14 @@ impl Reporter {
                 return;
             };
             let hb = self.build(Instant::now(), &sessions, &metrics);
-            let (url, auth) = (url.clone(), auth.clone());
+            let (link, path) = (self.link.clone(), path.clone());
             let sent = tokio::task::spawn_blocking(move || {
-                ureq::post(&url)
-                    .header("Authorization", &auth)
-                    .send_json(&hb)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
+                let body = serde_json::to_value(&hb).map_err(|e| e.to_string())?;
+                match link.call(&path, Some(&body), Duration::from_secs(2)) {
+                    Ok(a) if (200..300).contains(&a.status) => Ok(()),
+                    Ok(a) => Err(format!("{} {}", a.status, a.body.trim())),
+                    Err(e) => Err(e.to_string()),
+                }
             })
             .await
             .unwrap_or_else(|e| Err(e.to_string()));

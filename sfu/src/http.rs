@@ -6,12 +6,15 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use ferry_proto::auth::{AuthError, Grant, Verifier};
+use ferry_proto::trace::TRACEPARENT;
 use ferry_proto::{SessionId, StreamId};
 use tower_http::cors::{Any, CorsLayer};
+use tracing::Instrument;
 
 use crate::driver::NodeHandle;
 use crate::signal::{PatchOutcome, SessionKind, SignalError, TicketError};
@@ -64,18 +67,30 @@ impl IceServer {
 /// (process-wide gauges such as heap usage).
 pub type ProcessMetrics = fn() -> String;
 
+/// Who may create sessions, and how clients reach this node.
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// Checks the access token of every WHIP/WHEP `POST`.
+    pub tokens: std::sync::Arc<Verifier>,
+    /// `https` when the node serves TLS, else `http` (the scheme of the `Location`s it gives).
+    pub scheme: &'static str,
+}
+
 #[derive(Clone)]
 struct AppState {
     node: NodeHandle,
     ice_servers: Vec<IceServer>,
     process_metrics: Option<ProcessMetrics>,
+    access: Access,
 }
 
-/// The node's HTTP routes: WHIP, WHEP, health, sessions and metrics.
+/// The node's HTTP routes: WHIP, WHEP, health, sessions and metrics. WHIP/WHEP `POST`s need an
+/// access token that `access` accepts.
 pub fn router(
     node: NodeHandle,
     ice_servers: Vec<IceServer>,
     process_metrics: Option<ProcessMetrics>,
+    access: Access,
 ) -> Router {
     let cors = CorsLayer::new()
         .allow_origin(Any)
@@ -94,6 +109,7 @@ pub fn router(
             FERRY_TICKET,
             IDEMPOTENCY_KEY,
             FERRY_FAILED_NODE,
+            HeaderName::from_static(TRACEPARENT),
         ])
         .expose_headers([
             header::LOCATION,
@@ -105,6 +121,7 @@ pub fn router(
             FERRY_SESSION,
             FERRY_NODE,
             FERRY_ERROR,
+            header::WWW_AUTHENTICATE,
         ]);
     Router::new()
         .route("/whip/{stream}", post(whip_post).options(options))
@@ -137,6 +154,7 @@ pub fn router(
             node,
             ice_servers,
             process_metrics,
+            access,
         })
 }
 
@@ -184,28 +202,115 @@ fn parse_stream(s: &str) -> Result<StreamId, Response> {
 async fn whip_post(
     state: State<AppState>,
     Path(stream): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    create(state, SessionKind::Publish, stream, headers, body).await
+    traced_create(state, SessionKind::Publish, stream, query, headers, body).await
 }
 
 async fn whep_post(
     state: State<AppState>,
     Path(stream): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    create(state, SessionKind::View, stream, headers, body).await
+    traced_create(state, SessionKind::View, stream, query, headers, body).await
+}
+
+/// The `traceparent` a request carries: in its query (put there by the scheduler's 307,
+/// whose span it names), else in its header (a traced client's own).
+fn request_trace_parent<'a>(query: Option<&'a str>, headers: &'a HeaderMap) -> &'a str {
+    ferry_proto::trace::from_query(query)
+        .or_else(|| headers.get(TRACEPARENT).and_then(|v| v.to_str().ok()))
+        .unwrap_or("")
+}
+
+/// [`create`] in a span of its own (`POST /whip/{stream}` or `POST /whep/{stream}`), a child
+/// of the trace context the request carries: the gateway's redirect puts the scheduler's span
+/// there, so publishing or playing through the scheduler is one trace.
+async fn traced_create(
+    state: State<AppState>,
+    kind: SessionKind,
+    stream: String,
+    query: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let span = tracing::info_span!(
+        target: ferry_proto::trace::TARGET,
+        "request",
+        otel.name = if kind == SessionKind::Publish { "POST /whip/{stream}" } else { "POST /whep/{stream}" },
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = "POST",
+        http.route = if kind == SessionKind::Publish { "/whip/{stream}" } else { "/whep/{stream}" },
+        http.response.status_code = tracing::field::Empty,
+        stream = %stream,
+        node.id = %state.node.id(),
+        session.id = tracing::field::Empty,
+    );
+    ferry_proto::trace::set_parent(&span, request_trace_parent(query.as_deref(), &headers));
+    let r = create(state, kind, stream, query, headers, body)
+        .instrument(span.clone())
+        .await;
+    if let Some(session) = r.headers().get(FERRY_SESSION).and_then(|v| v.to_str().ok()) {
+        span.record("session.id", session);
+    }
+    ferry_proto::trace::record_status(&span, r.status().as_u16());
+    r
+}
+
+/// 401 (no, bad or expired token) or 403 (a token that does not allow this), with the reason,
+/// its `Ferry-Error` code and the `WWW-Authenticate` challenge (RFC 6750 §3).
+fn auth_error(e: AuthError) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+    let mut r = error(status, e.to_string());
+    let h = r.headers_mut();
+    h.insert(FERRY_ERROR, HeaderValue::from_static(e.code()));
+    insert(h, header::WWW_AUTHENTICATE, &e.challenge());
+    r
+}
+
+/// Checks the request's access token (`Authorization: Bearer`, else `?access_token=`) for
+/// `kind` on `stream`.
+fn authorize(
+    access: &Access,
+    kind: SessionKind,
+    stream: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<(), Response> {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let token = ferry_proto::auth::request_token(authorization, query);
+    let grant = match kind {
+        SessionKind::Publish => Grant::Publish,
+        SessionKind::View => Grant::Play,
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    access
+        .tokens
+        .authorize(token.as_deref(), grant, stream, now)
+        .map(|_| ())
+        .map_err(auth_error)
 }
 
 async fn create(
     State(st): State<AppState>,
     kind: SessionKind,
     stream: String,
+    query: Option<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Err(r) = authorize(&st.access, kind, &stream, query.as_deref(), &headers) {
+        return r;
+    }
     if !content_type_is(&headers, SDP) {
         return error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -239,7 +344,7 @@ async fn create(
             // Absolute, so a client that came through the gateway's redirect (or a proxy)
             // sends PATCH and DELETE here.
             let location = match headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
-                Some(host) => format!("{}://{host}{path}", scheme(&headers)),
+                Some(host) => format!("{}://{host}{path}", scheme(&st.access, &headers)),
                 None => path.clone(),
             };
             let mut r = (StatusCode::CREATED, answer.sdp).into_response();
@@ -275,8 +380,11 @@ async fn create(
     }
 }
 
-/// `http` or, behind a proxy that says so, `https`.
-fn scheme(headers: &HeaderMap) -> &'static str {
+/// `https` when this node serves TLS or, behind a proxy that says so, `https`; else `http`.
+fn scheme(access: &Access, headers: &HeaderMap) -> &'static str {
+    if access.scheme == "https" {
+        return "https";
+    }
     match headers
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
@@ -472,7 +580,13 @@ async fn put_migration(
             format!("the body names migration {}, the path {id}", view.id),
         ));
     }
-    match st.node.migrate(view).await {
+    // The scheduler's span that ordered it: the migration's spans join its trace.
+    let parent = headers
+        .get(TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    match st.node.migrate(view, parent).await {
         Ok(v) => (StatusCode::ACCEPTED, axum::Json(v)).into_response(),
         Err(e) => migration_error(e),
     }

@@ -20,10 +20,12 @@ pub mod munger;
 pub mod negotiate;
 pub mod node;
 pub mod relay;
+pub mod scheduler_link;
 pub mod session;
 pub mod signal;
 pub mod sim;
 pub mod testbed;
+pub mod tls;
 pub mod tunnel;
 
 // The wire protocols and the sans-IO peer live in `ferry-rtc` (shared with the client SDK).

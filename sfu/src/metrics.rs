@@ -136,9 +136,103 @@ impl NodeMetrics {
     }
 }
 
+/// Upper bounds (seconds) of the migration duration histograms: 1 ms to 10 s, dense below the
+/// 200 ms blackout goal (DESIGN §9, seed 004 §4.4).
+pub const DURATION_BUCKETS_S: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A Prometheus histogram: cumulative counts per upper bound, `+Inf`, sum and count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Observations ≤ each bound (not yet cumulative).
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Default for Histogram {
+    /// An empty histogram of durations ([`DURATION_BUCKETS_S`]).
+    fn default() -> Self {
+        Histogram::new(DURATION_BUCKETS_S)
+    }
+}
+
+impl Histogram {
+    /// An empty histogram over `bounds` (ascending).
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    /// Records one value.
+    pub fn observe(&mut self, v: f64) {
+        if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
+            self.counts[i] += 1;
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Appends the `_bucket`, `_sum` and `_count` samples of `name` with `labels` (`k="v",…`,
+    /// possibly empty); the caller writes `# HELP` / `# TYPE name histogram` once.
+    pub fn write(&self, s: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            cumulative += c;
+            let _ = writeln!(s, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
+        }
+        let _ = writeln!(
+            s,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(s, "{name}_sum{braces} {}", self.sum);
+        let _ = writeln!(s, "{name}_count{braces} {}", self.count);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_histogram_counts_cumulatively_with_inf_sum_and_count() {
+        let mut h = Histogram::new(&[0.01, 0.1]);
+        for v in [0.005, 0.01, 0.05, 3.0] {
+            h.observe(v);
+        }
+        let mut s = String::new();
+        h.write(&mut s, "x_seconds", "phase=\"wal\"");
+        assert_eq!(
+            s,
+            "x_seconds_bucket{phase=\"wal\",le=\"0.01\"} 2\n\
+             x_seconds_bucket{phase=\"wal\",le=\"0.1\"} 3\n\
+             x_seconds_bucket{phase=\"wal\",le=\"+Inf\"} 4\n\
+             x_seconds_sum{phase=\"wal\"} 3.065\n\
+             x_seconds_count{phase=\"wal\"} 4\n"
+        );
+        let mut s = String::new();
+        Histogram::default().write(&mut s, "y", "");
+        assert!(s.starts_with("y_bucket{le=\"0.001\"} 0\n"), "{s}");
+        assert!(s.ends_with("y_sum 0\ny_count 0\n"), "{s}");
+    }
 
     #[test]
     fn renders_every_counter() {

@@ -6,16 +6,19 @@
 /**
  * Negotiates `pc` with the WHIP/WHEP endpoint `url`. `session` is filled in as answers arrive:
  *   status, location (absolute), etag, answer (the SDP), patches: [{ status }], deleted.
- * Throws when the server does not answer 201.
+ * `token`: the access token, sent as `Authorization: Bearer …` with the POST (a gateway's 307
+ * carries it on to the node in the Location's query). Throws when the server does not answer 201.
  */
-export async function negotiate(pc, url, session, { trickle = false } = {}) {
+export async function negotiate(pc, url, session, { trickle = false, token = null } = {}) {
   const trickler = trickle ? new Trickler(pc, session) : null;
 
   const offer = await pc.createOffer();
   await pc.setLocalDescription(offer);
+  const headers = { 'Content-Type': 'application/sdp' };
+  if (token) headers.Authorization = `Bearer ${token}`;
   const response = await fetch(url, {
     method: 'POST',
-    headers: { 'Content-Type': 'application/sdp' },
+    headers,
     body: pc.localDescription.sdp,
   });
   session.status = response.status;

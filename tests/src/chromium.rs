@@ -67,6 +67,11 @@ impl Browser {
     /// The binary is `$FERRY_CHROMIUM`, else `chromium` on `PATH`; a missing binary is an error
     /// that says how to install it.
     pub fn open(url: &str) -> Result<Browser> {
+        Browser::open_with(url, &[])
+    }
+
+    /// [`Browser::open`] with `extra` command-line flags (e.g. a test CA to trust).
+    pub fn open_with(url: &str, extra: &[&str]) -> Result<Browser> {
         let binary = chromium_binary()?;
         let dir = fresh_dir()?;
         let profile = dir.join("profile");
@@ -79,6 +84,7 @@ impl Browser {
         let mut command = Command::new(&binary);
         command
             .args(FLAGS)
+            .args(extra)
             .arg(format!("--user-data-dir={}", profile.display()))
             .arg(url)
             .env("XDG_CONFIG_HOME", &config)

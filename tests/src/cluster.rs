@@ -173,6 +173,11 @@ impl Drop for Dev {
 
 /// Starts `ferry dev` on free ports, through the edge or (`edge` false) not.
 pub fn start_dev(edge: bool) -> Result<Dev> {
+    start_dev_with(edge, &[])
+}
+
+/// [`start_dev`] with `extra` arguments (`--store etcd --etcd-endpoints …`).
+pub fn start_dev_with(edge: bool, extra: &[&str]) -> Result<Dev> {
     // Each run its own state and secrets: runs of this file go in parallel.
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let state = std::env::temp_dir().join(format!(
@@ -197,6 +202,7 @@ pub fn start_dev(edge: bool) -> Result<Dev> {
     if !edge {
         args.push("--no-edge");
     }
+    args.extend_from_slice(extra);
     let process = FerryProcess::spawn(&args)?;
     Ok(Dev {
         state,

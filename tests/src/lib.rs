@@ -24,6 +24,7 @@
 mod chromium;
 pub mod cluster;
 mod collector;
+pub mod etcd;
 mod node;
 
 pub use chromium::{Browser, CHROMIUM_ENV};

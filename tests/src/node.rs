@@ -112,6 +112,10 @@ impl Drop for FerryProcess {
     }
 }
 
+/// The API token [`FerryNode::spawn`] gives a node (unless `extra` names one): also its
+/// WHIP/WHEP credential for every stream.
+pub const NODE_TOKEN: &str = "ferry-test-node-token";
+
 /// A running `ferry node`, killed on drop.
 #[derive(Debug)]
 pub struct FerryNode {
@@ -120,13 +124,25 @@ pub struct FerryNode {
     pub http: String,
     /// Its media UDP address.
     pub udp: SocketAddr,
+    /// Its API token (`--token`), which WHIP/WHEP accept for every stream.
+    pub token: String,
 }
 
 impl FerryNode {
-    /// Starts `ferry node` on ephemeral ports with `extra` arguments and
-    /// waits for it to print its addresses.
+    /// Starts `ferry node` on ephemeral ports with `extra` arguments (and `--token`
+    /// [`NODE_TOKEN`] unless they give one) and waits for it to print its addresses.
     pub fn spawn(extra: &[&str]) -> Result<FerryNode> {
         let mut args = vec!["node", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"];
+        let token = match extra.iter().position(|a| *a == "--token") {
+            Some(i) => extra
+                .get(i + 1)
+                .context("--token without a value")?
+                .to_string(),
+            None => {
+                args.extend(["--token", NODE_TOKEN]);
+                NODE_TOKEN.to_owned()
+            }
+        };
         args.extend_from_slice(extra);
         let process = FerryProcess::spawn(&args)?;
         // "node node-a http http://127.0.0.1:PORT media udp 127.0.0.1:PORT (candidate ...)"
@@ -136,7 +152,13 @@ impl FerryNode {
             _process: process,
             http,
             udp,
+            token,
         })
+    }
+
+    /// `Bearer {token}`: the `Authorization` value of a WHIP/WHEP POST.
+    pub fn bearer(&self) -> String {
+        format!("Bearer {}", self.token)
     }
 
     /// Sends `data` to the node's media port from a fresh socket.

@@ -36,32 +36,39 @@ fn wait_metric(node: &FerryNode, name: &str, at_least: u64) -> Result<u64> {
 fn signalling_errors_are_specific() -> Result<()> {
     let node = FerryNode::spawn(&["--ice-server", "stun:stun.example.org:3478"])?;
     let url = |p: &str| format!("{}{p}", node.http);
+    let bearer = node.bearer();
+    let auth = ("Authorization", bearer.as_str());
 
-    let r = http(&url("/whip/cam"), "POST", &[SDP], b"this is not sdp")?;
+    let r = http(&url("/whip/cam"), "POST", &[SDP, auth], b"this is not sdp")?;
     expect(&r, 400, "bad SDP")?;
     let r = http(
         &url("/whip/cam"),
         "POST",
-        &[("Content-Type", "text/plain")],
+        &[("Content-Type", "text/plain"), auth],
         OFFER.as_bytes(),
     )?;
     expect(&r, 415, "application/sdp")?;
     let plain = "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
-    let r = http(&url("/whip/cam"), "POST", &[SDP], plain.as_bytes())?;
+    let r = http(&url("/whip/cam"), "POST", &[SDP, auth], plain.as_bytes())?;
     expect(&r, 422, "not a WebRTC offer")?;
-    let r = http(&url("/whip/bad%20name"), "POST", &[SDP], OFFER.as_bytes())?;
+    let r = http(
+        &url("/whip/bad%20name"),
+        "POST",
+        &[SDP, auth],
+        OFFER.as_bytes(),
+    )?;
     expect(&r, 400, "stream name")?;
     let big = vec![b'a'; 70 * 1024];
-    let r = http(&url("/whip/cam"), "POST", &[SDP], &big)?;
+    let r = http(&url("/whip/cam"), "POST", &[SDP, auth], &big)?;
     ensure!(r.status == 413, "oversized body: {}", r.status);
-    let r = http(&url("/whep/nobody"), "POST", &[SDP], OFFER.as_bytes())?;
+    let r = http(&url("/whep/nobody"), "POST", &[SDP, auth], OFFER.as_bytes())?;
     expect(&r, 404, "no publisher")?;
 
     // A publisher: 201 with the RFC 9725 headers.
     let r = http(
         &url("/whip/cam"),
         "POST",
-        &[SDP, ("Origin", "http://player.example")],
+        &[SDP, ("Origin", "http://player.example"), auth],
         OFFER.as_bytes(),
     )?;
     ensure!(r.status == 201, "{} {}", r.status, r.body);
@@ -95,24 +102,25 @@ fn signalling_errors_are_specific() -> Result<()> {
         "ferry-ticket",
         "ferry-node",
         "ferry-error",
+        "www-authenticate",
     ] {
         ensure!(exposed.contains(h), "{h} not exposed: {exposed}");
     }
     ensure!(r.body.starts_with("v=0"), "answer: {}", r.body);
 
-    let r = http(&url("/whip/cam"), "POST", &[SDP], OFFER.as_bytes())?;
+    let r = http(&url("/whip/cam"), "POST", &[SDP, auth], OFFER.as_bytes())?;
     expect(&r, 409, "already has a publisher")?;
     // A node outside a cluster has no key to check tickets with.
     let r = http(
         &url("/whep/cam"),
         "POST",
-        &[SDP, ("Ferry-Ticket", "AAAA")],
+        &[SDP, ("Ferry-Ticket", "AAAA"), auth],
         OFFER.as_bytes(),
     )?;
     expect(&r, 403, "not in a cluster")?;
     ensure!(r.header("ferry-error") == Some("ticket-unsupported"));
     // A retried POST with the same Idempotency-Key is the same session.
-    let keyed = [SDP, ("Idempotency-Key", "k-1")];
+    let keyed = [SDP, ("Idempotency-Key", "k-1"), auth];
     let v1 = http(&url("/whep/cam"), "POST", &keyed, OFFER.as_bytes())?;
     let v2 = http(&url("/whep/cam"), "POST", &keyed, OFFER.as_bytes())?;
     ensure!(
@@ -247,17 +255,19 @@ fn bad_datagrams_are_dropped_and_counted() -> Result<()> {
 #[test]
 fn a_full_node_answers_503_with_retry_after() -> Result<()> {
     let node = FerryNode::spawn(&["--max-sessions", "1"])?;
+    let bearer = node.bearer();
+    let auth = ("Authorization", bearer.as_str());
     let r = http(
         &format!("{}/whip/one", node.http),
         "POST",
-        &[SDP],
+        &[SDP, auth],
         OFFER.as_bytes(),
     )?;
     ensure!(r.status == 201, "{}", r.status);
     let r = http(
         &format!("{}/whip/two", node.http),
         "POST",
-        &[SDP],
+        &[SDP, auth],
         OFFER.as_bytes(),
     )?;
     expect(&r, 503, "full")?;

@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use ferry_tests::cluster::{start_dev, wait_registered, wait_session_on};
+use ferry_tests::cluster::{start_dev, start_dev_with, wait_registered, wait_session_on};
+use ferry_tests::etcd::Etcd;
 use ferry_tests::{Browser, Collector, http, num};
 use serde_json::Value;
 
@@ -25,23 +26,44 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_page_publishes_plays_and_moves_the_viewer_through_the_edge() -> Result<()> {
     let _serial = SERIAL.lock().await;
-    run(true, "demo-plot.png").await
+    run(true, "demo-plot.png", None).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_page_moves_the_viewer_with_an_ice_restart_without_the_edge() -> Result<()> {
     let _serial = SERIAL.lock().await;
-    run(false, "demo-plot-ice-restart.png").await
+    run(false, "demo-plot-ice-restart.png", None).await
+}
+
+/// The same with the scheduler's state in a real etcd (`--store etcd`): placement, the move
+/// and the routing table go through the elected leader and its fenced writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_page_publishes_plays_and_moves_with_the_scheduler_on_etcd() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let etcd = Etcd::start("dev-demo")?;
+    run(true, "demo-plot-etcd.png", Some(&etcd)).await
 }
 
 /// `ferry dev` (with its edge or not), the demo page publishing and playing, then the viewer
 /// moved from the cluster panel (`edge` mode with the edge, else `ice-restart`); the plot is
-/// saved as `png` in the target directory.
-async fn run(edge: bool, png_name: &str) -> Result<()> {
+/// saved as `png` in the target directory. With `etcd`, the scheduler keeps its state there.
+async fn run(edge: bool, png_name: &str, etcd: Option<&Etcd>) -> Result<()> {
     let started = Instant::now();
-    let dev = start_dev(edge)?;
+    let dev = match etcd {
+        Some(e) => start_dev_with(edge, &["--store", "etcd", "--etcd-endpoints", &e.url])?,
+        None => start_dev(edge)?,
+    };
     let gateway = dev.gateway.clone();
     wait_registered(&gateway, 2).await?;
+    if etcd.is_some() {
+        let r = http(&format!("{gateway}/readyz"), "GET", &[], b"")?;
+        ensure!(
+            r.status == 200 && r.body.contains("leader"),
+            "the only replica leads: {} {}",
+            r.status,
+            r.body
+        );
+    }
     // The scheduler serves the page at `/` with the API token in place of its slot (the
     // cluster panel's moves and drains need it). An older page means an older binary.
     let r = http(&format!("{gateway}/"), "GET", &[], b"")?;
@@ -58,13 +80,36 @@ async fn run(edge: bool, png_name: &str) -> Result<()> {
         "the page at / carries the API token (is {} built from this tree?)",
         ferry_tests::ferry_bin()?.display()
     );
+    // WHIP/WHEP need a token; the API token is one for every stream, and the redirect carries
+    // it on to the node (a browser drops Authorization on a cross-origin redirect).
     let r = http(
         &format!("{gateway}/whip/x"),
         "POST",
         &[("Content-Type", "application/sdp")],
         b"v=0",
     )?;
+    ensure!(
+        r.status == 401 && r.header("www-authenticate").is_some(),
+        "gateway refuses WHIP without a token: {}",
+        r.status
+    );
+    let bearer = format!("Bearer {}", dev.token);
+    let r = http(
+        &format!("{gateway}/whip/x"),
+        "POST",
+        &[
+            ("Content-Type", "application/sdp"),
+            ("Authorization", &bearer),
+        ],
+        b"v=0",
+    )?;
     ensure!(r.status == 307, "gateway redirects WHIP: {}", r.status);
+    ensure!(
+        r.header("location")
+            .is_some_and(|l| l.ends_with(&format!("/whip/x?access_token={}", dev.token))),
+        "the redirect carries the token: {:?}",
+        r.header("location")
+    );
 
     let collector = Collector::start()?;
     let page = format!(
@@ -252,6 +297,19 @@ async fn run(edge: bool, png_name: &str) -> Result<()> {
          (first frame {} ms; the node measured {} ms)",
         marker["firstFrameMs"], m["blackout_ms"]
     );
+    if let Some(e) = etcd {
+        // The state the leader wrote holds both sessions and the committed move.
+        let state = e
+            .get("/ferry-dev/default/state")?
+            .context("no scheduler state in etcd")?;
+        let state = String::from_utf8_lossy(&state);
+        let moved = m["id"]
+            .as_str()
+            .with_context(|| format!("the move's id: {m}"))?;
+        for id in [viewer.as_str(), publisher.as_str(), moved] {
+            ensure!(state.contains(id), "{id} is not in etcd's state");
+        }
+    }
     Ok(())
 }
 

@@ -77,6 +77,7 @@ fn sdk_page(
             ("stream", stream),
             ("codec", codec),
             ("id", id),
+            ("token", &dev.token),
         ],
     ))
 }

@@ -40,12 +40,13 @@ struct Pages {
 async fn open_pages(c: &Cluster, collector: &Collector) -> Result<Pages> {
     let stream = "crash";
     let whip = format!("{}/whip/{stream}", c.node_a);
-    let a = open_publisher(collector, &whip, "vp8", "A", &[], SETUP).await?;
+    let a = open_publisher(collector, &whip, "vp8", "A", &[("token", &c.token)], SETUP).await?;
     let b = Browser::open(&collector.page_url(
         "view.html",
         &[
             ("whep", &format!("{}/whep/{stream}", c.node_a)),
             ("id", "B"),
+            ("token", &c.token),
         ],
     ))?;
     collector

@@ -46,6 +46,7 @@ fn page(c: &Cluster, collector: &Collector, page: &str, id: &str, node: &str) ->
             ("stream", "crash"),
             ("codec", "vp8"),
             ("id", id),
+            ("token", &c.token),
         ],
     ))
 }

@@ -117,6 +117,7 @@ async fn rust_publisher_chromium_viewer(dev: &Dev, codec: &str, mime: &str) -> R
             .arg(&file)
             .arg(format!("{}/whip/{stream}", dev.gateway))
             .arg("--loop")
+            .args(["--token", &dev.token])
             .stdout(Stdio::null())
             .spawn()
             .context("starting the publish example")?,
@@ -134,6 +135,7 @@ async fn rust_publisher_chromium_viewer(dev: &Dev, codec: &str, mime: &str) -> R
                     ("base", &dev.gateway),
                     ("stream", &stream),
                     ("id", "V"),
+                    ("token", &dev.token),
                 ],
             ))?;
         }
@@ -193,6 +195,7 @@ async fn chromium_publisher_rust_player(dev: &Dev, codec: &str) -> Result<()> {
             ("stream", &stream),
             ("codec", codec),
             ("id", "P"),
+            ("token", &dev.token),
         ],
     ))?;
     collector
@@ -212,7 +215,9 @@ async fn chromium_publisher_rust_player(dev: &Dev, codec: &str) -> Result<()> {
     let summary = run(Command::new(example("play")?)
         .arg(format!("{}/whep/{stream}", dev.gateway))
         .arg(&out)
-        .args(["--seconds", "6"]))?;
+        .args(["--seconds", "6"])
+        // The other way to give the examples a token.
+        .env("FERRY_TOKEN", &dev.token))?;
     let elapsed = t0.elapsed().as_secs_f64();
     let after = collector.reports();
     let summary: Value = serde_json::from_str(summary.lines().last().context("summary")?)?;

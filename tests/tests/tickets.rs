@@ -16,9 +16,14 @@ use ferry_tests::{Response, http};
 const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
 const SDP: (&str, &str) = ("Content-Type", "application/sdp");
 
-/// POST `url`, following one 307 (what browsers' `fetch` does).
-fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Result<(Response, String)> {
-    let mut all = vec![SDP];
+/// POST `url` with `Authorization: {auth}`, following one 307 (what browsers' `fetch` does).
+fn post_as(
+    auth: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<(Response, String)> {
+    let mut all = vec![SDP, ("Authorization", auth)];
     all.extend_from_slice(headers);
     let r = http(url, "POST", &all, body.as_bytes())?;
     if r.status != 307 {
@@ -80,6 +85,11 @@ async fn tickets_resume_once_and_every_refusal_is_specific() -> Result<()> {
     let dev = start_dev(true)?;
     wait_registered(&dev.gateway, 2).await?;
     let gw = |p: &str| format!("{}{p}", dev.gateway);
+    // The API token: a WHIP/WHEP credential for every stream.
+    let bearer = format!("Bearer {}", dev.token);
+    let auth = ("Authorization", bearer.as_str());
+    let post =
+        |url: &str, headers: &[(&str, &str)], body: &str| post_as(&bearer, url, headers, body);
 
     // Idempotency through the gateway: the retry is the same session.
     let key = ("Idempotency-Key", "test-key-1");
@@ -154,7 +164,7 @@ async fn tickets_resume_once_and_every_refusal_is_specific() -> Result<()> {
     let r = http(
         &format!("{other}/whip/tk"),
         "POST",
-        &[SDP, ("Ferry-Ticket", &t1)],
+        &[SDP, ("Ferry-Ticket", &t1), auth],
         OFFER.as_bytes(),
     )?;
     refused(&r, 409, "ticket-replayed")?;
@@ -165,7 +175,7 @@ async fn tickets_resume_once_and_every_refusal_is_specific() -> Result<()> {
     let r = http(
         &at.replace("/whip/", "/whep/"),
         "POST",
-        &[SDP, ("Ferry-Ticket", &t2)],
+        &[SDP, ("Ferry-Ticket", &t2), auth],
         OFFER.as_bytes(),
     )?;
     refused(&r, 403, "ticket-mismatch")?;
@@ -232,6 +242,7 @@ async fn the_browser_sdk_resumes_with_its_ticket_or_falls_back_to_a_clean_sessio
             ("stream", stream),
             ("codec", "vp8"),
             ("id", id),
+            ("token", dev.token.as_str()),
         ];
         if let Some(t) = ticket {
             q.push(("ticket", t));

@@ -34,9 +34,16 @@ async fn run(codec: &str, mime: &str) -> Result<()> {
     let whip = format!("{}/whip/{stream}", node.http);
     let whep = format!("{}/whep/{stream}", node.http);
 
-    let _a = open_publisher(&collector, &whip, codec, "A", &[], SETUP).await?;
-    let _b = Browser::open(&collector.page_url("view.html", &[("whep", &whep), ("id", "B")]))?;
-    let _c = Browser::open(&collector.page_url("view.html", &[("whep", &whep), ("id", "C")]))?;
+    let token = node.token.as_str();
+    let _a = open_publisher(&collector, &whip, codec, "A", &[("token", token)], SETUP).await?;
+    let view = |id| {
+        collector.page_url(
+            "view.html",
+            &[("whep", &whep), ("id", id), ("token", token)],
+        )
+    };
+    let _b = Browser::open(&view("B"))?;
+    let _c = Browser::open(&view("C"))?;
     let start = collector
         .wait_until(SETUP, |r| {
             ["B", "C"].iter().all(|id| r.get(*id).is_some_and(playing))

@@ -19,6 +19,8 @@ use super::weight::{Smoothing, Weight};
 /// Longest tick and heartbeat timeout accepted: an hour. Beyond that the controller is not
 /// controlling anything, and the bound keeps `Instant` arithmetic far from overflow.
 const MAX_PERIOD_MS: u64 = 3_600_000;
+/// Longest ramp-in accepted: a day (seed 004 §5.1 asks for 10–30 minutes).
+const MAX_RAMP_MS: u64 = 86_400_000;
 
 /// Controller settings. Deserialisable from the scheduler's config file; missing fields default.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -39,6 +41,14 @@ pub struct ControllerConfig {
     /// Cold start: while no node has any weight, a reporting node starts at its target instead
     /// of ramping (true).
     pub cold_start_at_target: bool,
+    /// How long a cold start lasts: nodes that report within this of the heartbeat that found
+    /// no node with weight started together with it, and start at their target too (10 000).
+    pub cold_start_grace_ms: u64,
+    /// Ramp-in of a node joining a running cluster (first heartbeat after the cold start, back
+    /// from stale, or active again after a drain or being down): its weight rises at most W per
+    /// `ramp_ms`, linearly from the weight it had when it joined, besides the smoothing bound.
+    /// 600 000 (10 min, seed 004 §5.1); 0 leaves the smoothing alone (0 → W in 35 ticks).
+    pub ramp_ms: u64,
 }
 
 impl Default for ControllerConfig {
@@ -51,6 +61,8 @@ impl Default for ControllerConfig {
             heartbeat_timeout_ms: 5_000,
             max_weight: 1.0,
             cold_start_at_target: true,
+            cold_start_grace_ms: 10_000,
+            ramp_ms: 600_000,
         }
     }
 }
@@ -78,6 +90,12 @@ impl ControllerConfig {
         if !(self.max_weight.is_finite() && self.max_weight > 0.0) {
             return bad("max_weight", "must be finite and > 0");
         }
+        if self.cold_start_grace_ms > MAX_PERIOD_MS {
+            return bad("cold_start_grace_ms", "must be in 0..=3600000");
+        }
+        if self.ramp_ms > MAX_RAMP_MS {
+            return bad("ramp_ms", "must be in 0..=86400000");
+        }
         Ok(())
     }
 
@@ -87,6 +105,10 @@ impl ControllerConfig {
 
     fn heartbeat_timeout(&self) -> Duration {
         Duration::from_millis(self.heartbeat_timeout_ms)
+    }
+
+    fn cold_start_grace(&self) -> Duration {
+        Duration::from_millis(self.cold_start_grace_ms)
     }
 }
 
@@ -170,6 +192,8 @@ pub struct NodeView {
     pub score: Option<Score>,
     /// Capabilities for placement filters.
     pub capabilities: CapabilitySet,
+    /// Its ramp-in is under way (it joined a running cluster and is held below W).
+    pub ramping: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -184,6 +208,35 @@ pub(super) struct Node {
     /// Derived from `heartbeat` and `config`; recomputed whenever either changes.
     pub(super) score: Option<Score>,
     pub(super) capabilities: CapabilitySet,
+    /// Ramp-in under way (a node that joined a running cluster).
+    pub(super) ramp: Option<Ramp>,
+}
+
+/// A node's ramp-in: its weight stays at or below `from + W · elapsed / ramp_ms` until that
+/// reaches W.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ramp {
+    /// When it began; `None` until the node's next heartbeat or tick (a state change carries
+    /// no time).
+    pub(super) since: Option<Instant>,
+    /// The weight it began from.
+    pub(super) from: Weight,
+}
+
+impl Ramp {
+    /// The highest weight allowed at `now`.
+    fn cap(&self, ramp_ms: u64, now: Instant) -> Weight {
+        let Some(since) = self.since else {
+            return self.from;
+        };
+        if ramp_ms == 0 {
+            return Weight::FULL;
+        }
+        let elapsed = now.saturating_duration_since(since).as_millis();
+        let rise = u128::from(super::weight::WEIGHT_UNITS) * elapsed / u128::from(ramp_ms);
+        let units = u128::from(self.from.units()) + rise;
+        Weight::from_units(u32::try_from(units).unwrap_or(u32::MAX))
+    }
 }
 
 impl Node {
@@ -198,6 +251,7 @@ impl Node {
             reclaim: None,
             score: None,
             capabilities: CapabilitySet::EMPTY,
+            ramp: None,
         }
     }
 
@@ -255,6 +309,8 @@ pub struct WeightController {
     pub(super) nodes: BTreeMap<NodeId, Node>,
     pub(super) next_tick: Instant,
     pub(super) events: VecDeque<Event>,
+    /// End of the cold start under way, if one began (see [`WeightController::handle_heartbeat`]).
+    pub(super) cold_until: Option<Instant>,
 }
 
 impl WeightController {
@@ -266,6 +322,7 @@ impl WeightController {
             nodes: BTreeMap::new(),
             next_tick: now + config.tick(),
             events: VecDeque::new(),
+            cold_until: None,
         })
     }
 
@@ -275,17 +332,21 @@ impl WeightController {
     }
 
     /// A node's heartbeat. An unknown node is added with weight 0 and ramps up from there; a
-    /// stale node that reports again ramps up from 0 too.
+    /// stale node that reports again ramps up from 0 too (see [`ControllerConfig::ramp_ms`]).
     ///
-    /// Cold start: while no node of the cluster has any weight (a scheduler that just started, or
-    /// a cluster that was entirely down), a node starts at its target at once. Ramping protects
-    /// the nodes already carrying load from a herd moving onto a newcomer; with no such nodes it
-    /// would only refuse every placement for the length of the ramp.
+    /// Cold start: nodes that start together start at their target at once. A cold start
+    /// begins with a heartbeat that finds no node of the cluster with any weight (a scheduler
+    /// that just started without saved weights, or a cluster that was entirely down) and lasts
+    /// [`ControllerConfig::cold_start_grace_ms`]; while it lasts, every active node still at
+    /// weight 0 goes to its target at its heartbeat. Ramping protects the nodes already carrying
+    /// load from a herd moving onto a newcomer; with no such nodes it would only refuse
+    /// placements, or pile them onto whichever node reported first, for the length of the ramp.
     pub fn handle_heartbeat(&mut self, now: Instant, hb: Heartbeat) {
-        let cold = self.config.cold_start_at_target
-            && self.nodes.values().all(|n| n.weight == Weight::ZERO);
+        let cold = self.cold_start(now);
+        let ramp_ms = self.config.ramp_ms;
         let id = hb.node.clone();
         let n = self.nodes.entry(id.clone()).or_insert_with(Node::new);
+        let joining = n.heartbeat.is_none() || n.stale;
         n.heartbeat = Some(hb);
         n.last_seen = Some(now);
         n.stale = false;
@@ -294,8 +355,41 @@ impl WeightController {
             && n.weight == Weight::ZERO
             && let Goal::Smooth(target) = goal(&self.config, n)
         {
+            n.ramp = None;
             set_weight(&mut self.events, &id, n, target);
+        } else if joining && ramp_ms > 0 {
+            n.ramp = Some(Ramp {
+                since: Some(now),
+                from: n.weight,
+            });
+        } else if let Some(r) = n.ramp.as_mut()
+            && r.since.is_none()
+        {
+            r.since = Some(now);
         }
+    }
+
+    /// Whether a heartbeat at `now` is part of a cold start; begins one when no node has
+    /// weight.
+    fn cold_start(&mut self, now: Instant) -> bool {
+        if !self.config.cold_start_at_target {
+            return false;
+        }
+        if self.cold_until.is_some_and(|end| now < end) {
+            return true;
+        }
+        if self.nodes.values().all(|n| n.weight.is_zero()) {
+            self.cold_until = Some(now + self.config.cold_start_grace());
+            return true;
+        }
+        false
+    }
+
+    /// Whether a cold start is under way at `now` (nodes reporting now start at their target).
+    pub fn is_cold_start(&self, now: Instant) -> bool {
+        self.config.cold_start_at_target
+            && (self.cold_until.is_some_and(|end| now < end)
+                || self.nodes.values().all(|n| n.weight.is_zero()))
     }
 
     /// A spot-reclaim notice: the machine goes away at `deadline`. The weight decays to 0 by
@@ -330,12 +424,20 @@ impl WeightController {
     }
 
     /// Sets a node's membership state (adding the node if unknown). Draining and down nodes go
-    /// to weight 0 at once; a node that becomes active again ramps up from 0.
+    /// to weight 0 at once; a node that becomes active again ramps up from its current weight
+    /// (0 after a drain or being down), its ramp timed from its next heartbeat or tick.
     pub fn set_node_state(&mut self, node: &NodeId, state: NodeState) {
+        let ramp_ms = self.config.ramp_ms;
         let n = self.nodes.entry(node.clone()).or_insert_with(Node::new);
+        let was = n.state;
         n.state = state;
         if state != NodeState::Active {
             set_weight(&mut self.events, node, n, Weight::ZERO);
+        } else if was != NodeState::Active && ramp_ms > 0 {
+            n.ramp = Some(Ramp {
+                since: None,
+                from: n.weight,
+            });
         }
     }
 
@@ -386,11 +488,28 @@ impl WeightController {
                 n.stale = true;
                 self.events.push_back(Event::NodeStale { node: id.clone() });
             }
+            if let Some(r) = n.ramp.as_mut()
+                && r.since.is_none()
+            {
+                r.since = Some(now);
+            }
             let next = match goal(&self.config, n) {
                 Goal::Zero => Weight::ZERO,
                 Goal::Reclaim(deadline) => reclaim_step(&self.config, n.weight, now, deadline),
-                Goal::Smooth(target) => self.config.smoothing.step(n.weight, target),
+                Goal::Smooth(target) => {
+                    let step = self.config.smoothing.step(n.weight, target);
+                    match n.ramp.map(|r| r.cap(self.config.ramp_ms, now)) {
+                        // The ramp only holds a rise back; it never pulls a weight down.
+                        Some(cap) if step > n.weight => step.min(cap.max(n.weight)),
+                        _ => step,
+                    }
+                }
             };
+            if n.ramp
+                .is_some_and(|r| r.cap(self.config.ramp_ms, now) == Weight::FULL)
+            {
+                n.ramp = None;
+            }
             set_weight(&mut self.events, id, n, next);
         }
     }
@@ -455,6 +574,7 @@ impl WeightController {
             reclaim_deadline: n.reclaim,
             score: n.score,
             capabilities: n.capabilities,
+            ramping: n.ramp.is_some(),
         })
     }
 }

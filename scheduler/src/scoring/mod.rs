@@ -3,7 +3,8 @@
 //! - [`score`] turns a node's [`Heartbeat`] into a score with the DESIGN §5 formula and
 //!   [`target_weight`] maps it onto the fixed weight scale the placement hash uses.
 //! - [`WeightController`] moves each node's [`Weight`] towards that target by at most 10 % per
-//!   tick, ramps new nodes up from 0, pins canaries, decays spot-reclaimed nodes to 0 by their
+//!   tick, starts nodes that start together at their target and ramps later ones up from 0
+//!   (linearly over `ramp_ms`), pins canaries, decays spot-reclaimed nodes to 0 by their
 //!   deadline and zeroes draining, down and silent nodes.
 //! - [`GpuProvider`] supplies the GPU figures a node reports: [`ConfigGpu`], [`FakeGpu`], and
 //!   `NvmlGpu` with the `nvml` feature.
@@ -63,5 +64,7 @@ pub use heartbeat::{Codec, GpuFigures, Heartbeat};
 #[cfg(feature = "nvml")]
 pub use nvml::{NvmlConfig, NvmlGpu};
 pub use score::{ConfigError, Score, ScoreConfig, Terms, score, target_weight, terms};
-pub use snapshot::{ControllerSnapshot, NodeSnapshot, RestoreError, SNAPSHOT_VERSION};
+pub use snapshot::{
+    ControllerSnapshot, NodeSnapshot, RampSnapshot, RestoreError, SNAPSHOT_VERSION,
+};
 pub use weight::{Smoothing, WEIGHT_UNITS, Weight, WeightOutOfRange};

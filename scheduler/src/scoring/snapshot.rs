@@ -17,7 +17,7 @@ use ferry_proto::NodeId;
 use serde::{Deserialize, Serialize};
 
 use super::capability::NodeConfig;
-use super::controller::{ControllerConfig, Node, NodeState, WeightController};
+use super::controller::{ControllerConfig, Node, NodeState, Ramp, WeightController};
 use super::heartbeat::Heartbeat;
 use super::score::ConfigError;
 use super::weight::Weight;
@@ -36,6 +36,19 @@ pub struct ControllerSnapshot {
     pub next_tick_in_ms: u64,
     /// Every node, in node order.
     pub nodes: Vec<NodeSnapshot>,
+    /// Time left of the cold start under way, if any.
+    #[serde(default)]
+    pub cold_start_left_ms: Option<u64>,
+}
+
+/// A ramp-in under way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RampSnapshot {
+    /// The weight it began from.
+    pub from: Weight,
+    /// How long ago it began (`None`: it begins at the node's next heartbeat or tick).
+    #[serde(default)]
+    pub elapsed_ms: Option<u64>,
 }
 
 /// One node's state.
@@ -63,6 +76,9 @@ pub struct NodeSnapshot {
     /// Time left before a spot reclaim.
     #[serde(default)]
     pub reclaim_in_ms: Option<u64>,
+    /// Its ramp-in, if under way.
+    #[serde(default)]
+    pub ramp: Option<RampSnapshot>,
 }
 
 /// Why a snapshot cannot be restored.
@@ -111,8 +127,16 @@ impl WeightController {
                     heartbeat_age_ms: n.last_seen.map(|t| ms(now.saturating_duration_since(t))),
                     stale: n.stale,
                     reclaim_in_ms: n.reclaim.map(|d| ms(d.saturating_duration_since(now))),
+                    ramp: n.ramp.map(|r| RampSnapshot {
+                        from: r.from,
+                        elapsed_ms: r.since.map(|t| ms(now.saturating_duration_since(t))),
+                    }),
                 })
                 .collect(),
+            cold_start_left_ms: self
+                .cold_until
+                .filter(|end| *end > now)
+                .map(|end| ms(end - now)),
         }
     }
 
@@ -149,6 +173,14 @@ impl WeightController {
             let last_seen = s
                 .heartbeat_age_ms
                 .map(|age| now.checked_sub(Duration::from_millis(age)).unwrap_or(now));
+            // Like heartbeat ages, a ramp does not count the downtime: no placement went
+            // anywhere meanwhile.
+            let ramp = s.ramp.map(|r| Ramp {
+                from: r.from,
+                since: r
+                    .elapsed_ms
+                    .map(|e| now.checked_sub(Duration::from_millis(e)).unwrap_or(now)),
+            });
             let mut n = Node {
                 weight: s.weight,
                 state: s.state,
@@ -157,6 +189,7 @@ impl WeightController {
                 last_seen,
                 stale: s.stale,
                 reclaim,
+                ramp,
                 ..Node::new()
             };
             n.refresh(&config.score);
@@ -166,6 +199,12 @@ impl WeightController {
         }
         ctl.nodes = nodes;
         ctl.events = VecDeque::new();
+        // A cold start is a wall-clock moment (nodes starting together): the downtime counts.
+        ctl.cold_until = snapshot
+            .cold_start_left_ms
+            .map(|left| left.saturating_sub(downtime))
+            .filter(|left| *left > 0)
+            .and_then(|left| now.checked_add(Duration::from_millis(left)));
         Ok(ctl)
     }
 }

@@ -36,34 +36,127 @@ fn idle(node: &str, gpu: bool) -> Heartbeat {
     }
 }
 
-/// The default settings without the cold start, so a lone node ramps as it would joining a
-/// cluster that already carries load.
+/// The default settings without the cold start and the linear ramp, so a lone node climbs as
+/// the smoothing alone lets it (the rules these tests are about).
 fn warm() -> ControllerConfig {
     ControllerConfig {
         cold_start_at_target: false,
+        ramp_ms: 0,
         ..ControllerConfig::default()
     }
 }
 
 #[test]
-fn a_cold_cluster_starts_at_the_target_and_later_nodes_ramp() {
+fn nodes_that_start_together_start_at_their_target_and_later_ones_ramp() {
     let start = Instant::now();
     let mut ctl = WeightController::new(ControllerConfig::default(), start).unwrap();
-    ctl.handle_heartbeat(start, idle("node-a", true));
+    let (a, b) = (idle("node-a", true), idle("node-b", true));
+    ctl.handle_heartbeat(start, a.clone());
     assert_eq!(
         ctl.weight(&id("node-a")),
         Some(Weight::FULL),
         "nobody to protect: no ramp"
     );
-    assert_eq!(events(&mut ctl), [changed("node-a", 0, 10_000)]);
-    ctl.handle_heartbeat(start, idle("node-b", true));
+    // node-b reports 300 ms later: the same cold start (node-a already has weight).
+    ctl.handle_heartbeat(at(start, 300), b.clone());
+    assert_eq!(ctl.weight(&id("node-b")), Some(Weight::FULL));
     assert_eq!(
-        ctl.weight(&id("node-b")),
-        Some(Weight::ZERO),
-        "joins a warm cluster: ramps"
+        events(&mut ctl),
+        [changed("node-a", 0, 10_000), changed("node-b", 0, 10_000)]
     );
-    ctl.handle_timeout(at(start, 1000));
-    assert_eq!(ctl.weight(&id("node-b")), Some(Weight::from_units(100)));
+    run(&mut ctl, start, 1, 9, &[a.clone(), b.clone()]);
+    // The last moment of the 10 s grace still counts (an idle node without GPU: 2/3 W) ...
+    assert!(ctl.is_cold_start(at(start, 9_999)));
+    ctl.handle_heartbeat(at(start, 9_999), idle("node-c", false));
+    assert_eq!(ctl.weight(&id("node-c")), Some(Weight::from_units(6_667)));
+    assert!(!ctl.node(&id("node-c")).unwrap().ramping);
+    // ... its end does not: node-d joins a running cluster and ramps, W per 600 s.
+    assert!(!ctl.is_cold_start(at(start, 10_000)));
+    ctl.handle_heartbeat(at(start, 10_000), idle("node-d", true));
+    assert_eq!(ctl.weight(&id("node-d")), Some(Weight::ZERO));
+    assert!(ctl.node(&id("node-d")).unwrap().ramping);
+    events(&mut ctl);
+    let all = [a, b, idle("node-c", false), idle("node-d", true)];
+    run(&mut ctl, start, 10, 10, &all);
+    assert_eq!(
+        ctl.weight(&id("node-d")),
+        Some(Weight::ZERO),
+        "0 s into the ramp"
+    );
+    run(&mut ctl, start, 11, 11, &all);
+    assert_eq!(events(&mut ctl), [changed("node-d", 0, 16)], "1/600 of W");
+    run(&mut ctl, start, 12, 310, &all);
+    assert_eq!(
+        ctl.weight(&id("node-d")),
+        Some(Weight::from_units(5_000)),
+        "half way"
+    );
+    run(&mut ctl, start, 311, 609, &all);
+    assert_eq!(ctl.weight(&id("node-d")), Some(Weight::from_units(9_983)));
+    assert!(ctl.node(&id("node-d")).unwrap().ramping);
+    run(&mut ctl, start, 610, 610, &all);
+    assert_eq!(ctl.weight(&id("node-d")), Some(Weight::FULL));
+    assert!(!ctl.node(&id("node-d")).unwrap().ramping, "ramp over");
+    // The nodes of the cold start kept their weights all along.
+    assert_eq!(ctl.weight(&id("node-a")), Some(Weight::FULL));
+    assert_eq!(ctl.weight(&id("node-c")), Some(Weight::from_units(6_667)));
+}
+
+#[test]
+fn a_cluster_that_lost_all_its_weight_starts_cold_again() {
+    let start = Instant::now();
+    let mut ctl = WeightController::new(ControllerConfig::default(), start).unwrap();
+    ctl.handle_heartbeat(start, idle("node-a", true));
+    run(&mut ctl, start, 1, 20, &[idle("node-a", true)]);
+    ctl.set_node_state(&id("node-a"), NodeState::Draining);
+    assert!(ctl.is_cold_start(at(start, 20_500)), "no node has weight");
+    ctl.handle_heartbeat(at(start, 20_500), idle("node-b", true));
+    assert_eq!(ctl.weight(&id("node-b")), Some(Weight::FULL));
+    // Without the cold start a lone node ramps even into an empty cluster.
+    let mut ctl = WeightController::new(
+        ControllerConfig {
+            cold_start_at_target: false,
+            ..ControllerConfig::default()
+        },
+        start,
+    )
+    .unwrap();
+    ctl.handle_heartbeat(start, idle("node-a", true));
+    assert_eq!(ctl.weight(&id("node-a")), Some(Weight::ZERO));
+    assert!(ctl.node(&id("node-a")).unwrap().ramping);
+}
+
+#[test]
+fn a_node_active_again_after_a_drain_ramps_from_its_weight() {
+    let start = Instant::now();
+    let config = ControllerConfig {
+        ramp_ms: 60_000,
+        ..ControllerConfig::default()
+    };
+    let mut ctl = WeightController::new(config, start).unwrap();
+    let hbs = [idle("node-a", true), idle("node-b", true)];
+    run(&mut ctl, start, 0, 5, &hbs);
+    assert_eq!(ctl.weight(&id("node-b")), Some(Weight::FULL));
+    ctl.set_node_state(&id("node-b"), NodeState::Draining);
+    run(&mut ctl, start, 6, 30, &hbs);
+    assert_eq!(ctl.weight(&id("node-b")), Some(Weight::ZERO));
+    events(&mut ctl);
+    // Undrained at 30.5 s: the ramp starts at its next heartbeat (31 s), from 0, W per 60 s.
+    ctl.set_node_state(&id("node-b"), NodeState::Active);
+    assert!(ctl.node(&id("node-b")).unwrap().ramping);
+    // The first ticks are held back by the smoothing (at most +100 a tick from 0), …
+    run(&mut ctl, start, 31, 33, &hbs);
+    assert_eq!(
+        events(&mut ctl),
+        [changed("node-b", 0, 100), changed("node-b", 100, 200)]
+    );
+    // … later ones by the ramp: half of W 30 s into a 60 s ramp.
+    run(&mut ctl, start, 34, 61, &hbs);
+    assert_eq!(ctl.weight(&id("node-b")), Some(Weight::from_units(5_000)));
+    run(&mut ctl, start, 62, 91, &hbs);
+    assert_eq!(ctl.weight(&id("node-b")), Some(Weight::FULL));
+    assert!(!ctl.node(&id("node-b")).unwrap().ramping);
+    assert_eq!(ctl.weight(&id("node-a")), Some(Weight::FULL), "untouched");
 }
 
 fn events(ctl: &mut WeightController) -> Vec<Event> {
@@ -340,6 +433,74 @@ fn config_that_would_freeze_weights_is_rejected() {
     let c: ControllerConfig = serde_json::from_str(r#"{"tick_ms": 500}"#).unwrap();
     assert_eq!(c.tick_ms, 500);
     assert_eq!(c.canary_weight, Weight::from_units(500));
+    assert_eq!((c.ramp_ms, c.cold_start_grace_ms), (600_000, 10_000));
+    for bad in [
+        ControllerConfig {
+            ramp_ms: 86_400_001,
+            ..ControllerConfig::default()
+        },
+        ControllerConfig {
+            cold_start_grace_ms: 3_600_001,
+            ..ControllerConfig::default()
+        },
+    ] {
+        assert!(bad.validate().is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn snapshot_and_restore_keep_a_ramp_and_a_cold_start_under_way() {
+    let start = Instant::now();
+    let mut ctl = WeightController::new(ControllerConfig::default(), start).unwrap();
+    ctl.handle_heartbeat(start, idle("node-a", true));
+    let hbs = [idle("node-a", true), idle("node-b", true)];
+    run(&mut ctl, start, 11, 71, &hbs);
+    assert_eq!(ctl.weight(&id("node-b")), Some(Weight::from_units(1_000)));
+    // node-c is undrained-like: active again with a ramp that has not begun.
+    ctl.handle_heartbeat(at(start, 71_000), idle("node-c", true));
+    ctl.set_node_state(&id("node-c"), NodeState::Draining);
+    ctl.set_node_state(&id("node-c"), NodeState::Active);
+    events(&mut ctl);
+    let now = at(start, 71_500);
+    let snap = ctl.snapshot(now, 5_000_000);
+    assert_eq!(snap.cold_start_left_ms, None, "the cold start is over");
+    let b = snap.nodes.iter().find(|n| n.node == id("node-b")).unwrap();
+    assert_eq!(
+        b.ramp,
+        Some(crate::scoring::RampSnapshot {
+            from: Weight::ZERO,
+            elapsed_ms: Some(60_500)
+        })
+    );
+    let json = serde_json::to_string(&snap).unwrap();
+    let snap: ControllerSnapshot = serde_json::from_str(&json).unwrap();
+    let start2 = Instant::now() + Duration::from_secs(1000);
+    let mut back =
+        WeightController::restore(*ctl.config(), at(start2, 71_500), 5_000_000, &snap).unwrap();
+    assert_eq!(back.snapshot(at(start2, 71_500), 5_000_000), snap);
+    let hbs = [
+        idle("node-a", true),
+        idle("node-b", true),
+        idle("node-c", true),
+    ];
+    for s in 72..=200 {
+        run(&mut ctl, start, s, s, &hbs);
+        run(&mut back, start2, s, s, &hbs);
+        assert_eq!(events(&mut back), events(&mut ctl), "at {s} s");
+    }
+    assert_eq!(back.weight(&id("node-b")), Some(Weight::from_units(3_150)));
+
+    // A cold start under way survives a restore, less the downtime.
+    let mut ctl = WeightController::new(ControllerConfig::default(), start).unwrap();
+    ctl.handle_heartbeat(start, idle("node-a", true));
+    let snap = ctl.snapshot(at(start, 4_000), 1_000_000);
+    assert_eq!(snap.cold_start_left_ms, Some(6_000));
+    let now = Instant::now() + Duration::from_secs(50);
+    let mut back = WeightController::restore(*ctl.config(), now, 1_002_000, &snap).unwrap();
+    assert!(back.is_cold_start(now + Duration::from_millis(3_999)));
+    assert!(!back.is_cold_start(now + Duration::from_millis(4_000)));
+    back.handle_heartbeat(now + Duration::from_millis(3_000), idle("node-b", true));
+    assert_eq!(back.weight(&id("node-b")), Some(Weight::FULL));
 }
 
 /// Several nodes in every interesting state at t = 37.5 s.

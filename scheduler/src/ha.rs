@@ -1,0 +1,372 @@
+//! Scheduler replicas on etcd (`--store etcd`, feature `etcd`): the cluster state in one key,
+//! written only by the elected leader and fenced by its election key, so a deposed leader's write
+//! is refused by etcd itself; followers watch the key and serve reads from their copy.
+//!
+//! - **Election**: every replica holds a lease (`lease_ttl`) and campaigns in the election
+//!   `{prefix}/leader` with its advertised URL as value. The winner's leadership lasts as long as
+//!   its lease: a replica that dies (or stops keeping its lease alive) loses it within the TTL,
+//!   and the next campaigner wins.
+//! - **Fencing**: the leader writes the state (`{prefix}/state`) in a transaction that compares
+//!   the creation revision of its election key with the one it won with. A replica that lost its
+//!   lease — paused, partitioned, slow — but still believes it leads has its write refused
+//!   ([`StoreError::Fenced`]) and steps down.
+//! - **Distribution**: followers watch `{prefix}/state` and reload on every change; the revision
+//!   of the key is the state's version.
+//!
+//! etcd runs on its own thread with its own runtime; the synchronous [`Store`] calls hand their
+//! work to it and wait (a few milliseconds on a LAN).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::cluster::Persisted;
+use crate::leadership::Leadership;
+use crate::store::{Store, StoreError};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp};
+
+/// Where etcd is and how this replica takes part.
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    /// etcd client URLs (`http://10.0.0.1:2379`).
+    pub endpoints: Vec<String>,
+    /// Key prefix of this cluster (`/ferry`).
+    pub prefix: String,
+    /// Lease of this replica: a leader that stops renewing it is replaced within this.
+    pub lease_ttl: Duration,
+    /// This replica's base URL (what followers redirect writes to).
+    pub advertise: String,
+}
+
+/// The state key and the election, on a runtime of their own.
+pub struct EtcdStore {
+    rt: tokio::runtime::Handle,
+    client: Client,
+    key: String,
+    leadership: Arc<Leadership>,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("key", &self.key)
+            .field("leader", &self.leadership.is_leader())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Blocks on `f` run by `rt` (callable from inside another runtime).
+fn wait<T: Send + 'static>(
+    rt: &tokio::runtime::Handle,
+    f: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    rt.spawn(async move {
+        let _ = tx.send(f.await);
+    });
+    // The runtime outlives the store; a dropped sender only means it shut down.
+    rx.recv()
+        .unwrap_or_else(|_| panic!("the etcd runtime stopped"))
+}
+
+/// How long a store call keeps retrying while etcd is unreachable: a dead member's endpoint
+/// fails fast and the client moves on to the next, a quorum lost for longer is an error.
+const RETRY_FOR: Duration = Duration::from_secs(10);
+
+/// Deadline of one read or write of the state.
+const KV_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// Whether `e` means "etcd did not answer" (worth another try, on another member) rather than
+/// an answer.
+fn unreachable(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => matches!(
+            s.code(),
+            tonic::Code::Unavailable
+                | tonic::Code::DeadlineExceeded
+                | tonic::Code::Cancelled
+                | tonic::Code::Unknown
+        ),
+        _ => false,
+    }
+}
+
+/// Runs `op` on the etcd runtime and waits, retrying for [`RETRY_FOR`] while etcd is
+/// unreachable.
+fn call<T, F, Fut>(rt: &tokio::runtime::Handle, mut op: F) -> Result<T, etcd_client::Error>
+where
+    T: Send + 'static,
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>> + Send,
+{
+    wait(rt, async move {
+        let deadline = Instant::now() + RETRY_FOR;
+        loop {
+            match op().await {
+                Err(e) if unreachable(&e) && Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "etcd unreachable, retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                r => return r,
+            }
+        }
+    })
+}
+
+impl EtcdStore {
+    /// Connects, starts campaigning and watching; returns the store and this replica's view of
+    /// the leadership.
+    pub fn connect(cfg: EtcdConfig) -> Result<(EtcdStore, Arc<Leadership>), StoreError> {
+        let key = state_key(&cfg);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("etcd".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = tx.send(Err(StoreError::Invalid(format!("etcd runtime: {e}"))));
+                        return;
+                    }
+                };
+                let handle = rt.handle().clone();
+                rt.block_on(async move {
+                    let client = match Client::connect(&cfg.endpoints, None).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = tx.send(Err(StoreError::Invalid(format!(
+                                "connecting to etcd {:?}: {e}",
+                                cfg.endpoints
+                            ))));
+                            return;
+                        }
+                    };
+                    // The store's reads and writes get a deadline of their own: a request
+                    // caught by a dying etcd leader fails in a second and is retried (on the
+                    // new raft leader) instead of waiting out etcd's own 7 s.
+                    let options = ConnectOptions::new()
+                        .with_timeout(KV_TIMEOUT)
+                        .with_connect_timeout(KV_TIMEOUT);
+                    let kv = match Client::connect(&cfg.endpoints, Some(options)).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = tx.send(Err(StoreError::Invalid(format!(
+                                "connecting to etcd {:?}: {e}",
+                                cfg.endpoints
+                            ))));
+                            return;
+                        }
+                    };
+                    let leadership = Leadership::follower();
+                    let _ = tx.send(Ok((handle, kv, leadership.clone())));
+                    tokio::spawn(watch_state(client.clone(), cfg.clone(), leadership.clone()));
+                    tokio::spawn(follow_leader(
+                        client.clone(),
+                        cfg.clone(),
+                        leadership.clone(),
+                    ));
+                    campaign_forever(client, cfg, leadership).await;
+                });
+            })
+            .map_err(|e| StoreError::Invalid(format!("etcd thread: {e}")))?;
+        let (rt, client, leadership) = rx
+            .recv()
+            .map_err(|_| StoreError::Invalid("the etcd thread stopped".into()))??;
+        let store = EtcdStore {
+            rt,
+            client,
+            key,
+            leadership: leadership.clone(),
+        };
+        Ok((store, leadership))
+    }
+}
+
+impl Store<Persisted> for EtcdStore {
+    fn load(&mut self) -> Result<Option<Persisted>, StoreError> {
+        let (client, key) = (self.client.clone(), self.key.clone());
+        let got = call(&self.rt, move || {
+            let (mut client, key) = (client.clone(), key.clone());
+            async move { client.get(key, None).await }
+        })
+        .map_err(|e| StoreError::Invalid(format!("etcd get: {e}")))?;
+        let Some(kv) = got.kvs().first() else {
+            return Ok(None);
+        };
+        self.leadership.saw_revision(kv.mod_revision());
+        serde_json::from_slice(kv.value())
+            .map(Some)
+            .map_err(|e| StoreError::Invalid(format!("the state in etcd does not parse: {e}")))
+    }
+
+    fn save(&mut self, state: &Persisted) -> Result<(), StoreError> {
+        let Some((fence_key, rev)) = self.leadership.fence() else {
+            return Err(StoreError::Fenced(
+                "this scheduler is not the leader".into(),
+            ));
+        };
+        let value = serde_json::to_vec(state)
+            .map_err(|e| StoreError::Invalid(format!("encoding the state: {e}")))?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(fence_key, CompareOp::Equal, rev)])
+            .and_then([TxnOp::put(self.key.clone(), value, None)]);
+        let client = self.client.clone();
+        // A retried transaction that had gone through is the same write again: harmless.
+        let r = call(&self.rt, move || {
+            let (mut client, txn) = (client.clone(), txn.clone());
+            async move { client.txn(txn).await }
+        })
+        .map_err(|e| StoreError::Invalid(format!("etcd txn: {e}")))?;
+        if !r.succeeded() {
+            // Another replica leads now: our election key is gone.
+            self.leadership.lost();
+            return Err(StoreError::Fenced(format!(
+                "the leadership this scheduler won at revision {rev} is over"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn state_key(cfg: &EtcdConfig) -> String {
+    format!("{}/state", cfg.prefix.trim_end_matches('/'))
+}
+
+fn election(cfg: &EtcdConfig) -> String {
+    format!("{}/leader", cfg.prefix.trim_end_matches('/'))
+}
+
+/// Holds a lease and campaigns; while it leads, keeps the lease alive; when the lease ends,
+/// steps down and starts over.
+async fn campaign_forever(mut client: Client, cfg: EtcdConfig, l: Arc<Leadership>) {
+    let ttl = cfg.lease_ttl.as_secs().max(1) as i64;
+    loop {
+        let lease = match client.lease_grant(ttl, None).await {
+            Ok(r) => r.id(),
+            Err(e) => {
+                tracing::warn!(error = %e, "etcd lease grant failed");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        // The lease is alive while renewals are acknowledged; this replica counts it over a
+        // little before etcd would (a renewal stuck in a partition never answers), so it stops
+        // acting as leader before another replica can win. A keep-alive stream that breaks (its
+        // etcd member died) is opened again, on another member.
+        let granted = Instant::now();
+        let acked = Arc::new(AtomicU64::new(0));
+        let alive = Arc::new(AtomicBool::new(true));
+        let (flag, last) = (alive.clone(), acked.clone());
+        // Renewed often (a tenth of the TTL, at most every 500 ms): a renewal that was due just
+        // before etcd stalls (its raft leader died) must not eat into the margin.
+        let every = Duration::from_millis(((ttl as u64 * 1000) / 10).min(500));
+        let mut renewer = client.clone();
+        let keep = tokio::spawn(async move {
+            let mut stream = None;
+            loop {
+                let (keeper, acks) = match stream.as_mut() {
+                    Some(s) => s,
+                    None => match renewer.lease_keep_alive(lease).await {
+                        Ok(s) => stream.insert(s),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "etcd lease keep-alive stream failed");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    },
+                };
+                let sent = granted.elapsed().as_millis() as u64;
+                let answer = match keeper.keep_alive().await {
+                    Ok(()) => acks.message().await,
+                    Err(e) => Err(e),
+                };
+                match answer {
+                    Ok(Some(r)) if r.ttl() > 0 => {
+                        last.store(sent, Ordering::SeqCst);
+                        tokio::time::sleep(every).await;
+                    }
+                    // etcd says the lease is gone.
+                    Ok(Some(_)) => break,
+                    Ok(None) | Err(_) => stream = None,
+                }
+            }
+            flag.store(false, Ordering::SeqCst);
+        });
+        let margin = (ttl as u64 * 1000) * 3 / 4;
+        let alive = move || {
+            alive.load(Ordering::SeqCst)
+                && (granted.elapsed().as_millis() as u64)
+                    .saturating_sub(acked.load(Ordering::SeqCst))
+                    < margin
+        };
+        let won = tokio::select! {
+            r = client.campaign(election(&cfg), cfg.advertise.clone(), lease) => r,
+            () = async {
+                while alive() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            } => {
+                keep.abort();
+                continue;
+            }
+        };
+        match won.ok().and_then(|r| r.leader().cloned()) {
+            Some(k) => {
+                tracing::info!(rev = k.rev(), "this scheduler leads");
+                l.won(k.key().to_vec(), k.rev(), &cfg.advertise);
+            }
+            None => {
+                keep.abort();
+                let _ = client.lease_revoke(lease).await;
+                continue;
+            }
+        }
+        // Lead until the lease ends (or a fenced write made us step down).
+        while alive() && l.is_leader() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        keep.abort();
+        l.lost();
+        let _ = client.lease_revoke(lease).await;
+    }
+}
+
+/// Keeps `leader_url` current on followers.
+async fn follow_leader(mut client: Client, cfg: EtcdConfig, l: Arc<Leadership>) {
+    loop {
+        if !l.is_leader() {
+            let url = client
+                .leader(election(&cfg))
+                .await
+                .ok()
+                .and_then(|r| r.kv().and_then(|kv| kv.value_str().ok().map(str::to_owned)));
+            l.set_leader_url(url);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Watches the state key: every change wakes the followers (they reload).
+async fn watch_state(mut client: Client, cfg: EtcdConfig, l: Arc<Leadership>) {
+    let key = state_key(&cfg);
+    loop {
+        let Ok(mut stream) = client.watch(key.clone(), None).await else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        while let Ok(Some(resp)) = stream.message().await {
+            for ev in resp.events() {
+                if let Some(kv) = ev.kv() {
+                    l.saw_revision(kv.mod_revision());
+                }
+            }
+            l.state_changed.notify_waiters();
+            l.state_changed.notify_one();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,226 @@
+//! Where and how a node talks to the scheduler: its replicas' URLs (with etcd there are
+//! several; a follower answers state-changing calls with a 307 to the leader), the API token,
+//! and what the node reports about itself. [`SchedulerLink::call`] tries the replica that
+//! answered last first, then the others, and follows one redirect to the leader.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ferry_proto::api::GpuFigures;
+
+/// Reads the node's GPU figures at each heartbeat (NVML on GPU nodes).
+pub type GpuReader = Arc<dyn Fn() -> Option<GpuFigures> + Send + Sync>;
+
+/// Where and how a node reports to the scheduler.
+#[derive(Clone)]
+pub struct SchedulerLink {
+    /// Scheduler replicas' base URLs (`http://127.0.0.1:8080`), at least one.
+    pub urls: Vec<String>,
+    /// Bearer token of the scheduler API.
+    pub token: String,
+    /// Zone (AZ or ISP line).
+    pub zone: String,
+    /// Physical host, for anti-affinity (default: the node id).
+    pub host: String,
+    /// Region.
+    pub region: String,
+    /// Capability flags.
+    pub capabilities: Vec<String>,
+    /// Canary node (fixed small weight).
+    pub canary: bool,
+    /// GPU figures from configuration (used when `gpu_reader` is absent).
+    pub gpu: Option<GpuFigures>,
+    /// Live GPU figures (NVML), read at every heartbeat.
+    pub gpu_reader: Option<GpuReader>,
+    /// Bandwidth capacity, bit/s (0 = unknown).
+    pub bandwidth_capacity_bps: u64,
+    /// Report interval.
+    pub interval: Duration,
+    /// TLS settings for `https://` scheduler URLs (trusted roots).
+    pub tls: ureq::tls::TlsConfig,
+    /// The replica that answered last (index into `urls`).
+    preferred: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for SchedulerLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerLink")
+            .field("urls", &self.urls)
+            .field("zone", &self.zone)
+            .field("host", &self.host)
+            .field("capabilities", &self.capabilities)
+            .field("gpu", &self.gpu)
+            .field("live_gpu", &self.gpu_reader.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A call to the scheduler that no replica answered.
+#[derive(Debug, thiserror::Error)]
+#[error("no scheduler replica answered {path}: {last}")]
+pub struct SchedulerUnreachable {
+    /// The path called.
+    pub path: String,
+    /// The last replica's error.
+    pub last: String,
+}
+
+/// An answer from a scheduler replica.
+#[derive(Debug)]
+pub struct SchedulerAnswer {
+    /// HTTP status.
+    pub status: u16,
+    /// Body text.
+    pub body: String,
+}
+
+impl SchedulerLink {
+    /// A link to the scheduler replicas at `urls` (one URL or several, comma-separated)
+    /// with defaults for what the node reports.
+    pub fn new(urls: &str, token: &str) -> Self {
+        SchedulerLink {
+            urls: urls
+                .split(',')
+                .map(|u| u.trim().trim_end_matches('/').to_owned())
+                .filter(|u| !u.is_empty())
+                .collect(),
+            token: token.to_owned(),
+            zone: "default".into(),
+            host: String::new(),
+            region: String::new(),
+            capabilities: Vec::new(),
+            canary: false,
+            gpu: None,
+            gpu_reader: None,
+            bandwidth_capacity_bps: 0,
+            interval: Duration::from_secs(1),
+            tls: ureq::tls::TlsConfig::default(),
+            preferred: Arc::default(),
+        }
+    }
+
+    /// Calls `path` (`/v1/...`) with `GET`, or `POST` of `body` as JSON, with the bearer
+    /// token; blocking (run it on a blocking thread). Any HTTP status counts as an answer but
+    /// a 503 (no leader yet) or a failed connection, which move on to the next replica. A 307
+    /// (a follower naming its leader) is followed once, with the token.
+    pub fn call(
+        &self,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<SchedulerAnswer, SchedulerUnreachable> {
+        let method = if body.is_some() {
+            Method::Post
+        } else {
+            Method::Get
+        };
+        self.request(method, path, body, timeout)
+    }
+
+    /// [`SchedulerLink::call`] with `DELETE`.
+    pub fn delete(
+        &self,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<SchedulerAnswer, SchedulerUnreachable> {
+        self.request(Method::Delete, path, None, timeout)
+    }
+
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<SchedulerAnswer, SchedulerUnreachable> {
+        let n = self.urls.len().max(1);
+        let first = self.preferred.load(Ordering::Relaxed) % n;
+        let mut last = String::from("no scheduler URL configured");
+        for i in 0..self.urls.len() {
+            let idx = (first + i) % n;
+            let url = format!("{}{path}", self.urls[idx]);
+            let mut answer = self.once(method, &url, body, timeout);
+            if let Ok((307 | 308, Some(location), _)) = &answer {
+                answer = self.once(method, location, body, timeout);
+            }
+            match answer {
+                Ok((503, _, body)) => last = format!("{url}: 503 {body}"),
+                Ok((status, _, body)) => {
+                    self.preferred.store(idx, Ordering::Relaxed);
+                    return Ok(SchedulerAnswer { status, body });
+                }
+                Err(e) => last = format!("{url}: {e}"),
+            }
+        }
+        Err(SchedulerUnreachable {
+            path: path.to_owned(),
+            last,
+        })
+    }
+
+    /// One request: status, `Location` and body.
+    fn once(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<&serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<(u16, Option<String>, String), ureq::Error> {
+        let auth = format!("Bearer {}", self.token);
+        macro_rules! configured {
+            ($builder:expr) => {
+                $builder
+                    .config()
+                    .tls_config(self.tls.clone())
+                    .timeout_global(Some(timeout))
+                    .http_status_as_error(false)
+                    .max_redirects(0)
+                    .build()
+                    .header("Authorization", &auth)
+            };
+        }
+        let mut r = match (method, body) {
+            (Method::Post, Some(b)) => configured!(ureq::post(url)).send_json(b)?,
+            (Method::Post, None) => configured!(ureq::post(url)).send_empty()?,
+            (Method::Get, _) => configured!(ureq::get(url)).call()?,
+            (Method::Delete, _) => configured!(ureq::delete(url)).call()?,
+        };
+        let location = r
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let text = r.body_mut().read_to_string().unwrap_or_default();
+        Ok((r.status().as_u16(), location, text))
+    }
+}
+
+/// The HTTP methods the link uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Get,
+    Post,
+    Delete,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_and_trim() {
+        let l = SchedulerLink::new(" http://a:1/ ,http://b:2,,", "t");
+        assert_eq!(l.urls, ["http://a:1", "http://b:2"]);
+    }
+
+    #[test]
+    fn no_replica_answering_is_an_error_naming_the_last() {
+        // Port 9 on loopback: nothing listens (connection refused).
+        let l = SchedulerLink::new("http://127.0.0.1:9", "t");
+        let e = l
+            .call("/healthz", None, Duration::from_millis(500))
+            .unwrap_err();
+        assert!(e.last.contains("127.0.0.1:9"), "{e}");
+    }
+}
