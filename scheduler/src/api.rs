@@ -292,7 +292,7 @@ async fn get_node(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Re
 /// A node reports its figures and sessions (every second).
 #[utoipa::path(post, path = "/v1/nodes/{id}/heartbeat", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
     request_body = Heartbeat, security(("bearer" = [])),
-    responses((status = 204, description = "accepted"), (status = 400, body = ApiError), (status = 401, body = ApiError)))]
+    responses((status = 204, description = "accepted; Ferry-Node-State: the node's state (active, draining, drained)", headers(("Ferry-Node-State" = String, description = "the node's state at the scheduler"))), (status = 400, body = ApiError), (status = 401, body = ApiError)))]
 async fn heartbeat(
     State(s): State<Arc<Scheduler>>,
     Path(id): Path<String>,
@@ -306,7 +306,19 @@ async fn heartbeat(
         return error(StatusCode::BAD_REQUEST, format!("bad node id {id:?}"));
     };
     match s.mutate(|c| c.heartbeat(Instant::now(), &id, hb)) {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Ok(()) => {
+            // The node's state goes back with the answer (its /readyz follows a drain).
+            let state = s
+                .with(|c| c.drain_status(&id))
+                .ok()
+                .and_then(|d| serde_json::to_value(d.state).ok())
+                .and_then(|v| v.as_str().map(str::to_owned));
+            let mut r = StatusCode::NO_CONTENT.into_response();
+            if let Some(v) = state.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                r.headers_mut().insert("ferry-node-state", v);
+            }
+            r
+        }
         Err(e) => cluster_error(e),
     }
 }

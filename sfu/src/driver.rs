@@ -164,9 +164,16 @@ pub struct NodeHandle {
     scheduler: Option<crate::heartbeat::SchedulerLink>,
     /// This node's id.
     id: ferry_proto::NodeId,
+    /// `/readyz`.
+    ready: Arc<crate::scheduler_link::Readiness>,
 }
 
 impl NodeHandle {
+    /// Whether the node should get new traffic (`/readyz`).
+    pub fn readiness(&self) -> &crate::scheduler_link::Readiness {
+        &self.ready
+    }
+
     /// The node's media address.
     pub fn udp_addr(&self) -> SocketAddr {
         self.udp
@@ -442,6 +449,7 @@ pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
         events,
         scheduler: None,
         id,
+        ready: Arc::default(),
     })
 }
 
@@ -856,10 +864,14 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
         events,
         scheduler: opts.scheduler.clone(),
         id: opts.id.clone(),
+        ready: Arc::default(),
     };
     let listener = tokio::net::TcpListener::bind(opts.http).await?;
     let http = listener.local_addr()?;
     let scheme = crate::tls::scheme(opts.tls.is_some());
+    if opts.scheduler.is_some() {
+        handle.readiness().wait_for_scheduler();
+    }
     let access = crate::http::Access {
         tokens: opts.tokens,
         scheme,

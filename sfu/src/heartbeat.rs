@@ -160,19 +160,22 @@ impl Reporter {
             let sent = tokio::task::spawn_blocking(move || {
                 let body = serde_json::to_value(&hb).map_err(|e| e.to_string())?;
                 match link.call(&path, Some(&body), Duration::from_secs(2)) {
-                    Ok(a) if (200..300).contains(&a.status) => Ok(()),
+                    Ok(a) if (200..300).contains(&a.status) => Ok(a.node_state),
                     Ok(a) => Err(format!("{} {}", a.status, a.body.trim())),
                     Err(e) => Err(e.to_string()),
                 }
             })
             .await
             .unwrap_or_else(|e| Err(e.to_string()));
+            if let Ok(state) = &sent {
+                node.readiness().heard(state.as_deref());
+            }
             match sent {
-                Ok(()) if failing => {
+                Ok(_) if failing => {
                     failing = false;
                     tracing::info!("heartbeats to the scheduler flow again");
                 }
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(e) if !failing => {
                     failing = true;
                     tracing::warn!(error = %e, "heartbeat to the scheduler failed");

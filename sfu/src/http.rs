@@ -84,6 +84,16 @@ struct AppState {
     access: Access,
 }
 
+/// `/readyz`: 200 when the node should get new sessions; 503 with the reason before the
+/// scheduler acknowledged a heartbeat and while the node drains (`/healthz` only says the
+/// process runs).
+async fn readyz(State(s): State<AppState>) -> Response {
+    match s.node.readiness().check() {
+        Ok(()) => "ok\n".into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+    }
+}
+
 /// The node's HTTP routes: WHIP, WHEP, health, sessions and metrics. WHIP/WHEP `POST`s need an
 /// access token that `access` accepts.
 pub fn router(
@@ -142,6 +152,7 @@ pub fn router(
         .route("/whep/{stream}/{session}/events", get(session_events))
         .route("/whep/{stream}/{session}/video", post(set_video))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .route("/v1/sessions", get(sessions))
         .route("/metrics", get(metrics))
         .route(

@@ -9,6 +9,44 @@ use std::time::Duration;
 
 use ferry_proto::api::GpuFigures;
 
+/// The header of a heartbeat's answer that carries the node's state at the scheduler.
+pub const NODE_STATE_HEADER: &str = "ferry-node-state";
+
+/// Whether the node should get new traffic (`/readyz`): not before the scheduler acknowledged a
+/// heartbeat (it does not know the node yet), not while it drains.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    waiting: std::sync::atomic::AtomicBool,
+    draining: std::sync::atomic::AtomicBool,
+}
+
+impl Readiness {
+    /// Not ready until [`Readiness::heard`] (a node that reports to a scheduler).
+    pub fn wait_for_scheduler(&self) {
+        self.waiting.store(true, Ordering::SeqCst);
+    }
+
+    /// The scheduler acknowledged a heartbeat, and said the node's state (if it did).
+    pub fn heard(&self, node_state: Option<&str>) {
+        self.waiting.store(false, Ordering::SeqCst);
+        if let Some(s) = node_state {
+            let draining = matches!(s.trim(), "draining" | "drained");
+            self.draining.store(draining, Ordering::SeqCst);
+        }
+    }
+
+    /// `Ok` when ready, else why not.
+    pub fn check(&self) -> Result<(), &'static str> {
+        if self.waiting.load(Ordering::SeqCst) {
+            return Err("not ready: no heartbeat acknowledged by the scheduler yet");
+        }
+        if self.draining.load(Ordering::SeqCst) {
+            return Err("not ready: draining");
+        }
+        Ok(())
+    }
+}
+
 /// Reads the node's GPU figures at each heartbeat (NVML on GPU nodes).
 pub type GpuReader = Arc<dyn Fn() -> Option<GpuFigures> + Send + Sync>;
 
@@ -73,6 +111,8 @@ pub struct SchedulerAnswer {
     pub status: u16,
     /// Body text.
     pub body: String,
+    /// `Ferry-Node-State` (a heartbeat's answer: the node's state at the scheduler).
+    pub node_state: Option<String>,
 }
 
 impl SchedulerLink {
@@ -141,14 +181,18 @@ impl SchedulerLink {
             let idx = (first + i) % n;
             let url = format!("{}{path}", self.urls[idx]);
             let mut answer = self.once(method, &url, body, timeout);
-            if let Ok((307 | 308, Some(location), _)) = &answer {
+            if let Ok((307 | 308, Some(location), _, _)) = &answer {
                 answer = self.once(method, location, body, timeout);
             }
             match answer {
-                Ok((503, _, body)) => last = format!("{url}: 503 {body}"),
-                Ok((status, _, body)) => {
+                Ok((503, _, body, _)) => last = format!("{url}: 503 {body}"),
+                Ok((status, _, body, node_state)) => {
                     self.preferred.store(idx, Ordering::Relaxed);
-                    return Ok(SchedulerAnswer { status, body });
+                    return Ok(SchedulerAnswer {
+                        status,
+                        body,
+                        node_state,
+                    });
                 }
                 Err(e) => last = format!("{url}: {e}"),
             }
@@ -159,14 +203,14 @@ impl SchedulerLink {
         })
     }
 
-    /// One request: status, `Location` and body.
+    /// One request: status, `Location`, body and `Ferry-Node-State`.
     fn once(
         &self,
         method: Method,
         url: &str,
         body: Option<&serde_json::Value>,
         timeout: Duration,
-    ) -> Result<(u16, Option<String>, String), ureq::Error> {
+    ) -> Result<(u16, Option<String>, String, Option<String>), ureq::Error> {
         let auth = format!("Bearer {}", self.token);
         macro_rules! configured {
             ($builder:expr) => {
@@ -186,13 +230,15 @@ impl SchedulerLink {
             (Method::Get, _) => configured!(ureq::get(url)).call()?,
             (Method::Delete, _) => configured!(ureq::delete(url)).call()?,
         };
-        let location = r
-            .headers()
-            .get("location")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let (location, node_state) = (header("location"), header(NODE_STATE_HEADER));
         let text = r.body_mut().read_to_string().unwrap_or_default();
-        Ok((r.status().as_u16(), location, text))
+        Ok((r.status().as_u16(), location, text, node_state))
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use ferry_tests::cluster::{start_dev, wait_registered};
-use ferry_tests::ferry_bin;
+use ferry_tests::{ferry_bin, http};
 use serde_json::Value;
 
 fn ferry(args: &[&str]) -> Result<Output> {
@@ -20,6 +20,21 @@ fn ferry(args: &[&str]) -> Result<Output> {
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Waits until node `base`'s `/readyz` answers `status` (its heartbeat brings the news).
+async fn ready_is(base: &str, status: u16) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = http(&format!("{base}/readyz"), "GET", &[], b"")?;
+        if r.status == status {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{base}/readyz is {} {}, not {status}", r.status, r.body);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn status_json(gateway: &str) -> Result<Value> {
@@ -102,6 +117,10 @@ async fn status_drain_and_undrain_from_the_cli() -> Result<()> {
         "status with no scheduler: {o:?}"
     );
 
+    ready_is(&dev.node_b, 200).await?;
+    let healthz = http(&format!("{}/healthz", dev.node_b), "GET", &[], b"")?;
+    ensure!(healthz.status == 200, "healthz {}", healthz.status);
+
     // Drain node-b and follow it; then it is drained.
     let o = ferry(&[
         "drain",
@@ -118,6 +137,14 @@ async fn status_drain_and_undrain_from_the_cli() -> Result<()> {
     ensure!(
         node_state(&status_json(&schedulers)?, "node-b").as_deref() == Some("drained"),
         "node-b is not drained"
+    );
+    // A drained node is alive but not ready.
+    ready_is(&dev.node_b, 503).await?;
+    let healthz = http(&format!("{}/healthz", dev.node_b), "GET", &[], b"")?;
+    ensure!(
+        healthz.status == 200,
+        "a drained node's healthz: {}",
+        healthz.status
     );
 
     // Undrain: active again, and an active node undrains to itself.
@@ -137,5 +164,6 @@ async fn status_drain_and_undrain_from_the_cli() -> Result<()> {
         node_state(&status_json(&schedulers)?, "node-b").as_deref() == Some("active"),
         "node-b is not active after undrain"
     );
+    ready_is(&dev.node_b, 200).await?;
     Ok(())
 }
