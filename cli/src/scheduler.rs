@@ -123,7 +123,13 @@ pub async fn start_scheduler(
     let keys = args.tokens.keys()?;
     let server_tls = args.tls.server()?;
     scheduler.set_node_tls(args.tls.client()?);
-    let app = ferry_scheduler::api::router_with_tokens(scheduler.clone(), extra, keys.verifier);
+    let app = ferry_scheduler::api::router_with_tokens(
+        scheduler.clone(),
+        extra,
+        keys.verifier,
+        // A made-up secret is this process's alone: the nodes could not check what it signs.
+        keys.signer.filter(|_| !keys.generated),
+    );
     let url = format!("{}://{addr}", ferry_sfu::tls::scheme(server_tls.is_some()));
     let server = tokio::spawn(ferry_sfu::tls::serve(listener, server_tls, app));
     Ok(RunningScheduler {

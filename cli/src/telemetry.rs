@@ -78,10 +78,12 @@ pub fn init(instance: &str) -> Result<Telemetry> {
             .with_threads(false)
             .with_target(false)
             .with_tracked_inactivity(false)
-            // Migration spans and the events inside them, whatever RUST_LOG says.
+            // Migration spans and the events inside them, and the request spans of the
+            // scheduler's API and the nodes' WHIP/WHEP, whatever RUST_LOG says.
             .with_filter(
                 Targets::new()
                     .with_target("ferry_sfu::cluster", LevelFilter::INFO)
+                    .with_target(ferry_proto::trace::TARGET, LevelFilter::INFO)
                     .with_default(LevelFilter::OFF),
             )
     });

@@ -21,7 +21,7 @@ use ferry_proto::api::{
     PlacementRequest, PlacementResponse, ReclaimNotice, RoutingTable, SessionKind, SessionView,
     TicketUse, WeightUpdate,
 };
-use ferry_proto::auth::{AuthError, Grant, Verifier};
+use ferry_proto::auth::{AuthError, Claims, Grant, Signer, Verifier};
 use ferry_proto::{MigrationId, NodeId, StreamId};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
@@ -186,18 +186,23 @@ async fn readyz(State(s): State<Arc<Scheduler>>) -> Response {
 /// All routes. `extra` is merged in (the `ferry dev` demo page). WHIP/WHEP `POST`s need the
 /// API token (see [`router_with_tokens`] for access tokens as well).
 pub fn router(s: Arc<Scheduler>, extra: Option<Router<Arc<Scheduler>>>) -> Router {
-    router_with_tokens(s, extra, Verifier::operator_only())
+    router_with_tokens(s, extra, Verifier::operator_only(), None)
 }
 
 /// All routes, with WHIP/WHEP `POST`s checked by `tokens` (the scheduler's API token is
-/// accepted too, as a credential for every stream). `extra` is merged in (the `ferry dev`
-/// demo page).
+/// accepted too, as a credential for every stream). A request that came with the API token is
+/// redirected with a token for its stream only, signed by `signer` (without one, the API token
+/// goes along). `extra` is merged in (the `ferry dev` demo page).
 pub fn router_with_tokens(
     s: Arc<Scheduler>,
     extra: Option<Router<Arc<Scheduler>>>,
     tokens: Verifier,
+    signer: Option<Signer>,
 ) -> Router {
-    let tokens = Arc::new(tokens.with_operator_token(s.token()));
+    let tokens = Arc::new(GatewayTokens {
+        verifier: tokens.with_operator_token(s.token()),
+        signer,
+    });
     let mutating = Router::new()
         .route("/v1/nodes/{id}/heartbeat", post(heartbeat))
         .route("/v1/nodes/{id}/weight", put(set_weight))
@@ -415,7 +420,7 @@ async fn cancel_drain(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -
     }
 }
 
-/// Progress of a node's drain.
+/// Progress of a node's drain; 404 for an unknown node or one with no drain.
 #[utoipa::path(get, path = "/v1/nodes/{id}/drain", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
     responses((status = 200, body = DrainStatus), (status = 404, body = ApiError)))]
 async fn drain_status(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
@@ -423,8 +428,12 @@ async fn drain_status(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -
         Ok(id) => id,
         Err(r) => return r,
     };
-    match s.with(|c| c.drain_status(&id)) {
-        Ok(v) => Json(v).into_response(),
+    match s.with(|c| c.drain_of(&id)) {
+        Ok(Some(v)) => Json(v).into_response(),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            format!("node {id} has no drain (never drained, or undrained since)"),
+        ),
         Err(e) => cluster_error(e),
     }
 }
@@ -582,6 +591,16 @@ const FAILED_NODE: &str = "ferry-failed-node";
 /// goes where the first try went), `Ferry-Ticket` (a resumed session goes to the node holding
 /// it, if that node is up) and `Ferry-Failed-Node` (a node the client lost: the scheduler
 /// probes it and, if it does not answer either, declares it down and places elsewhere).
+/// What the gateway checks WHIP/WHEP tokens with, and signs a redirect's own token with.
+#[derive(Debug)]
+struct GatewayTokens {
+    verifier: Verifier,
+    signer: Option<Signer>,
+}
+
+/// Lifetime of the token a redirect carries in place of the API token.
+const REDIRECT_TOKEN_TTL_S: u64 = 60;
+
 /// Machine-readable reason of a refusal (as on the nodes).
 const FERRY_ERROR: &str = "ferry-error";
 
@@ -602,7 +621,7 @@ fn auth_error(e: AuthError) -> Response {
 /// trace context the 307 hands on to the node.
 async fn traced_redirect(
     s: &Arc<Scheduler>,
-    tokens: &Verifier,
+    tokens: &GatewayTokens,
     stream: String,
     kind: SessionKind,
     query: Option<&str>,
@@ -623,7 +642,7 @@ async fn traced_redirect(
 
 async fn redirect(
     s: &Arc<Scheduler>,
-    tokens: &Verifier,
+    tokens: &GatewayTokens,
     stream: String,
     kind: SessionKind,
     query: Option<&str>,
@@ -643,9 +662,34 @@ async fn redirect(
     let unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    if let Err(e) = tokens.authorize(token.as_deref(), grant, &stream, unix_s) {
-        return auth_error(e);
-    }
+    let claims = match tokens
+        .verifier
+        .authorize(token.as_deref(), grant, &stream, unix_s)
+    {
+        Ok(c) => c,
+        Err(e) => return auth_error(e),
+    };
+    // The API token must not travel in a URL (logs, referrers): with a key to sign with, the
+    // redirect carries a token for this stream and action only, good for a minute.
+    let token = match (&tokens.signer, claims == Claims::operator()) {
+        (Some(signer), true) => {
+            let c = Claims::new("gateway", unix_s + REDIRECT_TOKEN_TTL_S).issued_at(unix_s);
+            let c = match grant {
+                Grant::Publish => c.publish(stream.clone()),
+                Grant::Play => c.play(stream.clone()),
+            };
+            match signer.sign(&c) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    return error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("signing the redirect's token: {e}"),
+                    );
+                }
+            }
+        }
+        _ => token,
+    };
     let Ok(stream) = StreamId::new(stream.clone()) else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -722,7 +766,7 @@ fn kind_path(kind: SessionKind) -> &'static str {
         (status = 403, description = "the token does not grant publishing this stream (Ferry-Error)", body = ApiError), (status = 503, body = ApiError)))]
 async fn whip(
     State(s): State<Arc<Scheduler>>,
-    Extension(tokens): Extension<Arc<Verifier>>,
+    Extension(tokens): Extension<Arc<GatewayTokens>>,
     Path(stream): Path<String>,
     RawQuery(query): RawQuery,
     h: HeaderMap,
@@ -749,7 +793,7 @@ async fn whip(
         (status = 403, description = "the token does not grant playing this stream (Ferry-Error)", body = ApiError), (status = 503, body = ApiError)))]
 async fn whep(
     State(s): State<Arc<Scheduler>>,
-    Extension(tokens): Extension<Arc<Verifier>>,
+    Extension(tokens): Extension<Arc<GatewayTokens>>,
     Path(stream): Path<String>,
     RawQuery(query): RawQuery,
     h: HeaderMap,

@@ -810,7 +810,14 @@ impl Cluster {
         }
     }
 
-    /// `GET /v1/nodes/{id}/drain`.
+    /// `GET /v1/nodes/{id}/drain`: the node's drain, if it has one (draining, or drained and
+    /// not undrained since).
+    pub fn drain_of(&self, id: &NodeId) -> Result<Option<DrainStatus>, ClusterError> {
+        let n = self.record(id)?;
+        n.drain.is_some().then(|| self.drain_status(id)).transpose()
+    }
+
+    /// A node's drain progress (zeros and its state when it has no drain).
     pub fn drain_status(&self, id: &NodeId) -> Result<DrainStatus, ClusterError> {
         let n = self.record(id)?;
         let left = self.sessions.values().filter(|s| s.node == *id).count() as u64;

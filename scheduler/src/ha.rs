@@ -135,23 +135,19 @@ impl EtcdStore {
                 };
                 let handle = rt.handle().clone();
                 rt.block_on(async move {
-                    let client = match Client::connect(&cfg.endpoints, None).await {
-                        Ok(c) => c,
-                        Err(e) => {
-                            let _ = tx.send(Err(StoreError::Invalid(format!(
-                                "connecting to etcd {:?}: {e}",
-                                cfg.endpoints
-                            ))));
-                            return;
-                        }
-                    };
                     // The store's reads and writes get a deadline of their own: a request
                     // caught by a dying etcd leader fails in a second and is retried (on the
-                    // new raft leader) instead of waiting out etcd's own 7 s.
+                    // new raft leader) instead of waiting out etcd's own 7 s. The election,
+                    // its lease and the watch use a client without one (they wait on purpose).
                     let options = ConnectOptions::new()
                         .with_timeout(KV_TIMEOUT)
                         .with_connect_timeout(KV_TIMEOUT);
-                    let kv = match Client::connect(&cfg.endpoints, Some(options)).await {
+                    let clients = async {
+                        let client = Client::connect(&cfg.endpoints, None).await?;
+                        let kv = Client::connect(&cfg.endpoints, Some(options)).await?;
+                        Ok::<_, etcd_client::Error>((client, kv))
+                    };
+                    let (client, kv) = match clients.await {
                         Ok(c) => c,
                         Err(e) => {
                             let _ = tx.send(Err(StoreError::Invalid(format!(

@@ -89,6 +89,36 @@ pub fn fuzz_ticket(data: &[u8]) {
     }
 }
 
+/// An access token of arbitrary bytes, as `Authorization: Bearer …` and as the query string's
+/// `access_token`, checked for both grants by verifiers with a secret and with the API token.
+/// Must never panic.
+pub fn fuzz_access_token(data: &[u8]) {
+    use ferry_proto::auth::{Grant, Verifier, request_token};
+    let text = String::from_utf8_lossy(data);
+    let header = format!("Bearer {text}");
+    let tokens = [
+        request_token(Some(&header), None),
+        request_token(None, Some(&text)),
+        request_token(Some(&text), Some(&format!("a=1&access_token={text}"))),
+        Some(text.clone().into_owned()),
+    ];
+    let Ok(verifier) = Verifier::hs256(b"fuzz-secret") else {
+        return;
+    };
+    let verifiers = [
+        verifier.with_operator_token("op"),
+        Verifier::operator_only(),
+    ];
+    for token in tokens.iter().flatten() {
+        for v in &verifiers {
+            for grant in [Grant::Publish, Grant::Play] {
+                let _ = v.authorize(Some(token), grant, "s", 1_796_000_000);
+                let _ = v.authorize(Some(token), grant, &text, u64::MAX);
+            }
+        }
+    }
+}
+
 /// Arbitrary datagrams at a node with a publisher, from the address a
 /// client would use. Must never panic.
 pub fn fuzz_datagram(data: &[u8]) {
@@ -144,6 +174,7 @@ mod tests {
         #[test]
         fn tickets_and_media_files_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
             super::fuzz_ticket(&data);
+            super::fuzz_access_token(&data);
             super::fuzz_ivf(&data);
             super::fuzz_annexb(&data);
             super::fuzz_depacketize(&data);
@@ -153,6 +184,15 @@ mod tests {
         fn signalling_and_datagrams_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
             super::fuzz_signal(&data);
             super::fuzz_datagram(&data);
+        }
+
+        #[test]
+        fn mutated_access_tokens_never_panic(cut in 0usize..400, byte in any::<u8>()) {
+            // A real token's shape (header.claims.signature) with one byte changed.
+            let mut token = b"eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4IiwiZXhwIjo5OTk5OTk5OTk5LCJwdWJsaXNoIjoiKiJ9.c2ln".to_vec();
+            let i = cut % token.len();
+            token[i] = byte;
+            super::fuzz_access_token(&token);
         }
 
         #[test]

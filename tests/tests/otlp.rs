@@ -1,10 +1,12 @@
 //! Migration traces reach an OpenTelemetry collector over OTLP/HTTP.
 //!
 //! A collector endpoint (axum, decoding the real OTLP protobuf) receives
-//! what the nodes of `ferry bench migrate --sessions 1` export while one
-//! viewer moves from node-a to node-b: one span per side, the target's a
-//! child of the source's in the same trace (W3C trace context carried in
-//! the migration's `Prepare`), with the migration's identity, its phases as
+//! what the scheduler and the nodes of `ferry bench migrate --sessions 1`
+//! export while one viewer moves from node-a to node-b through the
+//! scheduler's API: one trace from the API call (`POST /v1/migrations` on
+//! the scheduler) to a span per node, the target's a child of the source's
+//! (W3C trace context carried in the order to the source node and in the
+//! migration's `Prepare`), with the migration's identity, its phases as
 //! events and its outcome.
 
 use std::process::{Command, Stdio};
@@ -134,6 +136,37 @@ async fn a_migration_is_one_trace_with_a_span_on_each_node() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let (s, t) = (&source.span, &target.span);
+    // The scheduler's span of the API call that ordered the move is in the same trace.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let api = loop {
+        let spans = store
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?
+            .clone();
+        if let Some(r) = spans
+            .iter()
+            .find(|r| r.span.name == "POST /v1/migrations" && r.span.trace_id == s.trace_id)
+        {
+            break r.clone();
+        }
+        if Instant::now() > deadline {
+            let names: Vec<_> = spans
+                .iter()
+                .map(|r| (&r.instance, &r.span.name, r.span.trace_id == s.trace_id))
+                .collect();
+            bail!("no scheduler span of POST /v1/migrations in the nodes' trace; got {names:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "api span on {}: {} {:?}",
+        api.instance, api.span.name, api.span.attributes
+    );
+    ensure!(
+        api.instance == "scheduler",
+        "the API span came from {}",
+        api.instance
+    );
     eprintln!("source span on {}: {:?}", source.instance, s.attributes);
     eprintln!("target span on {}: {:?}", target.instance, t.attributes);
     ensure!(
