@@ -18,6 +18,7 @@ mod bench_ha;
 mod bench_migrate;
 mod bench_peer;
 mod bench_recovery;
+mod config;
 mod dev;
 mod gpu;
 mod migrate;
@@ -30,7 +31,14 @@ mod telemetry;
 static ALLOC: alloc::Counting = alloc::Counting;
 
 #[derive(Parser, Debug)]
-#[command(name = "ferry", version, about = "Ferry WebRTC media-server cluster")]
+#[command(
+    name = "ferry",
+    version,
+    about = "Ferry WebRTC media-server cluster",
+    after_help = "Every command also reads --config FILE (or $FERRY_CONFIG): a TOML file with a \
+                  table per command ([node], [scheduler], …) whose keys are the flags' names; \
+                  flags beat environment variables, which beat the file."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -144,7 +152,19 @@ struct EdgeArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let (config, args) = config::take_path(std::env::args_os().collect())?;
+    let args = match &config {
+        Some(path) => match config::apply(&<Cli as clap::CommandFactory>::command(), args, path) {
+            Ok(args) => args,
+            // --help, --version and usage errors print as clap prints them.
+            Err(e) => match e.downcast::<clap::Error>() {
+                Ok(clap_error) => clap_error.exit(),
+                Err(e) => return Err(e.context("--config")),
+            },
+        },
+        None => args,
+    };
+    let cli = Cli::parse_from(args);
     // The resource's `service.instance.id` in exported traces.
     let instance = match &cli.command {
         Command::Node(args) => args.id.clone(),
