@@ -144,6 +144,79 @@ fn whip_and_whep_need_a_token_for_the_stream_and_the_action() -> Result<()> {
     Ok(())
 }
 
+/// EdDSA: a node that checks tokens with an Ed25519 public key accepts what `ferry token
+/// --private-key` signs with the matching private key, and nothing signed with another key.
+#[test]
+fn eddsa_tokens_are_checked_with_the_public_key() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("ferry-eddsa-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    for name in ["ours", "theirs"] {
+        openssl(
+            &dir,
+            &[
+                "genpkey",
+                "-algorithm",
+                "ed25519",
+                "-out",
+                &format!("{name}.pem"),
+            ],
+        )?;
+    }
+    openssl(
+        &dir,
+        &["pkey", "-in", "ours.pem", "-pubout", "-out", "ours.pub.pem"],
+    )?;
+    let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
+    let node = FerryNode::spawn(&["--token-public-key", &path("ours.pub.pem")])?;
+    let mint = |key: &str| -> Result<String> {
+        let out = Command::new(ferry_bin()?)
+            .args([
+                "token",
+                "--stream",
+                "cam",
+                "--publish",
+                "--private-key",
+                key,
+            ])
+            .env_remove("FERRY_TOKEN_SECRET")
+            .output()?;
+        ensure!(out.status.success(), "ferry token: {out:?}");
+        Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+    };
+    let post = |token: &str| {
+        http(
+            &format!("{}/whip/cam", node.http),
+            "POST",
+            &[
+                ("Content-Type", "application/sdp"),
+                ("Authorization", &format!("Bearer {token}")),
+            ],
+            OFFER.as_bytes(),
+        )
+    };
+    let r = post(&mint(&path("theirs.pem"))?)?;
+    ensure!(
+        r.status == 401 && r.header("ferry-error") == Some("token-invalid"),
+        "another key's token: {} {}",
+        r.status,
+        r.body
+    );
+    // An HS256 token cannot pass for EdDSA (no algorithm confusion).
+    let hs = Signer::hs256(b"any")?.sign(&Claims::new("t", unix_now() + 600).publish("*"))?;
+    let r = post(&hs)?;
+    ensure!(
+        r.status == 401,
+        "an HS256 token at an EdDSA node: {} {}",
+        r.status,
+        r.body
+    );
+    let r = post(&mint(&path("ours.pem"))?)?;
+    ensure!(r.status == 201, "our key's token: {} {}", r.status, r.body);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 /// Runs `openssl` with `args` in `dir`.
 fn openssl(dir: &Path, args: &[&str]) -> Result<Vec<u8>> {
     let out = Command::new("openssl")
