@@ -178,6 +178,11 @@ pub fn start_dev(edge: bool) -> Result<Dev> {
 
 /// [`start_dev`] with `extra` arguments (`--store etcd --etcd-endpoints …`).
 pub fn start_dev_with(edge: bool, extra: &[&str]) -> Result<Dev> {
+    start_dev_env(edge, extra, &[])
+}
+
+/// [`start_dev_with`] with `env` added to the process's environment.
+pub fn start_dev_env(edge: bool, extra: &[&str], env: &[(&str, &str)]) -> Result<Dev> {
     // Each run its own state and secrets: runs of this file go in parallel.
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let state = std::env::temp_dir().join(format!(
@@ -203,7 +208,7 @@ pub fn start_dev_with(edge: bool, extra: &[&str]) -> Result<Dev> {
         args.push("--no-edge");
     }
     args.extend_from_slice(extra);
-    let process = FerryProcess::spawn(&args)?;
+    let process = FerryProcess::spawn_env(&args, env)?;
     Ok(Dev {
         state,
         gateway: process.after("gateway")?,

@@ -44,8 +44,14 @@ pub struct FerryProcess {
 impl FerryProcess {
     /// Starts `ferry` with `args` and waits for its first line.
     pub fn spawn(args: &[&str]) -> Result<FerryProcess> {
+        FerryProcess::spawn_env(args, &[])
+    }
+
+    /// [`FerryProcess::spawn`] with `env` added to its environment.
+    pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Result<FerryProcess> {
         let mut child = Command::new(ferry_bin()?)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -17,11 +17,14 @@ use anyhow::{Context, Result, bail, ensure};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
-use ferry_tests::ferry_bin;
+use ferry_tests::cluster::{start_dev_env, wait_registered};
+use ferry_tests::{ferry_bin, http};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
+
+const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
 
 #[derive(Debug, Clone)]
 struct Received {
@@ -79,8 +82,8 @@ async fn collect(
     Ok(Vec::new())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_migration_is_one_trace_with_a_span_on_each_node() -> Result<()> {
+/// A collector on a free port: what it received, and its address.
+async fn collector() -> Result<(Store, std::net::SocketAddr)> {
     let store: Store = Arc::default();
     let app = axum::Router::new()
         .route("/v1/traces", post(collect))
@@ -88,6 +91,113 @@ async fn a_migration_is_one_trace_with_a_span_on_each_node() -> Result<()> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((store, addr))
+}
+
+/// Publishing and playing through the scheduler's gateway (`ferry dev`, over HTTP): the
+/// gateway's span of each `POST /whip|whep/{stream}` it answered with a 307 is the parent of the
+/// node's span of the POST the client sent to the `Location` (its `traceparent` rides there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_and_playing_through_the_gateway_is_one_trace_per_request() -> Result<()> {
+    let (store, addr) = collector().await?;
+    let endpoint = format!("http://{addr}/v1/traces");
+    let dev = start_dev_env(
+        false,
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    )?;
+    let (gateway, token) = (dev.gateway.clone(), dev.token.clone());
+    wait_registered(&gateway, 2).await?;
+    let bearer = format!("Bearer {token}");
+    let headers = [
+        ("Content-Type", "application/sdp"),
+        ("Authorization", bearer.as_str()),
+    ];
+    for kind in ["whip", "whep"] {
+        // The viewer's 307 needs the stream's origin, which the node's heartbeat reports.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let location = loop {
+            let r = http(
+                &format!("{gateway}/{kind}/traced"),
+                "POST",
+                &headers,
+                OFFER.as_bytes(),
+            )?;
+            if r.status == 307 {
+                break r
+                    .header("location")
+                    .context("307 without Location")?
+                    .to_owned();
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "gateway {kind}: {} {}",
+                r.status,
+                r.body
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        ensure!(
+            location.contains("traceparent="),
+            "the 307 carries no traceparent: {location}"
+        );
+        let r = http(&location, "POST", &[headers[0]], OFFER.as_bytes())?;
+        ensure!(r.status == 201, "node {kind}: {} {}", r.status, r.body);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for route in ["POST /whip/{stream}", "POST /whep/{stream}"] {
+        loop {
+            let spans = store
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .clone();
+            // The gateway's span names the node it sent the client to; the node's its id.
+            let gateway_span = spans
+                .iter()
+                .find(|r| r.span.name == route && attr(&r.span.attributes, "node.url").is_some());
+            let node_span = gateway_span.and_then(|g| {
+                spans.iter().find(|n| {
+                    n.span.name == route
+                        && attr(&n.span.attributes, "node.id").is_some()
+                        && n.span.trace_id == g.span.trace_id
+                        && n.span.parent_span_id == g.span.span_id
+                })
+            });
+            if let (Some(g), Some(n)) = (gateway_span, node_span) {
+                eprintln!(
+                    "{route}: gateway span → {} span in trace {:02x?}, status {:?}",
+                    attr(&n.span.attributes, "node.id").unwrap_or_default(),
+                    g.span.trace_id,
+                    attr(&n.span.attributes, "http.response.status_code")
+                );
+                break;
+            }
+            if Instant::now() > deadline {
+                let names: Vec<_> = spans
+                    .iter()
+                    .map(|r| {
+                        (
+                            &r.span.name,
+                            r.span.trace_id.clone(),
+                            r.span.parent_span_id.clone(),
+                        )
+                    })
+                    .collect();
+                bail!("no {route} gateway span with the node's span as its child; got {names:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    drop(dev);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_is_one_trace_with_a_span_on_each_node() -> Result<()> {
+    let (store, addr) = collector().await?;
 
     let dir = std::env::temp_dir().join(format!("ferry-otlp-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
