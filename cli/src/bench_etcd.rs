@@ -95,13 +95,7 @@ impl EtcdCluster {
     fn healthy(&self) -> bool {
         self.clients.iter().zip(&self.members).all(|(url, m)| {
             m.is_none()
-                || ureq::get(&format!("{url}/health"))
-                    .config()
-                    .timeout_global(Some(Duration::from_secs(1)))
-                    .build()
-                    .call()
-                    .ok()
-                    .and_then(|mut r| r.body_mut().read_to_string().ok())
+                || crate::bench_migrate::get_text(&format!("{url}/health"))
                     .is_some_and(|b| b.contains("\"health\":\"true\""))
         })
     }

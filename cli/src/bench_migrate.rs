@@ -98,21 +98,23 @@ pub(crate) struct HaSchedulers {
     pub(crate) lease_ttl_s: u64,
 }
 
+/// The body of a GET of `url` that answered within a second, whatever its status.
+pub(crate) fn get_text(url: &str) -> Option<String> {
+    ureq::get(url)
+        .config()
+        .timeout_global(Some(Duration::from_secs(1)))
+        .build()
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+}
+
 /// Whether the scheduler replica at `url` says it leads (`/readyz`).
 pub(crate) async fn leads(url: &str) -> bool {
     let url = format!("{url}/readyz");
-    tokio::task::spawn_blocking(move || {
-        ureq::get(&url)
-            .config()
-            .timeout_global(Some(Duration::from_secs(1)))
-            .build()
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-            .is_some_and(|b| b.starts_with("ok leader"))
-    })
-    .await
-    .unwrap_or(false)
+    tokio::task::spawn_blocking(move || get_text(&url).is_some_and(|b| b.starts_with("ok leader")))
+        .await
+        .unwrap_or(false)
 }
 
 pub(crate) fn get_json(url: &str) -> Result<Value> {

@@ -98,6 +98,18 @@ pub enum NodeState {
     Down,
 }
 
+impl NodeState {
+    /// The name the API uses (`active`, `draining`, `drained`, `down`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Active => "active",
+            NodeState::Draining => "draining",
+            NodeState::Drained => "drained",
+            NodeState::Down => "down",
+        }
+    }
+}
+
 /// Publish or view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]

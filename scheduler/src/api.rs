@@ -310,17 +310,16 @@ async fn heartbeat(
     let Ok(id) = NodeId::new(id.clone()) else {
         return error(StatusCode::BAD_REQUEST, format!("bad node id {id:?}"));
     };
-    match s.mutate(|c| c.heartbeat(Instant::now(), &id, hb)) {
-        Ok(()) => {
-            // The node's state goes back with the answer (its /readyz follows a drain).
-            let state = s
-                .with(|c| c.drain_status(&id))
-                .ok()
-                .and_then(|d| serde_json::to_value(d.state).ok())
-                .and_then(|v| v.as_str().map(str::to_owned));
+    // The node's state goes back with the answer (its /readyz follows a drain).
+    match s.mutate(|c| {
+        c.heartbeat(Instant::now(), &id, hb)?;
+        Ok(c.node_state(&id))
+    }) {
+        Ok(state) => {
             let mut r = StatusCode::NO_CONTENT.into_response();
-            if let Some(v) = state.and_then(|v| HeaderValue::from_str(&v).ok()) {
-                r.headers_mut().insert("ferry-node-state", v);
+            if let Some(state) = state {
+                r.headers_mut()
+                    .insert("ferry-node-state", HeaderValue::from_static(state.as_str()));
             }
             r
         }

@@ -267,6 +267,11 @@ impl Cluster {
         self.routing_version += 1;
     }
 
+    /// A node's state, if the node is known.
+    pub fn node_state(&self, id: &NodeId) -> Option<NodeState> {
+        self.nodes.get(id).map(|n| n.state)
+    }
+
     fn record(&self, id: &NodeId) -> Result<&NodeRecord, ClusterError> {
         self.nodes
             .get(id)

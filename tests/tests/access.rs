@@ -21,18 +21,32 @@ use ferry_tests::{Browser, Collector, FerryNode, Reports, ferry_bin, http, num};
 const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
 const SECRET: &str = "access-test-secret";
 
-fn ferry_token(args: &[&str]) -> Result<String> {
-    let out = Command::new(ferry_bin()?)
-        .args(["token", "--secret", SECRET])
-        .args(args)
+/// Runs `command`; its stdout when it succeeds, else an error with its stderr.
+fn run(mut command: Command) -> Result<Vec<u8>> {
+    let out = command
+        .env_remove("FERRY_TOKEN_SECRET")
         .output()
-        .context("running ferry token")?;
+        .with_context(|| format!("running {command:?}"))?;
     ensure!(
         out.status.success(),
-        "ferry token {args:?}: {}",
+        "{command:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+    Ok(out.stdout)
+}
+
+/// `ferry token` with `args`: the token it prints.
+fn token(args: &[&str]) -> Result<String> {
+    let mut c = Command::new(ferry_bin()?);
+    c.arg("token").args(args);
+    Ok(String::from_utf8(run(c)?)?.trim().to_owned())
+}
+
+/// `ferry token --secret SECRET` with `args`.
+fn ferry_token(args: &[&str]) -> Result<String> {
+    let mut all = vec!["--secret", SECRET];
+    all.extend_from_slice(args);
+    token(&all)
 }
 
 fn unix_now() -> u64 {
@@ -169,21 +183,7 @@ fn eddsa_tokens_are_checked_with_the_public_key() -> Result<()> {
     )?;
     let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
     let node = FerryNode::spawn(&["--token-public-key", &path("ours.pub.pem")])?;
-    let mint = |key: &str| -> Result<String> {
-        let out = Command::new(ferry_bin()?)
-            .args([
-                "token",
-                "--stream",
-                "cam",
-                "--publish",
-                "--private-key",
-                key,
-            ])
-            .env_remove("FERRY_TOKEN_SECRET")
-            .output()?;
-        ensure!(out.status.success(), "ferry token: {out:?}");
-        Ok(String::from_utf8(out.stdout)?.trim().to_owned())
-    };
+    let mint = |key: &str| token(&["--stream", "cam", "--publish", "--private-key", key]);
     let post = |token: &str| {
         http(
             &format!("{}/whip/cam", node.http),
@@ -219,17 +219,9 @@ fn eddsa_tokens_are_checked_with_the_public_key() -> Result<()> {
 
 /// Runs `openssl` with `args` in `dir`.
 fn openssl(dir: &Path, args: &[&str]) -> Result<Vec<u8>> {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .context("running openssl")?;
-    ensure!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(out.stdout)
+    let mut c = Command::new("openssl");
+    c.args(args).current_dir(dir);
+    run(c)
 }
 
 /// A leaf certificate for 127.0.0.1 signed by the test CA, written to `cert.pem` (the full
