@@ -35,7 +35,10 @@ impl EtcdCluster {
         let etcd = which("etcd").context(
             "etcd is not installed (Debian: apt install etcd-server); the HA bench starts a real cluster",
         )?;
-        let dir = std::env::temp_dir().join(format!("ferry-etcd-{}", std::process::id()));
+        // One directory per cluster (tests start several in one process).
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let nth = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("ferry-etcd-{}-{nth}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let ports: Vec<(u16, u16)> = (0..n)
@@ -122,6 +125,30 @@ impl EtcdCluster {
         bail!("no etcd member says it leads")
     }
 
+    /// Whether `key` exists, as a running member answers.
+    pub(crate) fn has_key(&self, key: &str) -> Result<bool> {
+        use base64::Engine as _;
+        let body = serde_json::json!({
+            "key": base64::engine::general_purpose::STANDARD.encode(key),
+            "count_only": true,
+        });
+        let mut last = None;
+        for (i, url) in self.clients.iter().enumerate() {
+            if self.members[i].is_none() {
+                continue;
+            }
+            match ureq::post(&format!("{url}/v3/kv/range")).send_json(&body) {
+                Ok(mut r) => {
+                    let v: serde_json::Value = r.body_mut().read_json()?;
+                    // The JSON gateway leaves out zero counts.
+                    return Ok(v["count"].as_str().is_some_and(|c| c != "0"));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        bail!("no etcd member answers: {last:?}")
+    }
+
     /// SIGKILLs member `i`.
     pub(crate) fn kill(&mut self, i: usize) {
         if let Some(mut m) = self.members[i].take() {
@@ -140,7 +167,8 @@ fn which(program: &str) -> Option<PathBuf> {
     })
 }
 
-/// Fencing on a real etcd: the scheduler's store refuses a deposed leader's write.
+/// On a real etcd: the scheduler's store refuses a deposed leader's write; nodes live by their
+/// etcd lease; the routing table's version is the revision that stored it.
 #[cfg(all(test, feature = "etcd"))]
 mod tests {
     use std::time::{Duration, Instant};
@@ -148,8 +176,14 @@ mod tests {
     use anyhow::{Context, Result, bail, ensure};
     use base64::Engine as _;
     use base64::engine::general_purpose::STANDARD as B64;
+    use std::sync::Arc;
+
+    use ferry_proto::NodeId;
+    use ferry_proto::api::{Heartbeat, NodeState};
     use ferry_scheduler::cluster::{Cluster, ClusterConfig, Persisted};
+    use ferry_scheduler::drain::NoMigrator;
     use ferry_scheduler::ha::{EtcdConfig, EtcdStore};
+    use ferry_scheduler::service::Scheduler;
     use ferry_scheduler::store::{Store, StoreError};
     use serde_json::{Value, json};
 
@@ -190,6 +224,7 @@ mod tests {
             prefix: "/fence-test".into(),
             lease_ttl: Duration::from_secs(5),
             advertise: format!("http://{who}.invalid"),
+            node_lease_ttl: Duration::from_secs(3),
         };
         let now = Instant::now();
         // States that differ (their weights carry the wall clock they were saved at).
@@ -241,5 +276,126 @@ mod tests {
             "b's write was lost"
         );
         Ok(())
+    }
+
+    /// The lease bound to `key`, if the key exists.
+    fn lease_of(e: &EtcdCluster, key: &str) -> Result<Option<String>> {
+        let r = etcd(e, "/v3/kv/range", &json!({ "key": B64.encode(key) }))?;
+        Ok(r["kvs"][0]["lease"].as_str().map(str::to_owned))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_is_down_when_its_etcd_lease_ends_and_routing_versions_are_revisions()
+    -> Result<()> {
+        let e = tokio::task::spawn_blocking(|| EtcdCluster::start(1)).await??;
+        let cfg = EtcdConfig {
+            endpoints: vec![e.clients[0].clone()],
+            prefix: "/lease-test".into(),
+            lease_ttl: Duration::from_secs(5),
+            advertise: "http://a.invalid".into(),
+            node_lease_ttl: Duration::from_secs(2),
+        };
+        let (store, lead) = tokio::task::spawn_blocking(move || EtcdStore::connect(cfg)).await??;
+        let leases = store.node_leases();
+        let s = Scheduler::open_replica(
+            ClusterConfig::default(),
+            Box::new(store),
+            "token".into(),
+            Arc::new(NoMigrator),
+            lead.clone(),
+            Some(leases),
+        )?;
+        tokio::spawn(s.clone().run());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !lead.is_leader() {
+            ensure!(Instant::now() < deadline, "the replica never led");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let id = NodeId::new("n1")?;
+        let hb = || Heartbeat {
+            http: "http://n1.invalid".into(),
+            media: "127.0.0.1:1".into(),
+            ..Heartbeat::default()
+        };
+        // Beats for twice its lease, every 500 ms: alive throughout (the lease is renewed).
+        for _ in 0..8 {
+            s.heartbeat(&id, hb())?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let state = |s: &Scheduler| s.with(|c| c.node_state(&id));
+        ensure!(state(&s) == Some(NodeState::Active), "{:?}", state(&s));
+        let key = "/lease-test/nodes/n1";
+        let lease = lease_of(&e, key)?.context("the node has no key in etcd")?;
+        ensure!(lease != "0", "the node's key has no lease");
+
+        // The table that holds n1 carries the revision that stored it; heartbeats rewrote the
+        // state since without changing the table, and its version stayed.
+        let t = s.routing_table();
+        ensure!(t.nodes.iter().any(|n| n.id == id), "n1 not in the table");
+        let (_, rev) = state_at(&e)?;
+        ensure!(
+            t.version > 1 && t.version < rev,
+            "version {} vs the state's revision {rev}",
+            t.version
+        );
+
+        // Silence: down when etcd ends the lease (2 s; etcd looks every 500 ms), not before.
+        let stopped = Instant::now();
+        while state(&s) != Some(NodeState::Down) {
+            ensure!(
+                stopped.elapsed() < Duration::from_secs(8),
+                "n1 not down 8 s after its last heartbeat"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let after = stopped.elapsed();
+        ensure!(
+            after >= Duration::from_millis(1500),
+            "down after {after:?}, before its lease ended"
+        );
+        ensure!(
+            lease_of(&e, key)?.is_none(),
+            "the expired node's key is still there"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let t2 = loop {
+            let t2 = s.routing_table();
+            if t2.version > t.version {
+                break t2;
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "the down node's table was not published"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        ensure!(
+            t2.nodes
+                .iter()
+                .any(|n| n.id == id && n.state == NodeState::Down),
+            "the published table does not show n1 down"
+        );
+        let (_, rev2) = state_at(&e)?;
+        ensure!(
+            t2.version <= rev2,
+            "version {} past the state's revision {rev2}",
+            t2.version
+        );
+
+        // Its next heartbeat: a new lease, up again.
+        s.heartbeat(&id, hb())?;
+        ensure!(state(&s) == Some(NodeState::Active), "n1 not back");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lease_of(&e, key)?.is_none_or(|l| l == lease) {
+            ensure!(Instant::now() < deadline, "n1 got no new lease");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// The scheduler state's value and revision in the lease test.
+    fn state_at(e: &EtcdCluster) -> Result<(String, u64)> {
+        let (v, rev) = state(e, "/lease-test/state")?;
+        Ok((v, rev.parse()?))
     }
 }

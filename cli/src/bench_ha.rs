@@ -6,12 +6,14 @@
 //!    leading replica. Measured: time until the other replica leads (it must be within the lease
 //!    TTL plus a second of campaigning), the drain's end (every session moved), packets lost at
 //!    the viewers after repair (must be 0; the machine's own loss in a 5 s window before is the
-//!    baseline).
-//! 2. **etcd member killed**: SIGKILL one member, then move 10 viewers from node-b to node-c
-//!    through the API: the leader stays, every move commits, 0 packets lost.
-//! 3. **Node killed**: SIGKILL node-c: time until the scheduler marks it `down` (its heartbeat
-//!    lease ends) and until each of its viewers plays again elsewhere (the SDK re-places them
-//!    through the gateway).
+//!    baseline), and that no node was declared down for the gap (their etcd leases are the new
+//!    leader's to keep: it adopts them).
+//! 2. **etcd member killed**: SIGKILL one member, then move 10 viewers between node-b and
+//!    node-c through the API: the leader stays, every move commits, 0 packets lost.
+//! 3. **Node killed**: SIGKILL node-c: time until the scheduler marks it `down` (its viewers
+//!    report it and the scheduler's probe fails, or at the latest its etcd lease ends), until
+//!    etcd ends its lease (its key goes), and until each of its viewers plays again elsewhere
+//!    (the SDK re-places them through the gateway).
 //!
 //! Prints a table, writes JSON, and exits non-zero when an invariant does not hold.
 
@@ -28,6 +30,9 @@ use crate::bench_migrate::{
     Cluster, HaSchedulers, get_json, leads, post_json, start_media, stats, video_missing,
     write_json,
 };
+
+/// A node's etcd lease: `ferry scheduler`'s heartbeat interval times the beats it may miss.
+const NODE_LEASE: Duration = Duration::from_secs(3);
 
 /// Options of `ferry bench ha`.
 #[derive(clap::Args, Debug)]
@@ -71,8 +76,12 @@ struct HaReport {
     member_down_packets_missing: u64,
     /// Viewers on node-c when it was killed.
     node_kill_viewers: usize,
+    /// Nodes down after the failover, once their leases (3 s) could have ended.
+    nodes_down_after_failover: usize,
     /// From the SIGKILL of node-c to `down` at the scheduler.
     node_down_ms: f64,
+    /// From the SIGKILL of node-c to etcd deleting its key (its lease ended).
+    node_lease_expired_ms: f64,
     /// Its viewers playing again elsewhere.
     node_kill_recovered: usize,
     node_kill_recovery_p50_ms: f64,
@@ -183,6 +192,7 @@ pub async fn ha(args: HaArgs) -> Result<()> {
     .await
     .context("no replica leads after the leader was killed")?;
     r.failover_ms = killed.elapsed().as_secs_f64() * 1e3;
+    let took_over = Instant::now();
     let status = loop {
         let s = get(drain_url.clone()).await?;
         if s["state"] == "drained" {
@@ -198,6 +208,16 @@ pub async fn ha(args: HaArgs) -> Result<()> {
     r.drain_committed = status["migrations_committed"].as_u64().unwrap_or(0);
     r.drain_failed = status["migrations_failed"].as_u64().unwrap_or(0);
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // The new leader gave every node a lease at the takeover: past its end, the nodes that
+    // heartbeat to the new leader are still up.
+    tokio::time::sleep_until((took_over + NODE_LEASE + Duration::from_millis(1500)).into()).await;
+    let nodes = get(format!("{}/v1/nodes", c.gateway)).await?;
+    r.nodes_down_after_failover = nodes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["state"] == "down")
+        .count();
     let m1: u64 = stats(&viewers).await?.iter().map(video_missing).sum();
     r.drain_packets_missing = m1.saturating_sub(b1);
 
@@ -206,15 +226,25 @@ pub async fn ha(args: HaArgs) -> Result<()> {
     let member = etcd.raft_leader()?;
     r.etcd_member_killed_was_raft_leader = true;
     etcd.kill(member);
-    let on_b = viewers_on(&c, "node-b").await?;
-    let moving: Vec<String> = on_b.into_iter().take(10).collect();
+    // The drain spread node-a's viewers by weight over node-b and node-c: 10 of the larger
+    // share move to the other.
+    let (on_b, on_c) = (
+        viewers_on(&c, "node-b").await?,
+        viewers_on(&c, "node-c").await?,
+    );
+    let (from, target) = if on_b.len() >= on_c.len() {
+        (on_b, "node-c")
+    } else {
+        (on_c, "node-b")
+    };
+    let moving: Vec<String> = from.into_iter().take(10).collect();
     r.moves_with_member_down = moving.len();
     let mut ids = Vec::new();
     for session in &moving {
         let m = post(
             format!("{}/v1/migrations", c.gateway),
             c.token.clone(),
-            json!({"session": session, "target": "node-c", "mode": "edge"}),
+            json!({"session": session, "target": target, "mode": "edge"}),
         )
         .await?;
         ids.push(m["id"].as_str().context("migration id")?.to_owned());
@@ -242,6 +272,18 @@ pub async fn ha(args: HaArgs) -> Result<()> {
     .await
     .context("node-c was not marked down")?;
     r.node_down_ms = killed.elapsed().as_secs_f64() * 1e3;
+    let key = format!("{}/nodes/node-c", crate::bench_migrate::bench_etcd_prefix());
+    loop {
+        if !etcd.has_key(&key)? {
+            r.node_lease_expired_ms = killed.elapsed().as_secs_f64() * 1e3;
+            break;
+        }
+        ensure!(
+            killed.elapsed() < Duration::from_secs(30),
+            "node-c's etcd lease did not end"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let mut recovery = Vec::new();
     for v in viewers
         .iter_mut()
@@ -279,6 +321,10 @@ pub async fn ha(args: HaArgs) -> Result<()> {
             format!("{}", r.baseline_packets_missing_5s),
         ),
         (
+            "nodes down after the failover",
+            format!("{}", r.nodes_down_after_failover),
+        ),
+        (
             "moves with an etcd member down",
             format!(
                 "{} / {}",
@@ -295,6 +341,10 @@ pub async fn ha(args: HaArgs) -> Result<()> {
             format!("{}", r.node_kill_viewers),
         ),
         ("node down after ms", format!("{:.0}", r.node_down_ms)),
+        (
+            "node's etcd lease ended after ms",
+            format!("{:.0}", r.node_lease_expired_ms),
+        ),
         (
             "viewers recovered",
             format!("{} / {}", r.node_kill_recovered, r.node_kill_viewers),
@@ -331,10 +381,24 @@ pub async fn ha(args: HaArgs) -> Result<()> {
             r.drain_packets_missing, r.member_down_packets_missing
         ));
     }
-    if r.moves_committed_with_member_down < r.moves_with_member_down
+    if r.moves_with_member_down < 10
+        || r.moves_committed_with_member_down < r.moves_with_member_down
         || !r.leader_kept_with_member_down
     {
         broken.push("an etcd member's death was visible".into());
+    }
+    if r.nodes_down_after_failover > 0 {
+        broken.push(format!(
+            "{} nodes were declared down after the leader's failover",
+            r.nodes_down_after_failover
+        ));
+    }
+    let lease_ms = NODE_LEASE.as_secs_f64() * 1e3;
+    if r.node_down_ms > lease_ms + 1500.0 || r.node_lease_expired_ms > lease_ms + 1500.0 {
+        broken.push(format!(
+            "the killed node was down after {:.0} ms, its lease ended after {:.0} ms (lease {lease_ms:.0} ms)",
+            r.node_down_ms, r.node_lease_expired_ms
+        ));
     }
     if r.node_kill_viewers == 0 || r.node_kill_recovered < r.node_kill_viewers {
         broken.push(format!(

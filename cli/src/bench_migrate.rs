@@ -89,6 +89,11 @@ impl Drop for Cluster {
 /// Node ids of a bench cluster, in start order.
 pub(crate) const NODE_IDS: [&str; 3] = ["node-a", "node-b", "node-c"];
 
+/// The key prefix of the bench's scheduler replicas in etcd.
+pub(crate) fn bench_etcd_prefix() -> String {
+    format!("/ferry-bench/{}", std::process::id())
+}
+
 /// Scheduler replicas on etcd for a bench cluster.
 #[derive(Debug, Clone)]
 pub(crate) struct HaSchedulers {
@@ -173,7 +178,7 @@ impl Cluster {
                 &token,
             ])?),
             Some(ha) => {
-                let prefix = format!("/ferry-bench/{}", std::process::id());
+                let prefix = bench_etcd_prefix();
                 let ttl = ha.lease_ttl_s.to_string();
                 for i in 0..2 {
                     schedulers.push(ChildProc::spawn(&[

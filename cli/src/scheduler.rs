@@ -157,22 +157,27 @@ async fn open_etcd(
         None => format!("http://{addr}"),
     };
     anyhow::ensure!(args.lease_ttl_s >= 1, "--lease-ttl-s must be at least 1");
+    let cluster = ClusterConfig::default();
     let cfg = EtcdConfig {
         endpoints: args.etcd_endpoints.clone(),
         prefix: args.etcd_prefix.trim_end_matches('/').to_owned(),
         lease_ttl: std::time::Duration::from_secs(args.lease_ttl_s),
         advertise,
+        // A node is down after the heartbeats it may miss.
+        node_lease_ttl: cluster.heartbeat_interval * cluster.missed_heartbeats,
     };
     let endpoints = cfg.endpoints.join(",");
     let (store, leadership) = tokio::task::spawn_blocking(move || EtcdStore::connect(cfg))
         .await?
         .with_context(|| format!("connecting to etcd at {endpoints}"))?;
+    let leases = store.node_leases();
     Scheduler::open_replica(
-        ClusterConfig::default(),
+        cluster,
         Box::new(store),
         token,
         migrations,
         leadership,
+        Some(leases),
     )
     .context("opening the scheduler state from etcd")
 }

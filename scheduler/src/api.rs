@@ -311,10 +311,7 @@ async fn heartbeat(
         return error(StatusCode::BAD_REQUEST, format!("bad node id {id:?}"));
     };
     // The node's state goes back with the answer (its /readyz follows a drain).
-    match s.mutate(|c| {
-        c.heartbeat(Instant::now(), &id, hb)?;
-        Ok(c.node_state(&id))
-    }) {
+    match s.heartbeat(&id, hb) {
         Ok(state) => {
             let mut r = StatusCode::NO_CONTENT.into_response();
             if let Some(state) = state {
@@ -455,7 +452,11 @@ async fn place(
         Err(r) => return r,
     };
     match s.mutate(|c| c.place(&req)) {
-        Ok(p) => Json(p).into_response(),
+        Ok(mut p) => {
+            // The version under which the table is published (with etcd, a revision).
+            p.routing_version = *s.routing_watch().borrow();
+            Json(p).into_response()
+        }
         Err(e) => cluster_error(e),
     }
 }
@@ -551,7 +552,7 @@ async fn routing(
         let mut rx = s.routing_watch();
         let _ = tokio::time::timeout(wait, rx.wait_for(|v| *v > since)).await;
     }
-    Json(s.with(|c| c.routing())).into_response()
+    Json(s.routing_table()).into_response()
 }
 
 /// The routing table as server-sent events: one `routing` event per version.
@@ -560,7 +561,7 @@ async fn routing_events(State(s): State<Arc<Scheduler>>) -> Response {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<SseEvent>(4);
     tokio::spawn(async move {
         loop {
-            let table = s.with(|c| c.routing());
+            let table = s.routing_table();
             let data = serde_json::to_string(&table).unwrap_or_default();
             if tx
                 .send(SseEvent::default().event("routing").data(data))

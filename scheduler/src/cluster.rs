@@ -51,6 +51,20 @@ pub struct ClusterConfig {
     pub scoring: scoring::ControllerConfig,
     /// Drain budget.
     pub drain: DrainBudget,
+    /// Who declares a silent node down.
+    #[serde(default)]
+    pub liveness: Liveness,
+}
+
+/// Who declares a node down when it stops.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Liveness {
+    /// The core: after `missed_heartbeats` heartbeat intervals without one.
+    #[default]
+    Heartbeats,
+    /// The store's node leases (etcd): the driver calls [`Cluster::lease_expired`].
+    Leases,
 }
 
 impl Default for ClusterConfig {
@@ -61,6 +75,7 @@ impl Default for ClusterConfig {
             placement: placement::PlacementConfig::default(),
             scoring: scoring::ControllerConfig::default(),
             drain: DrainBudget::default(),
+            liveness: Liveness::Heartbeats,
         }
     }
 }
@@ -420,17 +435,37 @@ impl Cluster {
     /// it): it is down now, without waiting for its heartbeats to lapse. A node that is alive
     /// after all comes back with its next heartbeat.
     pub fn node_unreachable(&mut self, id: &NodeId) -> bool {
-        let Some(n) = self.nodes.get_mut(id) else {
-            return false;
-        };
-        if n.state == NodeState::Down {
-            return false;
+        let down = self.declare_down(id);
+        if down {
+            self.metrics.nodes_reported_down += 1;
         }
-        n.state = NodeState::Down;
-        self.metrics.nodes_reported_down += 1;
+        down
+    }
+
+    /// Node `id`'s lease in the store ended (it sent no heartbeat for the lease's length):
+    /// it is down and its sessions are re-placed by their clients. Whether it was up.
+    pub fn lease_expired(&mut self, id: &NodeId) -> bool {
+        self.declare_down(id)
+    }
+
+    /// Node `id` is down now (unless it is unknown or was already). Whether it was up.
+    fn declare_down(&mut self, id: &NodeId) -> bool {
+        match self.nodes.get_mut(id) {
+            Some(n) if n.state != NodeState::Down => n.state = NodeState::Down,
+            _ => return false,
+        }
         self.node_gone(id);
         self.bump();
         true
+    }
+
+    /// The nodes not down.
+    pub fn nodes_up(&self) -> Vec<NodeId> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.state != NodeState::Down)
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// A node's HTTP base URL and whether it counts as up.
@@ -468,10 +503,11 @@ impl Cluster {
         let timeout = self.config.heartbeat_interval * self.config.missed_heartbeats;
         let mut changed = false;
         let mut down = Vec::new();
+        let counted = self.config.liveness == Liveness::Heartbeats;
         for (id, n) in &mut self.nodes {
-            let stale = n
-                .last_seen
-                .is_none_or(|t| now.saturating_duration_since(t) > timeout);
+            let stale = counted
+                && n.last_seen
+                    .is_none_or(|t| now.saturating_duration_since(t) > timeout);
             if stale && n.state != NodeState::Down {
                 n.state = NodeState::Down;
                 down.push(id.clone());
@@ -1054,5 +1090,61 @@ impl Cluster {
             requirements: Default::default(),
         };
         Ok(self.place(&req)?.http)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn beat(c: &mut Cluster, now: Instant, id: &NodeId) {
+        let hb = Heartbeat {
+            http: format!("http://{id}.test"),
+            media: "127.0.0.1:1".into(),
+            ..Heartbeat::default()
+        };
+        c.heartbeat(now, id, hb).unwrap();
+    }
+
+    #[test]
+    fn with_store_leases_only_an_expired_lease_makes_a_node_down() {
+        let t0 = Instant::now();
+        let config = ClusterConfig {
+            liveness: Liveness::Leases,
+            ..ClusterConfig::default()
+        };
+        let mut c = Cluster::new(config, t0).unwrap();
+        let (a, b) = (NodeId::new("a").unwrap(), NodeId::new("b").unwrap());
+        beat(&mut c, t0, &a);
+        beat(&mut c, t0, &b);
+        // Silent far past the missed heartbeats: the lease, not the count, decides.
+        let _ = c.tick(t0 + Duration::from_secs(60));
+        assert_eq!(c.node_state(&a), Some(NodeState::Active));
+        assert_eq!(c.nodes_up(), vec![a.clone(), b.clone()]);
+
+        let v = c.routing_version();
+        assert!(c.lease_expired(&a));
+        assert_eq!(c.node_state(&a), Some(NodeState::Down));
+        assert!(c.routing_version() > v, "the table changed");
+        assert_eq!(c.metrics().nodes_down, 1);
+        assert!(!c.lease_expired(&a), "down once");
+        assert!(!c.lease_expired(&NodeId::new("unknown").unwrap()));
+        assert_eq!(c.nodes_up(), vec![b.clone()]);
+
+        // Its next heartbeat (a new lease) brings it back.
+        beat(&mut c, t0 + Duration::from_secs(61), &a);
+        assert_eq!(c.node_state(&a), Some(NodeState::Active));
+    }
+
+    #[test]
+    fn by_default_missed_heartbeats_make_a_node_down() {
+        let t0 = Instant::now();
+        let mut c = Cluster::new(ClusterConfig::default(), t0).unwrap();
+        let a = NodeId::new("a").unwrap();
+        beat(&mut c, t0, &a);
+        let _ = c.tick(t0 + Duration::from_secs(2));
+        assert_eq!(c.node_state(&a), Some(NodeState::Active));
+        let _ = c.tick(t0 + Duration::from_secs(4));
+        assert_eq!(c.node_state(&a), Some(NodeState::Down));
     }
 }

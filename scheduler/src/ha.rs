@@ -10,8 +10,15 @@
 //!   the creation revision of its election key with the one it won with. A replica that lost its
 //!   lease — paused, partitioned, slow — but still believes it leads has its write refused
 //!   ([`StoreError::Fenced`]) and steps down.
-//! - **Distribution**: followers watch `{prefix}/state` and reload on every change; the revision
-//!   of the key is the state's version.
+//! - **Distribution**: followers watch `{prefix}/state` and reload on every change. The routing
+//!   table's version is the etcd revision of the write that changed it, so every replica labels
+//!   a table the same way, and a table a deposed leader failed to store is never published.
+//! - **Node liveness**: every node has a key `{prefix}/nodes/{id}` bound to an etcd lease of
+//!   its own (`node_lease_ttl`). The leader renews it on each of the node's heartbeats (a lease
+//!   renewal, not a consensus write); when the node stops, etcd ends the lease and deletes the
+//!   key, and the leader, watching `{prefix}/nodes/`, declares the node down. A new leader gives
+//!   every node it holds as up a lease of its own, so a node that died while no replica led is
+//!   down one lease after the takeover, and none is declared down for the election's gap.
 //!
 //! etcd runs on its own thread with its own runtime; the synchronous [`Store`] calls hand their
 //! work to it and wait (a few milliseconds on a LAN).
@@ -21,9 +28,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cluster::Persisted;
-use crate::leadership::Leadership;
+use crate::leadership::{Leadership, LeaseCommand, NodeLeaseTask, NodeLeases};
 use crate::store::{Store, StoreError};
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, Txn, TxnOp, WatchOptions,
+};
+use ferry_proto::NodeId;
 
 /// Where etcd is and how this replica takes part.
 #[derive(Debug, Clone)]
@@ -36,6 +47,8 @@ pub struct EtcdConfig {
     pub lease_ttl: Duration,
     /// This replica's base URL (what followers redirect writes to).
     pub advertise: String,
+    /// Lease of each node's key: a node whose heartbeats stop for this long is down.
+    pub node_lease_ttl: Duration,
 }
 
 /// The state key and the election, on a runtime of their own.
@@ -44,6 +57,9 @@ pub struct EtcdStore {
     client: Client,
     key: String,
     leadership: Arc<Leadership>,
+    leases: Arc<NodeLeases>,
+    /// Revision of the state key as last loaded or written.
+    revision: Option<u64>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -158,8 +174,16 @@ impl EtcdStore {
                         }
                     };
                     let leadership = Leadership::follower();
-                    let _ = tx.send(Ok((handle, kv, leadership.clone())));
+                    let (leases, lease_task) = NodeLeases::channel();
+                    let _ = tx.send(Ok((handle, kv.clone(), leadership.clone(), leases)));
                     tokio::spawn(watch_state(client.clone(), cfg.clone(), leadership.clone()));
+                    tokio::spawn(node_leases(
+                        kv,
+                        client.clone(),
+                        cfg.clone(),
+                        leadership.clone(),
+                        lease_task,
+                    ));
                     tokio::spawn(follow_leader(
                         client.clone(),
                         cfg.clone(),
@@ -169,7 +193,7 @@ impl EtcdStore {
                 });
             })
             .map_err(|e| StoreError::Invalid(format!("etcd thread: {e}")))?;
-        let (rt, client, leadership) = rx
+        let (rt, client, leadership, leases) = rx
             .recv()
             .map_err(|_| StoreError::Invalid("the etcd thread stopped".into()))??;
         let store = EtcdStore {
@@ -177,8 +201,15 @@ impl EtcdStore {
             client,
             key,
             leadership: leadership.clone(),
+            leases,
+            revision: None,
         };
         Ok((store, leadership))
+    }
+
+    /// The node leases this store keeps (hand them to the scheduler).
+    pub fn node_leases(&self) -> Arc<NodeLeases> {
+        self.leases.clone()
     }
 }
 
@@ -194,6 +225,7 @@ impl Store<Persisted> for EtcdStore {
             return Ok(None);
         };
         self.leadership.saw_revision(kv.mod_revision());
+        self.revision = u64::try_from(kv.mod_revision()).ok();
         serde_json::from_slice(kv.value())
             .map(Some)
             .map_err(|e| StoreError::Invalid(format!("the state in etcd does not parse: {e}")))
@@ -224,12 +256,24 @@ impl Store<Persisted> for EtcdStore {
                 "the leadership this scheduler won at revision {rev} is over"
             )));
         }
+        if let Some(h) = r.header() {
+            self.leadership.saw_revision(h.revision());
+            self.revision = u64::try_from(h.revision()).ok();
+        }
         Ok(())
+    }
+
+    fn revision(&self) -> Option<u64> {
+        self.revision
     }
 }
 
 fn state_key(cfg: &EtcdConfig) -> String {
     format!("{}/state", cfg.prefix.trim_end_matches('/'))
+}
+
+fn nodes_prefix(cfg: &EtcdConfig) -> String {
+    format!("{}/nodes/", cfg.prefix.trim_end_matches('/'))
 }
 
 fn election(cfg: &EtcdConfig) -> String {
@@ -364,5 +408,174 @@ async fn watch_state(mut client: Client, cfg: EtcdConfig, l: Arc<Leadership>) {
             l.state_changed.notify_one();
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// How long one node's lease renewal is retried while etcd does not answer (within a heartbeat
+/// interval, so the next heartbeat finds the task free).
+const LEASE_RETRY_FOR: Duration = Duration::from_millis(1000);
+
+/// A node's lease as this replica holds it.
+struct HeldLease {
+    keeper: LeaseKeeper,
+    acks: LeaseKeepAliveStream,
+}
+
+/// Renews `held`; whether etcd still knows the lease.
+async fn renew(held: &mut HeldLease) -> bool {
+    let answer = tokio::time::timeout(KV_TIMEOUT, async {
+        held.keeper.keep_alive().await?;
+        held.acks.message().await
+    })
+    .await;
+    matches!(answer, Ok(Ok(Some(r))) if r.ttl() > 0)
+}
+
+/// Keeps node `id`'s lease: renews the one held, else takes over the one its key is bound to
+/// (another leader made it), else grants a new one and binds the key to it.
+async fn keep_node(
+    kv: &mut Client,
+    leases: &mut Client,
+    cfg: &EtcdConfig,
+    held: &mut std::collections::HashMap<NodeId, HeldLease>,
+    id: &NodeId,
+) -> Result<(), etcd_client::Error> {
+    if let Some(h) = held.get_mut(id) {
+        if renew(h).await {
+            return Ok(());
+        }
+        held.remove(id);
+    }
+    let key = format!("{}{id}", nodes_prefix(cfg));
+    let existing = kv
+        .get(key.as_str(), None)
+        .await?
+        .kvs()
+        .first()
+        .map(|k| k.lease())
+        .filter(|&l| l != 0);
+    if let Some(lease) = existing {
+        let (keeper, acks) = leases.lease_keep_alive(lease).await?;
+        let mut h = HeldLease { keeper, acks };
+        if renew(&mut h).await {
+            held.insert(id.clone(), h);
+            return Ok(());
+        }
+    }
+    let ttl = cfg.node_lease_ttl.as_secs_f64().ceil().max(1.0) as i64;
+    let lease = kv.lease_grant(ttl, None).await?.id();
+    kv.put(key, id.as_str(), Some(PutOptions::new().with_lease(lease)))
+        .await?;
+    let (keeper, acks) = leases.lease_keep_alive(lease).await?;
+    tracing::debug!(node = %id, lease, "node lease granted");
+    held.insert(id.clone(), HeldLease { keeper, acks });
+    Ok(())
+}
+
+/// Serves [`NodeLeases`]: renews on heartbeats, adopts on a takeover, and reports the nodes
+/// whose key etcd deleted (their lease ended) while this replica leads and no new lease was
+/// given since.
+async fn node_leases(
+    mut kv: Client,
+    mut leases: Client,
+    cfg: EtcdConfig,
+    l: Arc<Leadership>,
+    mut task: NodeLeaseTask,
+) {
+    let prefix = nodes_prefix(&cfg);
+    let (deleted_tx, mut deleted) = tokio::sync::mpsc::unbounded_channel::<NodeId>();
+    // Streams go through the client without a request deadline.
+    let mut watcher = leases.clone();
+    let watched = prefix.clone();
+    tokio::spawn(async move {
+        loop {
+            let options = WatchOptions::new().with_prefix();
+            let Ok(mut stream) = watcher.watch(watched.as_str(), Some(options)).await else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            while let Ok(Some(resp)) = stream.message().await {
+                for ev in resp.events() {
+                    let gone = (ev.event_type() == EventType::Delete)
+                        .then(|| ev.kv())
+                        .flatten()
+                        .and_then(|kv| kv.key_str().ok())
+                        .and_then(|k| k.strip_prefix(watched.as_str()))
+                        .and_then(|id| NodeId::new(id.to_owned()).ok());
+                    if let Some(id) = gone
+                        && deleted_tx.send(id).is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let mut held = std::collections::HashMap::new();
+    loop {
+        tokio::select! {
+            command = task.commands.recv() => {
+                let Some(command) = command else { return };
+                // What queued up while etcd was slow is served once per node.
+                let mut ids = std::collections::BTreeSet::new();
+                let mut next = Some(command);
+                while let Some(c) = next {
+                    match c {
+                        LeaseCommand::Renew(id) => {
+                            ids.insert(id);
+                        }
+                        LeaseCommand::Adopt(all) => ids.extend(all),
+                    }
+                    next = task.commands.try_recv().ok();
+                }
+                for id in ids {
+                    // A dead member or an etcd election costs a retry, not the node's lease.
+                    let deadline = Instant::now() + LEASE_RETRY_FOR;
+                    loop {
+                        match keep_node(&mut kv, &mut leases, &cfg, &mut held, &id).await {
+                            Ok(()) => break,
+                            Err(e) if unreachable(&e) && Instant::now() < deadline => {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            Err(e) => {
+                                tracing::warn!(node = %id, error = %e, "keeping the node's etcd lease");
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            Some(id) = deleted.recv() => {
+                held.remove(&id);
+                if !l.is_leader() {
+                    continue;
+                }
+                // Checked on the side (a dead etcd member can take a while to route around);
+                // a key given again since (a heartbeat, a takeover) means the node lives.
+                let (mut kv, l, expired) = (kv.clone(), l.clone(), task.expired.clone());
+                let key = format!("{prefix}{id}");
+                tokio::spawn(async move {
+                    let deadline = Instant::now() + RETRY_FOR;
+                    let again = loop {
+                        let options = GetOptions::new().with_count_only();
+                        match kv.get(key.as_str(), Some(options)).await {
+                            Err(e) if unreachable(&e) && Instant::now() < deadline => {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            r => break r.map(|r| r.count() > 0),
+                        }
+                    };
+                    match again {
+                        Ok(false) if l.is_leader() => {
+                            tracing::warn!(node = %id, "the node's etcd lease expired: down");
+                            let _ = expired.send(id);
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(node = %id, error = %e, "reading the node's key"),
+                    }
+                });
+            }
+        }
     }
 }

@@ -94,3 +94,65 @@ impl Leadership {
         self.fence.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
+
+/// Node liveness kept in the store (etcd leases, [`crate::ha`]) instead of counted from missed
+/// heartbeats: the leader renews a node's lease on each of its heartbeats, and learns of the
+/// nodes whose lease expired. The two ends of the channels the store's task serves.
+#[derive(Debug)]
+pub struct NodeLeases {
+    commands: tokio::sync::mpsc::UnboundedSender<LeaseCommand>,
+    expired: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<ferry_proto::NodeId>>,
+}
+
+/// What the leader asks of the node leases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseCommand {
+    /// The node sent a heartbeat: keep its lease (or give it one).
+    Renew(ferry_proto::NodeId),
+    /// This replica just took the lead: every node it holds as up gets a lease of its own
+    /// (reusing the one its key already has), so a node that died while no replica led is down
+    /// a lease after the takeover, and one that lives keeps it by heartbeating.
+    Adopt(Vec<ferry_proto::NodeId>),
+}
+
+/// The store's end of [`NodeLeases`].
+#[derive(Debug)]
+pub struct NodeLeaseTask {
+    /// Commands from the leader.
+    pub commands: tokio::sync::mpsc::UnboundedReceiver<LeaseCommand>,
+    /// Nodes whose lease expired (sent only while this replica leads).
+    pub expired: tokio::sync::mpsc::UnboundedSender<ferry_proto::NodeId>,
+}
+
+impl NodeLeases {
+    /// The leader's end and the store's end.
+    pub fn channel() -> (Arc<NodeLeases>, NodeLeaseTask) {
+        let (commands, commands_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (expired_tx, expired) = tokio::sync::mpsc::unbounded_channel();
+        (
+            Arc::new(NodeLeases {
+                commands,
+                expired: tokio::sync::Mutex::new(expired),
+            }),
+            NodeLeaseTask {
+                commands: commands_rx,
+                expired: expired_tx,
+            },
+        )
+    }
+
+    /// Asks for `command` (never blocks; the store's task carries it out in order).
+    pub fn send(&self, command: LeaseCommand) {
+        // The task lives as long as the store's runtime: a closed channel means the process
+        // is stopping.
+        let _ = self.commands.send(command);
+    }
+
+    /// The next node whose lease expired; pending forever once the store's task is gone.
+    pub async fn next_expired(&self) -> ferry_proto::NodeId {
+        match self.expired.lock().await.recv().await {
+            Some(id) => id,
+            None => std::future::pending().await,
+        }
+    }
+}

@@ -12,9 +12,9 @@ use ferry_proto::NodeId;
 use ferry_proto::api::{MigrationState, MigrationView, NodeState};
 use tokio::sync::{Notify, watch};
 
-use crate::cluster::{Action, Cluster, ClusterConfig, Persisted};
+use crate::cluster::{Action, Cluster, ClusterConfig, Liveness, Persisted};
 use crate::drain::Migrations;
-use crate::leadership::Leadership;
+use crate::leadership::{Leadership, LeaseCommand, NodeLeases};
 use crate::store::{Store, StoreError};
 
 /// Milliseconds since the Unix epoch (the service is the driver: it may
@@ -34,6 +34,37 @@ struct Inner {
     config: ClusterConfig,
     store: Box<dyn Store<Persisted>>,
     dirty: bool,
+    /// The core's routing counter when the published version was taken (a store that versions
+    /// its writes labels a table with the revision that stored it).
+    routing_counter: u64,
+    /// The routing version published to watchers.
+    routing_version: u64,
+    /// The table published with it (`GET /v1/routing`).
+    routing_table: ferry_proto::api::RoutingTable,
+}
+
+impl Inner {
+    /// After a load or save: the version to publish, when the routing table changed since the
+    /// last one published (a store that versions its writes labels it with the revision).
+    fn stored(&mut self) -> Option<u64> {
+        let counter = self.cluster.routing_version();
+        let version = self.store.revision().unwrap_or(counter);
+        if counter == self.routing_counter {
+            return None;
+        }
+        self.routing_counter = counter;
+        // Never backwards (a store that does not version repeats the counter).
+        self.routing_version = version.max(self.routing_version);
+        self.routing_table = self.table();
+        Some(self.routing_version)
+    }
+
+    /// The core's routing table under the published version.
+    fn table(&self) -> ferry_proto::api::RoutingTable {
+        let mut t = self.cluster.routing();
+        t.version = self.routing_version;
+        t
+    }
 }
 
 /// A running scheduler.
@@ -51,6 +82,8 @@ pub struct Scheduler {
     leadership: Arc<Leadership>,
     /// TLS settings of the calls to nodes' `https://` URLs (health probes).
     node_tls: std::sync::OnceLock<ureq::tls::TlsConfig>,
+    /// Node liveness by the store's leases (etcd), when it keeps them.
+    leases: Option<Arc<NodeLeases>>,
 }
 
 /// A probe's result is reused this long (clients of one dead node all report it at once).
@@ -76,32 +109,45 @@ impl Scheduler {
         token: String,
         migrations: Arc<dyn Migrations>,
     ) -> Result<Arc<Self>, StoreError> {
-        Self::open_replica(config, store, token, migrations, Leadership::sole())
+        Self::open_replica(config, store, token, migrations, Leadership::sole(), None)
     }
 
     /// One of several replicas sharing `store` (etcd): it acts — ticks, drains, migrates,
     /// takes writes — only while `leadership` says it leads, and follows the store otherwise.
+    /// With `leases`, nodes are down when their lease in the store ends (not by the core's
+    /// count of missed heartbeats).
     pub fn open_replica(
-        config: ClusterConfig,
+        mut config: ClusterConfig,
         mut store: Box<dyn Store<Persisted>>,
         token: String,
         migrations: Arc<dyn Migrations>,
         leadership: Arc<Leadership>,
+        leases: Option<Arc<NodeLeases>>,
     ) -> Result<Arc<Self>, StoreError> {
+        if leases.is_some() {
+            config.liveness = Liveness::Leases;
+        }
         let now = Instant::now();
         let cluster = match store.load()? {
             Some(p) => Cluster::restore(config.clone(), p, now, unix_ms()),
             None => Cluster::new(config.clone(), now).map_err(|e| e.to_string()),
         }
         .map_err(StoreError::Invalid)?;
-        let (routing, _) = watch::channel(cluster.routing_version());
+        let counter = cluster.routing_version();
+        let version = store.revision().unwrap_or(counter);
+        let (routing, _) = watch::channel(version);
+        let mut inner = Inner {
+            routing_table: cluster.routing(),
+            cluster,
+            config,
+            store,
+            dirty: false,
+            routing_counter: counter,
+            routing_version: version,
+        };
+        inner.routing_table = inner.table();
         Ok(Arc::new(Self {
-            inner: Mutex::new(Inner {
-                cluster,
-                config,
-                store,
-                dirty: false,
-            }),
+            inner: Mutex::new(inner),
             token,
             routing,
             wake: Notify::new(),
@@ -110,6 +156,7 @@ impl Scheduler {
             redirects: Mutex::default(),
             leadership,
             node_tls: std::sync::OnceLock::new(),
+            leases,
         }))
     }
 
@@ -141,14 +188,20 @@ impl Scheduler {
                 .map_err(StoreError::Invalid)?;
             inner.cluster = c;
             inner.dirty = false;
-            inner.cluster.routing_version()
+            inner.stored()
         };
+        self.publish(version);
+        Ok(())
+    }
+
+    /// Publishes routing version `version` to watchers (when it is new).
+    fn publish(&self, version: Option<u64>) {
+        let Some(version) = version else { return };
         self.routing.send_if_modified(|v| {
             let changed = *v != version;
             *v = version;
             changed
         });
-        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -165,21 +218,60 @@ impl Scheduler {
         f(&self.lock().cluster)
     }
 
-    /// Changes the cluster; marks it for saving and publishes a new
-    /// routing version to watchers.
+    /// Changes the cluster; marks it for saving and publishes a new routing version to
+    /// watchers — at once with the embedded store, once it is stored with a store that versions
+    /// its writes (etcd: a table a deposed leader could not store is never seen).
     pub fn mutate<R>(&self, f: impl FnOnce(&mut Cluster) -> R) -> R {
-        let (r, version) = {
+        let (r, version, unsaved) = {
             let mut inner = self.lock();
             let r = f(&mut inner.cluster);
             inner.dirty = true;
-            (r, inner.cluster.routing_version())
+            let counter = inner.cluster.routing_version();
+            if inner.store.revision().is_none() {
+                let changed = counter != inner.routing_counter;
+                if changed {
+                    inner.routing_counter = counter;
+                    inner.routing_version = counter;
+                    inner.routing_table = inner.table();
+                }
+                (r, changed.then_some(counter), false)
+            } else {
+                (r, None, counter != inner.routing_counter)
+            }
         };
-        self.routing.send_if_modified(|v| {
-            let changed = *v != version;
-            *v = version;
-            changed
-        });
+        self.publish(version);
+        if unsaved {
+            // The tick loop saves it (and then publishes it) now.
+            self.wake();
+        }
         r
+    }
+
+    /// The routing table under the published version: the live one, unless it holds changes
+    /// not stored yet in a store that versions its writes (then the one last published).
+    pub fn routing_table(&self) -> ferry_proto::api::RoutingTable {
+        let inner = self.lock();
+        if inner.dirty && inner.store.revision().is_some() {
+            inner.routing_table.clone()
+        } else {
+            inner.table()
+        }
+    }
+
+    /// A node's heartbeat: recorded by the core, and its lease renewed. The node's state.
+    pub fn heartbeat(
+        &self,
+        id: &NodeId,
+        hb: ferry_proto::api::Heartbeat,
+    ) -> Result<Option<NodeState>, crate::cluster::ClusterError> {
+        let state = self.mutate(|c| {
+            c.heartbeat(Instant::now(), id, hb)?;
+            Ok::<_, crate::cluster::ClusterError>(c.node_state(id))
+        })?;
+        if let Some(l) = &self.leases {
+            l.send(LeaseCommand::Renew(id.clone()));
+        }
+        Ok(state)
     }
 
     /// A client could not reach node `id`: probe its health check and, when it does not
@@ -273,6 +365,9 @@ impl Scheduler {
             let p = inner.cluster.persisted(Instant::now(), unix_ms());
             inner.store.save(&p)?;
             inner.dirty = false;
+            let version = inner.stored();
+            drop(inner);
+            self.publish(version);
         }
         Ok(())
     }
@@ -379,6 +474,9 @@ impl Scheduler {
                 if let Err(e) = self.reload() {
                     tracing::error!(error = %e, "loading the state as the new leader");
                 }
+                if let Some(l) = &self.leases {
+                    l.send(LeaseCommand::Adopt(self.with(Cluster::nodes_up)));
+                }
                 let in_flight = self.with(Cluster::migrations_in_flight);
                 tracing::info!(
                     migrations = in_flight.len(),
@@ -406,10 +504,19 @@ impl Scheduler {
                 }
             }
             let next = self.with(|c| c.poll_timeout(Instant::now()));
+            let expired = async {
+                match &self.leases {
+                    Some(l) => l.next_expired().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = tokio::time::sleep_until(next.into()) => {}
                 () = self.wake.notified() => {}
                 () = self.leadership.changed.notified() => {}
+                id = expired => {
+                    self.mutate(|c| c.lease_expired(&id));
+                }
             }
         }
     }
@@ -430,7 +537,7 @@ impl Scheduler {
             ),
             (
                 "nodes_down_total",
-                "Nodes declared down after missed heartbeats.",
+                "Nodes declared down (missed heartbeats, an expired etcd lease, or a client report and a failed probe).",
                 m.nodes_down,
             ),
             (
@@ -492,8 +599,8 @@ impl Scheduler {
         );
         let _ = writeln!(
             s,
-            "# HELP ferry_scheduler_routing_version Routing-table version.\n# TYPE ferry_scheduler_routing_version gauge\nferry_scheduler_routing_version {}",
-            c.routing_version()
+            "# HELP ferry_scheduler_routing_version Routing-table version published (with etcd: the revision that stored it).\n# TYPE ferry_scheduler_routing_version gauge\nferry_scheduler_routing_version {}",
+            inner.routing_version
         );
         s
     }

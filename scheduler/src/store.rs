@@ -43,6 +43,11 @@ pub trait Store<T>: Send {
     fn load(&mut self) -> Result<Option<T>, StoreError>;
     /// Saves `state`, replacing what was there. On return it is durable.
     fn save(&mut self, state: &T) -> Result<(), StoreError>;
+    /// The store's revision of the state last loaded or saved, for a store that versions its
+    /// writes (etcd); the routing table then takes it as its version.
+    fn revision(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A JSON file, written to a temporary file, fsynced and renamed over the

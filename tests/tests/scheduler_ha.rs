@@ -48,9 +48,20 @@ fn leader_etcd_member_and_node_kills_lose_nothing() -> Result<()> {
     );
     ensure!(
         r["leader_kept_with_member_down"] == true
+            && num("moves_with_member_down")? == 10.0
             && num("moves_committed_with_member_down")? == num("moves_with_member_down")?
             && num("member_down_packets_missing")? == 0.0,
         "an etcd member's death was visible: {r}"
+    );
+    // Nodes live by etcd leases (3 s) that the new leader adopted: none went down in the gap.
+    ensure!(
+        num("nodes_down_after_failover")? == 0.0,
+        "nodes declared down by the failover: {r}"
+    );
+    // The killed node: down (its viewers' reports, or its lease) and its lease ended in etcd.
+    ensure!(
+        num("node_down_ms")? <= 4500.0 && num("node_lease_expired_ms")? <= 4500.0,
+        "the killed node's lease: {r}"
     );
     ensure!(
         num("node_kill_viewers")? > 0.0 && num("node_kill_recovered")? == num("node_kill_viewers")?,
