@@ -4,7 +4,7 @@
 //! `forward` fans one synthetic publisher out to N synthetic SRTP
 //! subscribers through a real `ferry node` process over loopback UDP, and
 //! runs the same fan-out through a raw UDP relay (`ferry bench relay`: no
-//! WebRTC, the same receive batching and one `sendto` per packet) as the
+//! WebRTC, the same `recvmmsg` / `sendmmsg` batching as the node) as the
 //! baseline. CPU and memory are read from each process's `/proc` entry.
 
 use std::io::{BufRead, BufReader};
@@ -699,35 +699,32 @@ async fn forward(args: ForwardArgs) -> Result<()> {
 }
 
 /// The raw baseline: datagram `SUB` subscribes its sender; every other
-/// datagram goes to every subscriber. Same loop shape as the node's driver.
+/// datagram goes to every subscriber. Same loop shape and batching as the node's driver
+/// (`recvmmsg` in, `sendmmsg` out, [`ferry_sfu::udp::BATCH`] per call).
 async fn relay(udp: SocketAddr) -> Result<()> {
+    use ferry_sfu::udp::{BATCH, RecvBatch, send_each, try_recv_batch};
     // The same kernel buffers as the node's media socket.
     let socket = ferry_sfu::udp::bind(udp)?;
     println!("relay udp {}", socket.local_addr()?);
     let mut subs: Vec<SocketAddr> = Vec::new();
-    let mut buf = vec![0u8; 2048];
+    let mut batch = RecvBatch::default();
     loop {
-        let (n, from) = socket.recv_from(&mut buf).await?;
-        let mut next = Some((n, from));
-        let mut batch = 0;
-        while let Some((n, from)) = next {
-            if &buf[..n] == b"SUB" {
+        socket.readable().await?;
+        let Ok(k) = try_recv_batch(&socket, &mut batch) else {
+            continue;
+        };
+        for i in 0..k {
+            let (data, from) = batch.get_mut(i);
+            if data == b"SUB" {
                 if !subs.contains(&from) {
                     subs.push(from);
                 }
-            } else {
-                for s in &subs {
-                    if socket.try_send_to(&buf[..n], *s).is_err() {
-                        let _ = socket.send_to(&buf[..n], *s).await;
-                    }
-                }
+                continue;
             }
-            batch += 1;
-            next = if batch < 64 {
-                socket.try_recv_from(&mut buf).ok()
-            } else {
-                None
-            };
+            let data = &data[..];
+            for chunk in subs.chunks(BATCH) {
+                send_each(&socket, chunk, |s| (data, *s)).await;
+            }
         }
     }
 }

@@ -3,21 +3,22 @@
 /// Declares a string-backed identifier type with validation of its characters.
 ///
 /// IDs appear in URLs, routing tables and logs, so they are restricted to
-/// `[A-Za-z0-9._-]`, 1..=64 bytes.
+/// `[A-Za-z0-9._-]`, 1..=64 bytes. They are shared strings: a clone (the media path holds a
+/// stream's id per packet) is a reference count, not an allocation.
 #[macro_export]
 macro_rules! typed_id {
     ($(#[$meta:meta])* $name:ident) => {
         $(#[$meta])*
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
         #[serde(try_from = "String", into = "String")]
-        pub struct $name(String);
+        pub struct $name(std::sync::Arc<str>);
 
         impl $name {
             /// Parses and validates an ID.
             pub fn new(s: impl Into<String>) -> Result<Self, $crate::ids::IdError> {
                 let s = s.into();
                 $crate::ids::validate(&s)?;
-                Ok(Self(s))
+                Ok(Self(s.into()))
             }
 
             /// The ID as a string slice.
@@ -54,7 +55,7 @@ macro_rules! typed_id {
 
         impl From<$name> for String {
             fn from(id: $name) -> String {
-                id.0
+                id.0.to_string()
             }
         }
     };

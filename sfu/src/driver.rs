@@ -24,10 +24,8 @@ use crate::node::Node;
 use crate::signal::{PatchOutcome, SessionAnswer, SessionInfo, SessionKind, SignalError};
 use ferry_proto::api::TicketClaims;
 
-/// Datagrams read per wake-up before the loop drains its output.
-const RECV_BATCH: usize = 64;
-/// Receive buffer: the largest datagram we accept plus room for SRTP work.
-const RECV_BUF: usize = 2048;
+/// `recvmmsg` batches read per wake-up before the loop looks at its other inputs.
+const RECV_ROUNDS: usize = 4;
 
 type Reply<T> = oneshot::Sender<Result<T, SignalError>>;
 
@@ -471,7 +469,8 @@ async fn run(
     mut cluster: Option<ClusterRuntime>,
     events: SessionEvents,
 ) {
-    let mut buf = vec![0u8; RECV_BUF];
+    let mut batch = crate::udp::RecvBatch::default();
+    let mut out = Vec::with_capacity(crate::udp::BATCH);
     loop {
         if let Some(c) = cluster.as_mut() {
             ferry_migrator::driver::flush(&mut c.migrator, &c.transport);
@@ -479,7 +478,7 @@ async fn run(
                 c.event(&node, e);
             }
         }
-        flush(&mut node, &socket).await;
+        flush(&mut node, &socket, &mut out).await;
         while let Some(event) = node.poll_event() {
             match event {
                 crate::session::Event::Connected(id) => {
@@ -505,21 +504,25 @@ async fn run(
             }
         };
         tokio::select! {
-            r = socket.recv_from(&mut buf) => {
-                let Ok((n, from)) = r else { continue };
-                let now = Instant::now();
-                node.handle_datagram(now, from, &mut buf[..n]);
-                // Send what each datagram produced before reading the next:
-                // a fan-out's buffers go back to the pool at once, so it stays
-                // about one fan-out deep.
-                flush(&mut node, &socket).await;
-                for _ in 1..RECV_BATCH {
-                    match socket.try_recv_from(&mut buf) {
-                        Ok((n, from)) => {
-                            node.handle_datagram(now, from, &mut buf[..n]);
-                            flush(&mut node, &socket).await;
-                        }
-                        Err(_) => break,
+            r = socket.readable() => {
+                if r.is_err() {
+                    continue;
+                }
+                for _ in 0..RECV_ROUNDS {
+                    let Ok(k) = crate::udp::try_recv_batch(&socket, &mut batch) else {
+                        break;
+                    };
+                    let now = Instant::now();
+                    for i in 0..k {
+                        let (data, from) = batch.get_mut(i);
+                        node.handle_datagram(now, from, data);
+                        // Send what each datagram produced before handling the next: a
+                        // fan-out's buffers go back to the pool at once, so it stays about
+                        // one fan-out deep.
+                        flush(&mut node, &socket, &mut out).await;
+                    }
+                    if k < crate::udp::BATCH {
+                        break;
                     }
                 }
             }
@@ -738,16 +741,20 @@ fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Comma
     }
 }
 
-async fn flush(node: &mut Node, socket: &UdpSocket) {
-    while let Some(t) = node.poll_transmit() {
-        match socket.try_send_to(&t.data, t.to) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                let _ = socket.send_to(&t.data, t.to).await;
-            }
-            Err(_) => node.metrics_mut().send_errors += 1,
+/// Sends what the node has to send, [`crate::udp::BATCH`] datagrams per system call.
+async fn flush(node: &mut Node, socket: &UdpSocket, out: &mut Vec<crate::session::Transmit>) {
+    while let Some(failed) = crate::udp::send_next_batch(
+        socket,
+        out,
+        || node.poll_transmit(),
+        |t| (&t.data[..], t.to),
+    )
+    .await
+    {
+        node.metrics_mut().send_errors += failed as u64;
+        for t in out.drain(..) {
+            node.recycle(t.data);
         }
-        node.recycle(t.data);
     }
 }
 

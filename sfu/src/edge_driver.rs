@@ -11,8 +11,6 @@ use tokio::net::UdpSocket;
 use crate::edge::Edge;
 use crate::relay::ClusterKey;
 
-const RECV_BUF: usize = 2048;
-
 /// An edge started by [`start_edge`].
 #[derive(Debug)]
 pub struct RunningEdge {
@@ -63,16 +61,21 @@ async fn run(
     mut edge: Edge,
     metrics: Arc<Mutex<String>>,
 ) -> std::io::Result<()> {
-    let mut buf = vec![0u8; RECV_BUF];
+    let mut batch = crate::udp::RecvBatch::default();
+    let mut out = Vec::with_capacity(crate::udp::BATCH);
     let mut publish = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
-        while let Some(t) = edge.poll_transmit() {
-            match socket.try_send_to(&t.data, t.to) {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let _ = socket.send_to(&t.data, t.to).await;
-                }
-                Err(e) => tracing::debug!(to = %t.to, error = %e, "edge send failed"),
+        // Out in `sendmmsg` batches.
+        while let Some(failed) = crate::udp::send_next_batch(
+            &socket,
+            &mut out,
+            || edge.poll_transmit(),
+            |t| (&t.data[..], t.to),
+        )
+        .await
+        {
+            if failed > 0 {
+                tracing::debug!(failed, "edge sends refused");
             }
         }
         let deadline = edge.poll_timeout();
@@ -83,13 +86,18 @@ async fn run(
             }
         };
         tokio::select! {
-            r = socket.recv_from(&mut buf) => {
-                let Ok((n, from)) = r else { continue };
+            r = socket.readable() => {
+                if r.is_err() {
+                    continue;
+                }
+                // In by `recvmmsg`; one batch per turn, then what it produced goes out.
+                let Ok(k) = crate::udp::try_recv_batch(&socket, &mut batch) else {
+                    continue;
+                };
                 let now = Instant::now();
-                edge.handle_datagram(now, from, &buf[..n]);
-                for _ in 1..64 {
-                    let Ok((n, from)) = socket.try_recv_from(&mut buf) else { break };
-                    edge.handle_datagram(now, from, &buf[..n]);
+                for i in 0..k {
+                    let (data, from) = batch.get_mut(i);
+                    edge.handle_datagram(now, from, data);
                 }
             }
             () = sleep => edge.handle_timeout(Instant::now()),
