@@ -61,6 +61,9 @@ pub struct DevArgs {
     #[command(flatten)]
     tokens: crate::access::TokenKeyArgs,
     /// HTTPS on the gateway and the nodes.
+    /// TURN relays the gateway hands out (`POST /v1/turn/credentials`).
+    #[command(flatten)]
+    turn: crate::scheduler::TurnArgs,
     #[command(flatten)]
     tls: crate::access::TlsArgs,
 }
@@ -129,6 +132,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             advertise: None,
             tokens: token_keys,
             tls: args.tls.clone(),
+            turn: args.turn.clone(),
         },
         Some(demo),
     )

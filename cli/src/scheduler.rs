@@ -30,6 +30,9 @@ pub struct SchedulerArgs {
     /// HTTPS.
     #[command(flatten)]
     pub tls: crate::access::TlsArgs,
+    /// The TURN fleet (`POST /v1/turn/credentials`).
+    #[command(flatten)]
+    pub turn: TurnArgs,
     /// Where the cluster state lives: `embedded` (the state file; one scheduler) or `etcd`
     /// (replicas elect a leader; needs a binary built with `--features etcd`).
     #[arg(long, env = "FERRY_STORE", value_enum, default_value_t = StoreKind::Embedded)]
@@ -87,6 +90,41 @@ pub fn token_from_env_or_random() -> String {
         })
 }
 
+/// The TURN relays the scheduler hands out (stock coturn with `use-auth-secret`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TurnArgs {
+    /// Relays, comma-separated: `turn:HOST:PORT[?transport=udp|tcp]` or `turns:…`, each with
+    /// optional `;zone=Z;isp=I;weight=W`. Without, no TURN.
+    #[arg(long, env = "FERRY_TURN_URIS", default_value = "")]
+    pub turn_uris: String,
+    /// coturn's `static-auth-secret`, comma-separated newest first during a rotation.
+    #[arg(long, env = "FERRY_TURN_SECRET", hide_env_values = true)]
+    pub turn_secret: Option<String>,
+    /// Lifetime of a credential, seconds.
+    #[arg(long, env = "FERRY_TURN_TTL", default_value_t = 3600)]
+    pub turn_ttl_s: u64,
+}
+
+impl TurnArgs {
+    /// The fleet, when relays are configured.
+    pub fn fleet(&self) -> anyhow::Result<Option<ferry_scheduler::turn::TurnFleet>> {
+        let servers = ferry_proto::turn::parse_uris(&self.turn_uris)?;
+        if servers.is_empty() {
+            return Ok(None);
+        }
+        let secret = self.turn_secret.as_deref().context(
+            "--turn-uris needs --turn-secret (or $FERRY_TURN_SECRET): coturn's static-auth-secret",
+        )?;
+        let fleet = ferry_scheduler::turn::TurnFleet::new(ferry_scheduler::turn::TurnConfig {
+            secrets: ferry_proto::turn::parse_secrets(secret)?,
+            servers,
+            ttl: std::time::Duration::from_secs(self.turn_ttl_s),
+        })
+        .map_err(anyhow::Error::msg)?;
+        Ok(Some(fleet))
+    }
+}
+
 /// How a node started by this binary reports to the scheduler replicas at `urls`
 /// (comma-separated).
 pub fn link(urls: &str, token: &str, host: &str) -> SchedulerLink {
@@ -101,6 +139,7 @@ pub async fn start_scheduler(
     extra: Option<Router<Arc<Scheduler>>>,
 ) -> anyhow::Result<RunningScheduler> {
     let token = args.token.clone().unwrap_or_else(token_from_env_or_random);
+    let turn = args.turn.fleet().context("the TURN settings")?;
     let listener = tokio::net::TcpListener::bind(args.http)
         .await
         .with_context(|| format!("binding {}", args.http))?;
@@ -119,6 +158,9 @@ pub async fn start_scheduler(
         }
         StoreKind::Etcd => open_etcd(&args, addr, token, migrations).await?,
     };
+    if let Some(fleet) = turn {
+        scheduler.set_turn(fleet);
+    }
     tokio::spawn(scheduler.clone().run());
     let keys = args.tokens.keys()?;
     let server_tls = args.tls.server()?;

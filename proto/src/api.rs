@@ -317,6 +317,54 @@ pub struct Requirements {
     pub room: Option<String>,
 }
 
+/// `POST /v1/turn/credentials`: TURN relays for a user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TurnCredentialsRequest {
+    /// Who the relays are for (the key of the consistent hashing: the same user gets the same
+    /// relays); no `:`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 128, pattern = "^[^:]+$")
+    )]
+    pub user: String,
+    /// The stream the user publishes or plays (an access token is checked against it).
+    #[serde(default)]
+    pub stream: Option<String>,
+    /// The user's zone: relays there first.
+    #[serde(default)]
+    pub zone: Option<String>,
+    /// The user's ISP line: only relays on it.
+    #[serde(default)]
+    pub isp: Option<String>,
+    /// `v4` or `v6`: only relays reachable over that family.
+    #[serde(default)]
+    pub family: Option<String>,
+}
+
+/// One relay, shaped like `RTCIceServer`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct IceServerEntry {
+    /// `turn:host:port?transport=udp`.
+    pub urls: Vec<String>,
+    /// `"{expiry}:{user}"`.
+    pub username: String,
+    /// HMAC-SHA1 of the username under the fleet's secret (coturn `use-auth-secret`).
+    pub credential: String,
+}
+
+/// Answer to `POST /v1/turn/credentials`: the primary relay first, then its backups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct TurnCredentialsResponse {
+    /// `RTCConfiguration.iceServers`.
+    pub ice_servers: Vec<IceServerEntry>,
+    /// Seconds the credential stays valid.
+    pub ttl: u64,
+}
+
 /// `POST /v1/placements`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]

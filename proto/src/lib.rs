@@ -11,5 +11,7 @@ pub mod ids;
 pub mod state;
 #[cfg(feature = "otel")]
 pub mod trace;
+#[cfg(feature = "turn")]
+pub mod turn;
 
 pub use ids::{IdError, MigrationId, NodeId, SessionId, StreamId, TrackId};

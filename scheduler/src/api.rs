@@ -19,7 +19,7 @@ use axum::{Extension, Json, middleware};
 use ferry_proto::api::{
     ApiError, DrainStatus, Heartbeat, MigrationAccepted, MigrationRequest, MigrationView, NodeView,
     PlacementRequest, PlacementResponse, ReclaimNotice, RoutingTable, SessionKind, SessionView,
-    TicketUse, WeightUpdate,
+    TicketUse, TurnCredentialsRequest, TurnCredentialsResponse, WeightUpdate,
 };
 use ferry_proto::auth::{AuthError, Claims, Grant, Signer, Verifier};
 use ferry_proto::{MigrationId, NodeId, StreamId};
@@ -42,7 +42,7 @@ const MAX_BODY: usize = 256 * 1024;
     paths(
         list_nodes, get_node, heartbeat, set_weight, reclaim_notice, start_drain, cancel_drain, drain_status,
         list_sessions, place, create_migration, get_migration, list_migrations, routing, healthz,
-        readyz, whip, whep, consume_ticket
+        readyz, whip, whep, consume_ticket, turn_credentials
     ),
     modifiers(&BearerAuth),
 )]
@@ -221,6 +221,10 @@ pub fn router_with_tokens(
         .route("/whip/{stream}", post(whip))
         .route("/whep/{stream}", post(whep))
         .route_layer(middleware::from_fn_with_state(s.clone(), follow_leader))
+        .layer(Extension(tokens.clone()));
+    // Any replica hands out relays (each counts what it handed out).
+    let turn = Router::new()
+        .route("/v1/turn/credentials", post(turn_credentials))
         .layer(Extension(tokens));
     let public = Router::new()
         .route("/healthz", get(healthz))
@@ -251,7 +255,7 @@ pub fn router_with_tokens(
             header::WWW_AUTHENTICATE,
             HeaderName::from_static(FERRY_ERROR),
         ]);
-    let mut app = mutating.merge(gateway).merge(public);
+    let mut app = mutating.merge(gateway).merge(turn).merge(public);
     if let Some(extra) = extra {
         app = app.merge(extra);
     }
@@ -598,6 +602,67 @@ struct GatewayTokens {
     signer: Option<Signer>,
 }
 
+/// TURN relays for a user: the primary (the placement core's bounded-load consistent hashing
+/// keyed by the user) and two backups, with a credential a stock coturn started with the same
+/// `static-auth-secret` accepts. With `stream`, an access token for publishing or playing it
+/// (or the API token); without, the API token.
+#[utoipa::path(post, path = "/v1/turn/credentials", request_body = TurnCredentialsRequest, security(("bearer" = [])),
+    responses((status = 200, body = TurnCredentialsResponse), (status = 400, body = ApiError), (status = 401, body = ApiError),
+        (status = 403, body = ApiError), (status = 503, body = ApiError, description = "no TURN relays are configured, or none can take the user")))]
+async fn turn_credentials(
+    State(s): State<Arc<Scheduler>>,
+    Extension(tokens): Extension<Arc<GatewayTokens>>,
+    headers: HeaderMap,
+    req: Result<Json<TurnCredentialsRequest>, JsonRejection>,
+) -> Response {
+    let token = ferry_proto::auth::request_token(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+        None,
+    );
+    let req = match body(req) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let unix_s = unix_s();
+    let allowed = match &req.stream {
+        // Publishing or playing the stream entitles to relays.
+        Some(stream) => tokens
+            .verifier
+            .authorize(token.as_deref(), Grant::Play, stream, unix_s)
+            .or_else(|_| {
+                tokens
+                    .verifier
+                    .authorize(token.as_deref(), Grant::Publish, stream, unix_s)
+            }),
+        None => tokens
+            .verifier
+            .authorize(token.as_deref(), Grant::Play, "", unix_s)
+            .and_then(|c| {
+                if c == Claims::operator() {
+                    Ok(c)
+                } else {
+                    Err(AuthError::WrongStream)
+                }
+            }),
+    };
+    if let Err(e) = allowed {
+        return auth_error(e);
+    }
+    match s.turn_credentials(&req) {
+        None => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no TURN relays are configured (FERRY_TURN_URIS, FERRY_TURN_SECRET)",
+        ),
+        Some(Ok(r)) => Json(r).into_response(),
+        Some(Err(e @ crate::turn::TurnError::BadRequest(_))) => {
+            error(StatusCode::BAD_REQUEST, e.to_string())
+        }
+        Some(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
 /// Lifetime of the token a redirect carries in place of the API token.
 const REDIRECT_TOKEN_TTL_S: u64 = 60;
 
@@ -606,6 +671,13 @@ const FERRY_ERROR: &str = "ferry-error";
 
 /// 401 (no, bad or expired access token) or 403 (a token that does not allow this), with the
 /// reason, its `Ferry-Error` code and the `WWW-Authenticate` challenge (RFC 6750 §3).
+/// The wall clock, Unix seconds (token and ticket expiry).
+fn unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 fn auth_error(e: AuthError) -> Response {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
     let mut r = error(status, e.to_string());
@@ -659,9 +731,7 @@ async fn redirect(
         SessionKind::Publish => Grant::Publish,
         SessionKind::View => Grant::Play,
     };
-    let unix_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let unix_s = unix_s();
     let claims = match tokens
         .verifier
         .authorize(token.as_deref(), grant, &stream, unix_s)
@@ -813,9 +883,7 @@ async fn consume_ticket(
         Ok(r) => r,
         Err(r) => return r,
     };
-    let unix_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let unix_s = unix_s();
     match s.mutate(|c| c.consume_ticket(unix_s, &req)) {
         Ok(()) => committed(&s, Json(serde_json::json!({})).into_response()),
         Err(e) => cluster_error(e),

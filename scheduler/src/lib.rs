@@ -22,3 +22,4 @@ pub mod service;
 pub mod store;
 pub mod ticket;
 mod trace;
+pub mod turn;

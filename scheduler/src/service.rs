@@ -84,6 +84,8 @@ pub struct Scheduler {
     node_tls: std::sync::OnceLock<ureq::tls::TlsConfig>,
     /// Node liveness by the store's leases (etcd), when it keeps them.
     leases: Option<Arc<NodeLeases>>,
+    /// The TURN relays handed out, when configured.
+    turn: std::sync::OnceLock<Mutex<crate::turn::TurnFleet>>,
 }
 
 /// A probe's result is reused this long (clients of one dead node all report it at once).
@@ -157,6 +159,7 @@ impl Scheduler {
             leadership,
             node_tls: std::sync::OnceLock::new(),
             leases,
+            turn: std::sync::OnceLock::new(),
         }))
     }
 
@@ -164,6 +167,21 @@ impl Scheduler {
     /// HTTPS; the first call wins. Without it, the public web roots are trusted.
     pub fn set_node_tls(&self, tls: ureq::tls::TlsConfig) {
         let _ = self.node_tls.set(tls);
+    }
+
+    /// Hands out the relays of `fleet` (`POST /v1/turn/credentials`); the first call wins.
+    pub fn set_turn(&self, fleet: crate::turn::TurnFleet) {
+        let _ = self.turn.set(Mutex::new(fleet));
+    }
+
+    /// TURN relays and a credential for `req` (`None`: no relays are configured).
+    pub fn turn_credentials(
+        &self,
+        req: &ferry_proto::api::TurnCredentialsRequest,
+    ) -> Option<Result<ferry_proto::api::TurnCredentialsResponse, crate::turn::TurnError>> {
+        let fleet = self.turn.get()?;
+        let mut fleet = fleet.lock().unwrap_or_else(PoisonError::into_inner);
+        Some(fleet.credentials(unix_ms() / 1000, req))
     }
 
     /// Whether this replica leads (takes writes, runs drains and migrations).
@@ -602,6 +620,32 @@ impl Scheduler {
             "# HELP ferry_scheduler_routing_version Routing-table version published (with etcd: the revision that stored it).\n# TYPE ferry_scheduler_routing_version gauge\nferry_scheduler_routing_version {}",
             inner.routing_version
         );
+        if let Some(fleet) = self.turn.get() {
+            let f = fleet.lock().unwrap_or_else(PoisonError::into_inner);
+            let _ = writeln!(
+                s,
+                "# HELP ferry_turn_credentials_issued_total TURN credentials handed out.\n# TYPE ferry_turn_credentials_issued_total counter\nferry_turn_credentials_issued_total {}",
+                f.issued
+            );
+            let _ = writeln!(
+                s,
+                "# HELP ferry_turn_allocations Live TURN credentials per relay (as primary).\n# TYPE ferry_turn_allocations gauge"
+            );
+            for (id, _, load, _) in f.servers() {
+                let _ = writeln!(s, "ferry_turn_allocations{{relay=\"{id}\"}} {load}");
+            }
+            let _ = writeln!(
+                s,
+                "# HELP ferry_turn_relay_draining Whether the relay takes no new users.\n# TYPE ferry_turn_relay_draining gauge"
+            );
+            for (id, _, _, draining) in f.servers() {
+                let _ = writeln!(
+                    s,
+                    "ferry_turn_relay_draining{{relay=\"{id}\"}} {}",
+                    u8::from(draining)
+                );
+            }
+        }
         s
     }
 }

@@ -24,6 +24,7 @@
 mod chromium;
 pub mod cluster;
 mod collector;
+pub mod coturn;
 pub mod etcd;
 mod node;
 

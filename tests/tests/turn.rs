@@ -1,0 +1,196 @@
+//! The TURN fleet against real coturn (Debian `coturn`): three `turnserver`s on loopback with
+//! `use-auth-secret`, a `ferry scheduler` configured with their URIs and the same secret only
+//! (`FERRY_TURN_URIS`, `FERRY_TURN_SECRET`). `POST /v1/turn/credentials` answers a primary and
+//! two backups; coturn itself accepts the credential on each of them (an allocation through the
+//! relay, `turnutils_uclient`) and refuses a wrong or an expired one, proving the HMAC scheme
+//! matches. Access: no token → 401, a token for another stream → 403, a play token for the
+//! stream → 200.
+
+use std::process::Command;
+
+use anyhow::{Context, Result, ensure};
+use ferry_proto::turn::credential;
+use ferry_tests::coturn::Coturn;
+use ferry_tests::{FerryProcess, ferry_bin, http};
+use serde_json::{Value, json};
+
+const SECRET: &str = "turn-test-secret";
+const TOKEN_SECRET: &str = "turn-test-token-secret";
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `ferry token --secret TOKEN_SECRET` with `args`.
+fn token(args: &[&str]) -> Result<String> {
+    let out = Command::new(ferry_bin()?)
+        .args(["token", "--secret", TOKEN_SECRET])
+        .args(args)
+        .env_remove("FERRY_TOKEN_SECRET")
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+}
+
+/// `ferry scheduler` on a free port, in memory, with `args` and `env`.
+fn scheduler(args: &[&str], env: &[(&str, &str)]) -> Result<FerryProcess> {
+    let mut all = vec!["scheduler", "--http", "127.0.0.1:0", "--state-file", "none"];
+    all.extend_from_slice(args);
+    FerryProcess::spawn_env(&all, env)
+}
+
+#[test]
+fn scheduler_issued_turn_credentials_are_accepted_by_coturn_itself() -> Result<()> {
+    let relays = [
+        Coturn::start(SECRET)?,
+        Coturn::start(SECRET)?,
+        Coturn::start(SECRET)?,
+    ];
+    let uris = format!(
+        "{};zone=eu,{};zone=eu,{};zone=us",
+        relays[0].uri(),
+        relays[1].uri(),
+        relays[2].uri()
+    );
+    let api = "turn-test-api-token";
+    let scheduler = scheduler(
+        &["--token", api, "--token-secret", TOKEN_SECRET],
+        &[("FERRY_TURN_URIS", &uris), ("FERRY_TURN_SECRET", SECRET)],
+    )?;
+    let base = scheduler.after("http")?;
+    let url = format!("{base}/v1/turn/credentials");
+    let ask = |bearer: Option<&str>, body: &Value| {
+        let auth = bearer.map(|t| format!("Bearer {t}"));
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(a) = &auth {
+            headers.push(("authorization", a));
+        }
+        http(&url, "POST", &headers, body.to_string().as_bytes())
+    };
+
+    // Who may ask.
+    let body = json!({"user": "alice", "stream": "cam"});
+    let r = ask(None, &body)?;
+    ensure!(r.status == 401, "no token: {} {}", r.status, r.body);
+    let other = token(&["--stream", "other", "--play", "--ttl", "10m"])?;
+    let r = ask(Some(&other), &body)?;
+    ensure!(
+        r.status == 403,
+        "another stream's token: {} {}",
+        r.status,
+        r.body
+    );
+    let r = ask(Some(&other), &json!({"user": "alice"}))?;
+    ensure!(
+        r.status == 403,
+        "an access token without a stream: {} {}",
+        r.status,
+        r.body
+    );
+    let r = ask(Some(api), &json!({"user": "a:b"}))?;
+    ensure!(r.status == 400, "a user with ':': {} {}", r.status, r.body);
+    let play = token(&["--stream", "cam", "--play", "--ttl", "10m"])?;
+    let r = ask(
+        Some(&play),
+        &json!({"user": "alice", "stream": "cam", "zone": "us"}),
+    )?;
+    ensure!(r.status == 200, "a play token: {} {}", r.status, r.body);
+
+    // A primary (in the user's zone) and two backups, one credential for all, valid an hour.
+    let v: Value = serde_json::from_str(&r.body)?;
+    let servers = v["ice_servers"].as_array().context("ice_servers")?;
+    ensure!(servers.len() == 3 && v["ttl"] == 3600, "{v}");
+    ensure!(
+        servers[0]["urls"][0] == relays[2].uri(),
+        "primary not in zone us: {v}"
+    );
+    let username = servers[0]["username"].as_str().context("username")?;
+    let password = servers[0]["credential"].as_str().context("credential")?;
+    let expiry: u64 = username
+        .strip_suffix(":alice")
+        .context("username is expiry:user")?
+        .parse()?;
+    let now = unix_now();
+    ensure!(
+        (now + 3590..=now + 3610).contains(&expiry),
+        "expiry {expiry}"
+    );
+
+    // coturn accepts it on every relay it names, and refuses a wrong and an expired one.
+    for s in servers {
+        let uri = s["urls"][0].as_str().context("url")?;
+        let relay = relays
+            .iter()
+            .find(|r| r.uri() == uri)
+            .with_context(|| format!("unknown relay {uri}"))?;
+        ensure!(
+            relay.allocate(username, password)?,
+            "{uri} refused the credential"
+        );
+    }
+    ensure!(
+        !relays[0].allocate(username, "d3Jvbmcgd3JvbmcgcGFzcw==")?,
+        "coturn accepted a wrong password"
+    );
+    let expired = credential(SECRET.as_bytes(), "alice", now - 60);
+    ensure!(
+        !relays[0].allocate(&expired.username, &expired.password)?,
+        "coturn accepted an expired credential"
+    );
+    let forged = credential(b"another-secret", "alice", now + 600);
+    ensure!(
+        !relays[0].allocate(&forged.username, &forged.password)?,
+        "coturn accepted a credential signed with another secret"
+    );
+
+    // The scheduler counts what it handed out.
+    let m = http(&format!("{base}/metrics"), "GET", &[], b"")?;
+    ensure!(
+        m.body.contains("ferry_turn_credentials_issued_total 1"),
+        "metrics: {}",
+        m.body
+    );
+    Ok(())
+}
+
+#[test]
+fn a_scheduler_without_relays_says_so() -> Result<()> {
+    let scheduler = scheduler(
+        &["--token", "t"],
+        &[("FERRY_TURN_URIS", ""), ("FERRY_TURN_SECRET", "")],
+    )?;
+    let base = scheduler.after("http")?;
+    let r = http(
+        &format!("{base}/v1/turn/credentials"),
+        "POST",
+        &[
+            ("content-type", "application/json"),
+            ("authorization", "Bearer t"),
+        ],
+        br#"{"user":"alice"}"#,
+    )?;
+    ensure!(
+        r.status == 503 && r.body.contains("FERRY_TURN_URIS"),
+        "{} {}",
+        r.status,
+        r.body
+    );
+    // A relay list without a secret is refused at start.
+    let out = Command::new(ferry_bin()?)
+        .args(["scheduler", "--http", "127.0.0.1:0", "--state-file", "none"])
+        .env("FERRY_TURN_URIS", "turn:127.0.0.1:3478")
+        .env_remove("FERRY_TURN_SECRET")
+        .output()?;
+    ensure!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--turn-secret"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
