@@ -93,6 +93,25 @@ async fn get(url: String) -> Result<Value> {
     tokio::task::spawn_blocking(move || get_json(&url)).await?
 }
 
+/// The drain of a node as the gateway replica reads it: `{}` while that replica (a follower)
+/// has not yet loaded the state the leader stored with it (its GET answers 404 until then).
+async fn drain(url: String) -> Result<Value> {
+    tokio::task::spawn_blocking(move || {
+        let mut r = ureq::get(&url)
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .call()
+            .with_context(|| format!("GET {url}"))?;
+        match r.status().as_u16() {
+            200 => Ok(r.body_mut().read_json()?),
+            404 => Ok(json!({})),
+            s => bail!("GET {url}: {s}"),
+        }
+    })
+    .await?
+}
+
 /// A JSON POST with the API token.
 async fn post(url: String, token: String, body: Value) -> Result<Value> {
     tokio::task::spawn_blocking(move || post_json(&url, &token, &body)).await?
@@ -171,7 +190,7 @@ pub async fn ha(args: HaArgs) -> Result<()> {
     );
     let kill_at = (n / 5) as u64;
     loop {
-        let s = get(drain_url.clone()).await?;
+        let s = drain(drain_url.clone()).await?;
         let done = s["migrations_committed"].as_u64().unwrap_or(0);
         if done >= kill_at {
             r.committed_at_kill = done;
@@ -194,7 +213,7 @@ pub async fn ha(args: HaArgs) -> Result<()> {
     r.failover_ms = killed.elapsed().as_secs_f64() * 1e3;
     let took_over = Instant::now();
     let status = loop {
-        let s = get(drain_url.clone()).await?;
+        let s = drain(drain_url.clone()).await?;
         if s["state"] == "drained" {
             break s;
         }

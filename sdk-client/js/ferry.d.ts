@@ -67,6 +67,15 @@ export interface SessionOptions {
   config?: Partial<Config>;
   /** ICE servers of the peer connections. */
   iceServers?: RTCIceServer[];
+  /** Use the gateway's TURN relays (`POST /v1/turn/credentials`: a primary and two backups
+   *  with a coturn REST credential) besides direct paths. */
+  turn?: boolean;
+  /** Only relayed paths (`iceTransportPolicy: 'relay'`, through the gateway's TURN relays):
+   *  for networks that block UDP to the nodes. */
+  relayOnly?: boolean;
+  /** Who the relays are for (the same user gets the same relays); default: a random id per
+   *  session. */
+  user?: string;
 }
 
 /** Options of {@link FerryClient.publish}. */

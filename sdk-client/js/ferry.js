@@ -68,7 +68,7 @@ export class FerryClient {
    * rejects with the reason if it fails or closes before.
    * @param {string} stream
    * @param {MediaStream} mediaStream
-   * @param {{ codec?: 'vp8'|'h264', resume?: boolean, config?: object, iceServers?: RTCIceServer[], endpoint?: string }} [opts]
+   * @param {{ codec?: 'vp8'|'h264', resume?: boolean, config?: object, iceServers?: RTCIceServer[], endpoint?: string, turn?: boolean, relayOnly?: boolean, user?: string }} [opts]
    * @returns {Promise<object>} the session
    */
   publish(stream, mediaStream, opts = {}) {
@@ -88,7 +88,7 @@ export class FerryClient {
    * Plays `stream` (WHEP). Resolves once the session is first connected; rejects with the reason
    * if it fails or closes before.
    * @param {string} stream
-   * @param {{ video?: HTMLVideoElement, resume?: boolean, config?: object, iceServers?: RTCIceServer[], endpoint?: string }} [opts]
+   * @param {{ video?: HTMLVideoElement, resume?: boolean, config?: object, iceServers?: RTCIceServer[], endpoint?: string, turn?: boolean, relayOnly?: boolean, user?: string }} [opts]
    * @returns {Promise<object>} the session
    */
   play(stream, opts = {}) {
@@ -332,11 +332,36 @@ class Driver {
     return `${this.settings.baseUrl}/${this.kind === 'publish' ? 'whip' : 'whep'}/${encodeURIComponent(this.name)}`;
   }
 
-  open(id) {
+  /**
+   * The gateway's TURN relays for this user and stream (`POST /v1/turn/credentials`): a primary
+   * and its backups with one credential, fetched again once half its lifetime is over.
+   * @returns {Promise<RTCIceServer[]>}
+   */
+  async relays() {
+    if (this.relayCache && performance.now() < this.relayCache.until) return this.relayCache.servers;
+    this.user ??= this.opts.user ?? `u-${Math.random().toString(36).slice(2, 12)}`;
+    const { response, body: text } = await fetchWithin(
+      `${this.settings.baseUrl}/v1/turn/credentials`,
+      {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', ...this.settings.auth },
+        body: JSON.stringify({ user: this.user, stream: this.name }),
+      },
+      POST_TIMEOUT,
+    );
+    if (!response.ok) throw new Error(`TURN relays: ${response.status} ${text}`.trim());
+    const body = JSON.parse(text);
+    const servers = body.ice_servers.map((s) => ({ urls: s.urls, username: s.username, credential: s.credential }));
+    this.relayCache = { servers, until: performance.now() + (body.ttl * 1000) / 2 };
+    return servers;
+  }
+
+  open(id, relays) {
     const t = new Transport(id, this.kind, {
       mediaStream: this.opts.mediaStream,
       codec: this.opts.codec,
-      iceServers: this.opts.iceServers,
+      iceServers: [...(this.opts.iceServers ?? []), ...(relays ?? [])],
+      relayOnly: this.opts.relayOnly === true,
       onConnected: () => this.feed({ type: 'connected', transport: id }),
       onIceLost: () => {
         if (id === this.machine.currentTransport) this.feed({ type: 'lost', transport: id, cause: 'ice' });
@@ -350,8 +375,19 @@ class Driver {
   async post({ transport: id, endpoint, idempotency_key: key, ticket, failed_node: failedNode }) {
     let t = this.transports.get(id);
     if (!t) {
+      // Relays from the gateway (`turn`, or `relayOnly`, which needs them): fetched before the
+      // transport gathers its candidates.
+      let relays = [];
+      if (this.opts.turn || this.opts.relayOnly) {
+        try {
+          relays = await this.relays();
+        } catch (err) {
+          this.fail('turn-unavailable', 0, describe(err));
+        }
+        if (this.ended) return;
+      }
       try {
-        t = this.open(id);
+        t = this.transports.get(id) ?? this.open(id, relays);
       } catch (err) {
         this.feed({ type: 'post-failed', transport: id, status: 400, reason: `could not set up: ${describe(err)}` });
         return;

@@ -108,9 +108,9 @@ export class Transport {
    * @param {number} id the machine's transport number
    * @param {'publish'|'play'} kind
    * @param {{ mediaStream?: MediaStream, codec?: string, iceServers?: RTCIceServer[],
-   *   onConnected: () => void, onIceLost: () => void }} opts
+   *   relayOnly?: boolean, onConnected: () => void, onIceLost: () => void }} opts
    */
-  constructor(id, kind, { mediaStream, codec, iceServers, onConnected, onIceLost }) {
+  constructor(id, kind, { mediaStream, codec, iceServers, relayOnly, onConnected, onIceLost }) {
     this.id = id;
     this.kind = kind;
     this.closed = false;
@@ -124,7 +124,11 @@ export class Transport {
     /** Frames decoded so far (play), as last fed to the machine. */
     this.frames = 0;
     this.polling = false;
-    this.pc = new RTCPeerConnection({ iceServers: iceServers ?? [], bundlePolicy: 'max-bundle' });
+    this.pc = new RTCPeerConnection({
+      iceServers: iceServers ?? [],
+      iceTransportPolicy: relayOnly ? 'relay' : 'all',
+      bundlePolicy: 'max-bundle',
+    });
     this.pc.addEventListener('connectionstatechange', () => {
       if (this.closed || this.connected || this.pc.connectionState !== 'connected') return;
       this.connected = true;

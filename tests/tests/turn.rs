@@ -4,14 +4,17 @@
 //! two backups; coturn itself accepts the credential on each of them (an allocation through the
 //! relay, `turnutils_uclient`) and refuses a wrong or an expired one, proving the HMAC scheme
 //! matches. Access: no token → 401, a token for another stream → 403, a play token for the
-//! stream → 200.
+//! stream → 200. Then headless Chromium, relay only (`iceTransportPolicy: "relay"`), publishes
+//! and plays through `ferry dev` with the browser SDK fetching the gateway's relays: both
+//! peer connections run on a relay candidate pair and the viewer decodes.
 
 use std::process::Command;
 
 use anyhow::{Context, Result, ensure};
 use ferry_proto::turn::credential;
+use ferry_tests::cluster::{start_dev_env, wait_registered};
 use ferry_tests::coturn::Coturn;
-use ferry_tests::{FerryProcess, ferry_bin, http};
+use ferry_tests::{Browser, Collector, FerryProcess, ferry_bin, http, num};
 use serde_json::{Value, json};
 
 const SECRET: &str = "turn-test-secret";
@@ -191,6 +194,66 @@ fn a_scheduler_without_relays_says_so() -> Result<()> {
         !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--turn-secret"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_publishes_and_plays_relay_only_through_coturn() -> Result<()> {
+    let relays = [Coturn::start(SECRET)?, Coturn::start(SECRET)?];
+    let uris = format!("{},{}", relays[0].uri(), relays[1].uri());
+    let dev = start_dev_env(
+        false,
+        &[],
+        &[("FERRY_TURN_URIS", &uris), ("FERRY_TURN_SECRET", SECRET)],
+    )?;
+    wait_registered(&dev.gateway, 2).await?;
+    let collector = Collector::start()?;
+    let page = |page: &str, id: &str| {
+        Browser::open(&collector.page_url(
+            page,
+            &[
+                ("sdk", &dev.gateway),
+                ("base", &dev.gateway),
+                ("stream", "relayed"),
+                ("codec", "vp8"),
+                ("id", id),
+                ("token", &dev.token),
+                ("relay", "1"),
+            ],
+        ))
+    };
+    let _a = page("sdk-publish.html", "A")?;
+    collector
+        .wait_until(std::time::Duration::from_secs(45), |r| {
+            r.get("A").is_some_and(|a| a["phase"] == "publishing")
+        })
+        .await
+        .context("the relay-only publisher did not connect")?;
+    let _b = page("sdk-play.html", "B")?;
+    let reports = collector
+        .wait_until(std::time::Duration::from_secs(45), |r| {
+            r.get("B").is_some_and(|b| num(b, "/frames/count") > 60.0)
+        })
+        .await
+        .context("the relay-only viewer did not play")?;
+    for id in ["A", "B"] {
+        let r = &reports[id];
+        let pair = &r["transport"]["pair"];
+        ensure!(
+            pair["local"]["candidateType"] == "relay",
+            "{id} is not on a relayed pair: {pair}"
+        );
+        ensure!(
+            r["sdkErrors"].as_array().is_some_and(Vec::is_empty),
+            "{id}: {}",
+            r["sdkErrors"]
+        );
+    }
+    ensure!(
+        num(&reports["B"], "/inbound/video/framesDecoded") > 30.0,
+        "the viewer decodes: {}",
+        reports["B"]["inbound"]
     );
     Ok(())
 }

@@ -462,3 +462,49 @@ test('video goes off when the network cannot carry it: publish deactivates, play
   route = () => respond(200);
   await Promise.all([pub.close(), view.close()]);
 });
+
+test('relay only: the gateway\'s TURN relays are fetched first and the connection uses only them', async () => {
+  const relays = {
+    ice_servers: [
+      { urls: ['turn:10.0.0.9:3478?transport=udp'], username: '4600:u1', credential: 'c1' },
+      { urls: ['turn:10.0.0.8:3478?transport=udp'], username: '4600:u1', credential: 'c1' },
+    ],
+    ttl: 3600,
+  };
+  const answer = created('node-a', 's9', 't9');
+  route = (req) =>
+    req.url.endsWith('/v1/turn/credentials') ? respond(200, JSON.stringify(relays)) : answer(req);
+  const client = new FerryClient({ baseUrl: 'http://gw', token: 'secret' });
+  client.play('cam', { relayOnly: true, user: 'u1' });
+  await until(() => FakePC.all[0]?.remoteDescription, 'the answer');
+  const [ask, post] = posts();
+  assert.equal(ask.url, 'http://gw/v1/turn/credentials');
+  assert.equal(ask.headers.Authorization, 'Bearer secret');
+  assert.deepEqual(JSON.parse(ask.body), { user: 'u1', stream: 'cam' });
+  assert.equal(post.url, 'http://gw/whep/cam');
+  const config = FakePC.all[0].config;
+  assert.equal(config.iceTransportPolicy, 'relay');
+  assert.deepEqual(
+    config.iceServers.map((s) => [s.urls[0], s.username, s.credential]),
+    [
+      ['turn:10.0.0.9:3478?transport=udp', '4600:u1', 'c1'],
+      ['turn:10.0.0.8:3478?transport=udp', '4600:u1', 'c1'],
+    ],
+  );
+});
+
+test('relays the gateway cannot give are an error event, and the session goes on without them', async () => {
+  const answer = created('node-a', 's8', 't8');
+  route = (req) =>
+    req.url.endsWith('/v1/turn/credentials') ? respond(503, 'no TURN relays are configured') : answer(req);
+  const client = new FerryClient({ baseUrl: 'http://gw' });
+  const playing = client.play('cam', { turn: true });
+  await until(() => FakePC.all[0]?.remoteDescription, 'the answer');
+  assert.equal(FakePC.all[0].config.iceTransportPolicy, 'all');
+  assert.deepEqual(FakePC.all[0].config.iceServers, []);
+  FakePC.all[0].set('connected', 'connected');
+  const session = await playing;
+  const error = session.history.find((e) => e.event === 'error');
+  assert.equal(error?.code, 'turn-unavailable');
+  assert.match(error.message, /503 no TURN relays are configured/);
+});
