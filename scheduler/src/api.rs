@@ -615,12 +615,7 @@ async fn turn_credentials(
     headers: HeaderMap,
     req: Result<Json<TurnCredentialsRequest>, JsonRejection>,
 ) -> Response {
-    let token = ferry_proto::auth::request_token(
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok()),
-        None,
-    );
+    let token = request_token(&headers, None);
     let req = match body(req) {
         Ok(r) => r,
         Err(r) => return r,
@@ -671,6 +666,16 @@ const FERRY_ERROR: &str = "ferry-error";
 
 /// 401 (no, bad or expired access token) or 403 (a token that does not allow this), with the
 /// reason, its `Ferry-Error` code and the `WWW-Authenticate` challenge (RFC 6750 §3).
+/// The access token of a request: its bearer token, else `?access_token=` in `query`.
+fn request_token(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    ferry_proto::auth::request_token(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+        query,
+    )
+}
+
 /// The wall clock, Unix seconds (token and ticket expiry).
 fn unix_s() -> u64 {
     std::time::SystemTime::now()
@@ -721,12 +726,7 @@ async fn redirect(
     headers: &HeaderMap,
 ) -> Response {
     // The token first: nothing (not even a probe of a reported node) for a refused request.
-    let token = ferry_proto::auth::request_token(
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok()),
-        query,
-    );
+    let token = request_token(headers, query);
     let grant = match kind {
         SessionKind::Publish => Grant::Publish,
         SessionKind::View => Grant::Play,

@@ -183,8 +183,8 @@ impl TurnFleet {
         }
         self.expire(unix_s);
         let total: u64 = self.loads.values().sum::<u64>() + 1;
-        let loads = self.loads.clone();
-        let load = move |id: &NodeId| loads.get(id).copied().unwrap_or(0);
+        let loads = &self.loads;
+        let load = |id: &NodeId| loads.get(id).copied().unwrap_or(0);
         // The user's zone first (its primary and the backups it has there), then the others.
         let anywhere = Requirements {
             capabilities: caps,
