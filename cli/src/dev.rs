@@ -172,7 +172,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 &cluster_dir,
                 &id,
                 edge_addr,
-                "127.0.0.1:0".parse()?,
+                // The inter-node link (migrations) on the media address's interface, so
+                // that `--udp 10.0.0.1:0` migrates between nodes reached at 10.0.0.1.
+                SocketAddr::new(args.udp.ip(), 0),
                 &token,
             )?),
             extra_routes: Some(crate::sdk_files::routes()),

@@ -213,6 +213,17 @@ impl IceLite {
         }
     }
 
+    /// Authenticated SRTCP from the selected address refreshes consent too. Peers that keep
+    /// the pair alive with Binding indications (libnice, as in GStreamer's webrtcbin: RFC 8445
+    /// §11 keepalives) send no consent checks to a lite agent, which cannot send its own; their
+    /// SRTCP is authenticated with the DTLS-SRTP keys and so shows, as a consent check does
+    /// (RFC 7675 §1), that the peer at that address still wants the session.
+    pub fn authenticated_traffic(&mut self, now: Instant, from: SocketAddr) {
+        if self.selected == Some(from) {
+            self.consent_deadline = now.checked_add(CONSENT_TIMEOUT);
+        }
+    }
+
     /// Consent starts afresh (a session activated on a new node: its
     /// client's last check went to the old one).
     pub fn refresh_consent(&mut self, now: Instant) {

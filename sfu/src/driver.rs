@@ -80,6 +80,43 @@ struct ClusterRuntime {
     /// Peers' HTTP base URLs.
     peer_http: std::collections::HashMap<ferry_proto::NodeId, String>,
     events: SessionEvents,
+    /// Sessions that migrated away: their URL on the target, so that the URL the client holds
+    /// here keeps working (DELETE and PATCH answer 307 there).
+    moved: MovedSessions,
+}
+
+/// Where sessions that left this node went. Bounded: the oldest entries go first, and an
+/// entry is dropped after [`MovedSessions::KEEP`].
+#[derive(Default)]
+struct MovedSessions {
+    at: std::collections::HashMap<SessionId, (String, Instant)>,
+    order: std::collections::VecDeque<(SessionId, Instant)>,
+}
+
+impl MovedSessions {
+    const KEEP: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+    const MAX: usize = 100_000;
+
+    fn insert(&mut self, now: Instant, session: SessionId, url: String) {
+        while let Some((old, at)) = self.order.front() {
+            if self.order.len() < Self::MAX && now.duration_since(*at) < Self::KEEP {
+                break;
+            }
+            if self.at.get(old).is_some_and(|(_, t)| t == at) {
+                self.at.remove(old);
+            }
+            self.order.pop_front();
+        }
+        self.order.push_back((session.clone(), now));
+        self.at.insert(session, (url, now));
+    }
+
+    fn get(&self, now: Instant, session: &SessionId) -> Option<&str> {
+        self.at
+            .get(session)
+            .filter(|(_, at)| now.duration_since(*at) < Self::KEEP)
+            .map(|(url, _)| url.as_str())
+    }
 }
 
 /// An outgoing migration, as its client will be told about it.
@@ -143,6 +180,11 @@ impl ClusterRuntime {
                 }),
             }
             .to_string();
+            self.moved.insert(
+                std::time::Instant::now(),
+                p.session.clone(),
+                format!("{base}/{kind}/{}/{}", p.stream, p.session),
+            );
             let heard = self.events.send(&p.session, ("migrate", data));
             tracing::info!(session = %p.session, target = %p.target, mode = ?p.mode, heard, "client told where its session went");
         }
@@ -170,6 +212,14 @@ impl NodeHandle {
     /// Whether the node should get new traffic (`/readyz`).
     pub fn readiness(&self) -> &crate::scheduler_link::Readiness {
         &self.ready
+    }
+
+    /// How this node's HTTP client reaches its peers (the scheduler link's TLS settings).
+    pub fn peer_tls(&self) -> ureq::tls::TlsConfig {
+        self.scheduler
+            .as_ref()
+            .map(|s| s.tls.clone())
+            .unwrap_or_default()
     }
 
     /// The node's media address.
@@ -690,10 +740,12 @@ fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Comma
             let _ = r.send(node.set_video(now, &id, enabled));
         }
         Command::Patch(id, frag, if_match, r) => {
-            let _ = r.send(node.patch(now, &id, &frag, if_match.as_deref()));
+            let result = node.patch(now, &id, &frag, if_match.as_deref());
+            let _ = r.send(moved_away(cluster.as_deref(), now, &id, result));
         }
         Command::Delete(id, r) => {
-            let _ = r.send(node.delete(now, &id));
+            let result = node.delete(now, &id);
+            let _ = r.send(moved_away(cluster.as_deref(), now, &id, result));
         }
         Command::Sessions(r) => {
             let _ = r.send(Ok(node.sessions()));
@@ -738,6 +790,23 @@ fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Comma
             node.repoint_relays(now, &d.origins, &d.down);
         }
         Command::SubscribeRelay(stream, origin) => node.subscribe_relay(now, &stream, origin),
+    }
+}
+
+/// A session this node does not have but that migrated away from it is answered with where it
+/// went (307), so the URL its client holds keeps working after any migration.
+fn moved_away<T>(
+    cluster: Option<&ClusterRuntime>,
+    now: Instant,
+    id: &SessionId,
+    result: Result<T, SignalError>,
+) -> Result<T, SignalError> {
+    match result {
+        Err(SignalError::SessionNotFound(_)) => match cluster.and_then(|c| c.moved.get(now, id)) {
+            Some(url) => Err(SignalError::Moved(url.to_owned())),
+            None => result,
+        },
+        other => other,
     }
 }
 
@@ -850,7 +919,14 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
         let transport =
             QuicTransport::bind(&c.identity, c.migration_listen).map_err(std::io::Error::other)?;
         let quic = transport.local_addr().map_err(std::io::Error::other)?;
-        migration = Some(SocketAddr::new(ip, quic.port()));
+        // Advertise the address the migration listener is bound to; a wildcard bind is
+        // reached at the media address's IP.
+        let quic_ip = if quic.ip().is_unspecified() {
+            ip
+        } else {
+            quic.ip()
+        };
+        migration = Some(SocketAddr::new(quic_ip, quic.port()));
         runtime = Some(ClusterRuntime {
             migrator: Migrator::new(opts.id.clone(), ferry_migrator::Config::default()),
             transport,
@@ -858,6 +934,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
             plans: Default::default(),
             peer_http: Default::default(),
             events: events.clone(),
+            moved: MovedSessions::default(),
         });
     }
     let node = Node::new(config, Arc::new(cert), now);

@@ -16,6 +16,8 @@ use ferry_proto::{SessionId, StreamId};
 use tower_http::cors::{Any, CorsLayer};
 use tracing::Instrument;
 
+mod forward;
+
 use crate::driver::NodeHandle;
 use crate::signal::{PatchOutcome, SessionKind, SignalError, TicketError};
 
@@ -186,6 +188,9 @@ fn signal_error(e: SignalError) -> Response {
     if let Some(code) = e.code() {
         r.headers_mut()
             .insert(FERRY_ERROR, HeaderValue::from_static(code));
+    }
+    if let SignalError::Moved(url) = &e {
+        insert(r.headers_mut(), header::LOCATION, url);
     }
     if status == StatusCode::SERVICE_UNAVAILABLE {
         r.headers_mut()
@@ -461,6 +466,7 @@ async fn patch_session(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let original = body.clone();
     if !content_type_is(&headers, SDPFRAG) {
         return error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -488,6 +494,10 @@ async fn patch_session(
             insert(h, header::ETAG, &etag);
             r
         }
+        Err(SignalError::Moved(url)) => {
+            let tls = st.node.peer_tls();
+            forward::forward(tls, forward::Verb::Patch, url, &headers, original).await
+        }
         Err(e) => signal_error(e),
     }
 }
@@ -495,12 +505,18 @@ async fn patch_session(
 async fn delete_session(
     State(st): State<AppState>,
     Path((_stream, session)): Path<(String, String)>,
+    headers: HeaderMap,
 ) -> Response {
     let Ok(id) = SessionId::new(session.clone()) else {
         return signal_error(SignalError::SessionNotFound(session));
     };
     match st.node.delete(id).await {
         Ok(()) => StatusCode::OK.into_response(),
+        // It migrated away: the node that has it now ends it (the client's URL is this one).
+        Err(SignalError::Moved(url)) => {
+            let tls = st.node.peer_tls();
+            forward::forward(tls, forward::Verb::Delete, url, &headers, Bytes::new()).await
+        }
         Err(e) => signal_error(e),
     }
 }

@@ -199,11 +199,27 @@ struct Transport {
     bundle: Vec<String>,
 }
 
-/// Checks what every WebRTC offer must carry and extracts the transport.
+/// Whether an m-line is live: a port other than 0, or port 0 with `a=bundle-only` inside the
+/// BUNDLE group (JSEP §5.2.1, RFC 8843 §7.3: what GStreamer's webrtcbin and browsers with
+/// `bundlePolicy: "max-bundle"` send for every line after the first).
+fn live(m: &MediaView<'_>, bundle: &[String]) -> bool {
+    m.port != 0
+        || (m.media().has_attr("bundle-only")
+            && m.mid().is_some_and(|mid| bundle.iter().any(|b| b == mid)))
+}
+
+/// Checks what every WebRTC offer must carry and extracts the transport. It comes from the
+/// BUNDLE group's tagged (first) line, else from the first live line: bundle-only lines need
+/// not repeat the transport's attributes (RFC 8843 §7.2).
 fn transport(sdp: &SessionDescription) -> Result<Transport, SignalError> {
-    let first = sdp
-        .media_views()
-        .find(|m| m.port != 0 && m.kind != MediaKind::Application)
+    let bundle = sdp.group_bundle().unwrap_or_default();
+    let tagged = bundle.first().and_then(|mid| sdp.media_by_mid(mid));
+    let first = tagged
+        .filter(|m| m.port != 0 && m.kind != MediaKind::Application)
+        .or_else(|| {
+            sdp.media_views()
+                .find(|m| m.port != 0 && m.kind != MediaKind::Application)
+        })
         .ok_or_else(|| bad("offer has no usable audio or video m-line"))?;
     let (Some(ufrag), Some(pwd)) = (first.ice_ufrag(), first.ice_pwd()) else {
         return Err(unsupported(
@@ -232,9 +248,11 @@ fn transport(sdp: &SessionDescription) -> Result<Transport, SignalError> {
         Some(Setup::Active) => DtlsRole::Server,
         Some(Setup::HoldConn) => return Err(unsupported("a=setup:holdconn is not supported")),
     };
-    let live = sdp.media_views().filter(|m| m.port != 0).count();
-    let bundle = sdp.group_bundle().unwrap_or_default();
-    if live > 1 && bundle.is_empty() {
+    if !first.rtcp_mux() {
+        return Err(unsupported("offer must use a=rtcp-mux"));
+    }
+    let live_lines = sdp.media_views().filter(|m| live(m, &bundle)).count();
+    if live_lines > 1 && bundle.is_empty() {
         return Err(unsupported(
             "offer must use BUNDLE (a=group:BUNDLE); Ferry serves one transport per session",
         ));
@@ -259,9 +277,14 @@ pub fn negotiate_publish(offer: &str, p: &AnswerParams<'_>) -> Result<Negotiated
         media.push(publish_line(&m, i, &t)?);
     }
     if !media.iter().any(|m| m.accepted) {
-        return Err(unsupported(
-            "offer sends no supported media (Ferry takes opus, VP8 and H264 packetization-mode=1 on sendonly/sendrecv m-lines)",
-        ));
+        let why = sdp
+            .media_views()
+            .filter(|m| live(m, &t.bundle))
+            .find_map(|m| why_unsupported(&m).map(|w| format!("m={}: {w}", m.kind.as_str())));
+        return Err(unsupported(match why {
+            Some(why) => format!("offer sends no supported media: {why}"),
+            None => "offer sends no supported media (Ferry takes opus, VP8 and H264 packetization-mode=1 on sendonly/sendrecv m-lines)".into(),
+        }));
     }
     let answer = write_answer(&sdp, &media, &t, p, SessionKind::Publish);
     Ok(Negotiated {
@@ -328,7 +351,7 @@ fn rejected(m: &MediaView<'_>, i: usize) -> MediaLine {
 }
 
 fn usable(m: &MediaView<'_>, t: &Transport) -> Result<bool, SignalError> {
-    if m.port == 0 || !matches!(m.kind, MediaKind::Audio | MediaKind::Video) {
+    if !live(m, &t.bundle) || !matches!(m.kind, MediaKind::Audio | MediaKind::Video) {
         return Ok(false);
     }
     if !m.proto.contains("SAVPF") {
@@ -341,13 +364,50 @@ fn usable(m: &MediaView<'_>, t: &Transport) -> Result<bool, SignalError> {
     let Some(mid) = m.mid() else {
         return Err(bad("every m-line needs a=mid"));
     };
-    if !t.bundle.is_empty() && !t.bundle.iter().any(|b| b == mid) {
-        return Ok(false);
+    if t.bundle.is_empty() {
+        // One live line without BUNDLE: it is the transport's line (rtcp-mux checked there).
+        return Ok(true);
     }
-    if !m.rtcp_mux() {
-        return Err(unsupported("offer must use a=rtcp-mux"));
-    }
-    Ok(true)
+    // Bundled lines share the tagged line's transport, rtcp-mux included (RFC 8843 §7.2).
+    Ok(t.bundle.iter().any(|b| b == mid))
+}
+
+/// Why none of a line's payload types is one we carry, when it offers a codec we know in a
+/// form we do not take (the reason a 4xx names instead of "no supported media").
+fn why_unsupported(m: &MediaView<'_>) -> Option<String> {
+    m.payload_types().into_iter().find_map(|pt| {
+        let map = m.rtpmap(pt)?;
+        let codec = Codec::from_encoding_name(&map.encoding)?;
+        if map.clock_rate != codec.clock_rate() {
+            return Some(format!(
+                "payload type {pt} is {}/{} but {} runs at {} Hz",
+                map.encoding,
+                map.clock_rate,
+                codec.encoding_name(),
+                codec.clock_rate()
+            ));
+        }
+        match codec {
+            Codec::Opus => Some(format!(
+                "payload type {pt} is opus with {} channels; SDP describes Opus as opus/48000/2 (RFC 7587)",
+                map.channels.unwrap_or(1)
+            )),
+            Codec::H264 => {
+                let mode = m
+                    .fmtp(pt)
+                    .and_then(|f| f.param("packetization-mode").map(str::to_owned));
+                Some(match mode {
+                    Some(mode) => format!(
+                        "payload type {pt} is H264 packetization-mode={mode}; Ferry takes packetization-mode=1"
+                    ),
+                    None => format!(
+                        "payload type {pt} is H264 without packetization-mode (which means 0, single NAL units); Ferry takes packetization-mode=1: add a=fmtp:{pt} packetization-mode=1"
+                    ),
+                })
+            }
+            Codec::Vp8 => None,
+        }
+    })
 }
 
 /// The codec for a payload type, if we carry it.
@@ -358,7 +418,8 @@ fn codec_of(m: &MediaView<'_>, pt: u8) -> Option<Codec> {
         return None;
     }
     match codec {
-        Codec::Opus => (map.channels == Some(2)).then_some(codec),
+        // RFC 7587 writes opus/48000/2; a missing channel count is taken as that (lenient).
+        Codec::Opus => matches!(map.channels, None | Some(2)).then_some(codec),
         Codec::H264 => {
             let fmtp = m.fmtp(pt)?;
             (fmtp.param("packetization-mode") == Some("1")).then_some(codec)
@@ -503,8 +564,9 @@ fn view_line(
         candidates.first().copied()
     };
     let Some(pt) = pick else {
+        let why = why_unsupported(m).map_or_else(String::new, |w| format!(" ({w})"));
         *mismatch = Some(format!(
-            "the stream's {} track is {} and the offer does not accept it",
+            "the stream's {} track is {} and the offer does not accept it{why}",
             if video { "video" } else { "audio" },
             src.codec.encoding_name()
         ));
@@ -559,12 +621,16 @@ fn write_answer(
     for (line, m) in media.iter().zip(offer.media_views()) {
         if !line.accepted {
             let fmt = m.formats.first().map_or("0", String::as_str);
+            // With the transport's attributes: webrtcbin refuses an answer whose rejected
+            // line lacks them ("No fingerprint lines in sdp for media 1"); browsers ignore them.
             let _ = write!(
                 s,
-                "m={} 0 {} {}\r\nc=IN IP4 0.0.0.0\r\na=mid:{}\r\na=inactive\r\n",
+                "m={} 0 {} {}\r\nc=IN IP4 0.0.0.0\r\na=ice-ufrag:{}\r\na=ice-pwd:{}\r\na=fingerprint:sha-256 {fp}\r\na=setup:{setup}\r\na=mid:{}\r\na=inactive\r\na=rtcp-mux\r\n",
                 m.kind.as_str(),
                 m.proto,
                 fmt,
+                p.local_ice.ufrag,
+                p.local_ice.pwd,
                 line.mid
             );
             continue;

@@ -150,7 +150,7 @@ pub struct Node {
     rng: ChaCha20Rng,
     /// The DTLS engine configuration every session shares (building one
     /// costs ~7 ms: once per node, not once per session or migration).
-    dtls_shared: Option<Arc<dimpl::Config>>,
+    dtls_shared: Option<Arc<crate::dtls::DtlsConfig>>,
     sessions: Vec<Option<Session>>,
     free: Vec<usize>,
     by_id: HashMap<SessionId, usize>,
@@ -327,7 +327,7 @@ impl Node {
         self.by_id.get(id).and_then(|&k| self.sessions[k].as_ref())
     }
 
-    fn dtls_config(&mut self) -> Arc<dimpl::Config> {
+    fn dtls_config(&mut self) -> Arc<crate::dtls::DtlsConfig> {
         match &self.dtls_shared {
             Some(shared) => shared.clone(),
             // Simulations: each session's handshake randomness from the seed.
@@ -633,6 +633,7 @@ impl Node {
             }
         };
         if is_rtcp {
+            s.ice.authenticated_traffic(now, from);
             self.handle_rtcp(now, key, &data[..len]);
         } else {
             self.handle_rtp(now, key, data, len);

@@ -660,7 +660,7 @@ impl Session {
     pub fn restore(
         s: &SessionSnapshot,
         cfg: &SessionConfig,
-        dtls_config: Arc<dimpl::Config>,
+        dtls_config: Arc<crate::dtls::DtlsConfig>,
         now: Instant,
     ) -> Result<Self, String> {
         if s.version > SNAPSHOT_VERSION {

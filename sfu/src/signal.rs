@@ -104,6 +104,10 @@ pub enum SignalError {
     /// An `Idempotency-Key` reused with another request (422).
     #[error("Idempotency-Key {0:?} was used for another request")]
     IdempotencyMismatch(String),
+    /// The session migrated to another node: its URL there (307 with `Location`), so a
+    /// client that kept the old URL still reaches it.
+    #[error("the session moved to {0}")]
+    Moved(String),
 }
 
 impl SignalError {
@@ -119,6 +123,7 @@ impl SignalError {
             SignalError::Full | SignalError::Unavailable => 503,
             SignalError::BadTicket(t) => t.status(),
             SignalError::IdempotencyMismatch(_) => 422,
+            SignalError::Moved(_) => 307,
         }
     }
 
@@ -127,6 +132,7 @@ impl SignalError {
         match self {
             SignalError::BadTicket(t) => Some(t.code()),
             SignalError::IdempotencyMismatch(_) => Some("idempotency-mismatch"),
+            SignalError::Moved(_) => Some("session-moved"),
             _ => None,
         }
     }

@@ -183,6 +183,12 @@ pub fn start_dev_with(edge: bool, extra: &[&str]) -> Result<Dev> {
 
 /// [`start_dev_with`] with `env` added to the process's environment.
 pub fn start_dev_env(edge: bool, extra: &[&str], env: &[(&str, &str)]) -> Result<Dev> {
+    start_dev_at("127.0.0.1", edge, extra, env)
+}
+
+/// [`start_dev_env`] with every socket (HTTP, edge, media, migrations) on `ip`: an address
+/// other than loopback, for peers in a network namespace ([`crate::netns::Netns`]).
+pub fn start_dev_at(ip: &str, edge: bool, extra: &[&str], env: &[(&str, &str)]) -> Result<Dev> {
     // Each run its own state and secrets: runs of this file go in parallel.
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let state = std::env::temp_dir().join(format!(
@@ -191,19 +197,23 @@ pub fn start_dev_env(edge: bool, extra: &[&str], env: &[(&str, &str)]) -> Result
         RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let state_arg = state.to_str().context("temp dir")?.to_owned();
+    let any = format!("{ip}:0");
     let mut args = vec![
         "dev",
         "--state-dir",
         state_arg.as_str(),
         "--gateway",
-        "127.0.0.1:0",
+        &any,
         "--node-a",
-        "127.0.0.1:0",
+        &any,
         "--node-b",
-        "127.0.0.1:0",
+        &any,
         "--edge",
-        "127.0.0.1:0",
+        &any,
     ];
+    if ip != "127.0.0.1" {
+        args.extend(["--udp", &any]);
+    }
     if !edge {
         args.push("--no-edge");
     }

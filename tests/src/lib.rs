@@ -26,6 +26,8 @@ pub mod cluster;
 mod collector;
 pub mod coturn;
 pub mod etcd;
+pub mod gstreamer;
+pub mod netns;
 mod node;
 
 pub use chromium::{Browser, CHROMIUM_ENV};

@@ -413,6 +413,25 @@ fn nomination_from_a_new_address_switches_path() {
 }
 
 #[test]
+fn authenticated_srtcp_from_the_selected_address_keeps_consent_as_libnice_peers_need() {
+    let t0 = Instant::now();
+    let mut lite = lite();
+    // Before a nomination nothing is selected: traffic refreshes nothing.
+    lite.authenticated_traffic(t0, addr(A));
+    assert_eq!(lite.poll_timeout(), None);
+    handle(&mut lite, t0, A, &good_check(true)).0.unwrap();
+    // From another address: no refresh.
+    lite.authenticated_traffic(t0 + Duration::from_secs(20), addr(B));
+    assert_eq!(lite.poll_timeout(), Some(t0 + Duration::from_secs(30)));
+    // From the selected address: consent runs 30 s from it.
+    let t1 = t0 + Duration::from_secs(25);
+    lite.authenticated_traffic(t1, addr(A));
+    assert_eq!(lite.poll_timeout(), Some(t1 + Duration::from_secs(30)));
+    assert!(!lite.is_expired(t0 + Duration::from_secs(54)));
+    assert!(lite.is_expired(t1 + Duration::from_secs(30)));
+}
+
+#[test]
 fn consent_expires_exactly_30s_after_the_last_check_from_the_selected_address() {
     let t0 = Instant::now();
     let mut lite = lite();

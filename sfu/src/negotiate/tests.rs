@@ -1,6 +1,9 @@
 use super::*;
 
 const CHROME: &str = include_str!("../../../rtc/src/sdp/testdata/chrome_offer.sdp");
+/// What GStreamer 1.22's whipsink (webrtcbin, max-bundle) offers: the second line has port 0
+/// and `a=bundle-only`, both lines use payload type 96.
+const GSTREAMER: &str = include_str!("../../../rtc/src/sdp/testdata/gstreamer_whip_offer.sdp");
 const SIMULCAST: &str = include_str!("../../../rtc/src/sdp/testdata/chrome_simulcast_offer.sdp");
 
 fn params<'a>(ice: &'a IceCredentials, cands: &'a [SocketAddr]) -> AnswerParams<'a> {
@@ -207,4 +210,76 @@ fn media_lines_round_trip_through_state() {
     for m in &n.media {
         assert_eq!(&MediaLine::from_state(&m.to_state()).unwrap(), m);
     }
+}
+
+#[test]
+fn bundle_only_lines_with_port_0_are_live_and_rejected_lines_carry_the_transport() {
+    let ice = ice();
+    let n = negotiate_publish(GSTREAMER, &params(&ice, &[])).unwrap();
+    let (v, a) = (&n.media[0], &n.media[1]);
+    assert!(v.accepted && a.accepted, "{:?}", n.media);
+    assert_eq!((v.codec, v.pt), (Codec::Vp8, 96));
+    assert_eq!((a.codec, a.pt), (Codec::Opus, 96));
+    let answer = SessionDescription::parse(&n.answer).unwrap();
+    assert_eq!(
+        answer.group_bundle(),
+        Some(vec!["video0".into(), "audio1".into()])
+    );
+    let al = answer.media_view(1).unwrap();
+    assert_eq!((al.port, al.mid()), (9, Some("audio1")));
+    // A bundle-only line need not repeat the transport (RFC 8843 §7.2).
+    let bare = GSTREAMER.replace("a=bundle-only\r\na=rtcp-mux\r\n", "a=bundle-only\r\n");
+    assert!(negotiate_publish(&bare, &params(&ice, &[])).unwrap().media[1].accepted);
+    // Outside the BUNDLE group a port-0 line stays rejected.
+    let unbundled = GSTREAMER.replace("a=group:BUNDLE video0 audio1", "a=group:BUNDLE video0");
+    let n = negotiate_publish(&unbundled, &params(&ice, &[])).unwrap();
+    assert!(!n.media[1].accepted);
+    // ... and its answer line carries ICE credentials, fingerprint and setup, which webrtcbin
+    // requires of every line ("No fingerprint lines in sdp for media 1").
+    let answer = SessionDescription::parse(&n.answer).unwrap();
+    let rejected = answer.media_view(1).unwrap();
+    assert_eq!(rejected.port, 0);
+    assert_eq!(rejected.ice_ufrag(), Some("srv1"));
+    assert_eq!(rejected.fingerprints().len(), 1);
+    assert_eq!(rejected.setup(), Some(Setup::Active));
+}
+
+#[test]
+fn opus_without_a_channel_count_is_taken_and_h264_without_packetization_mode_is_named() {
+    let ice = ice();
+    let p = params(&ice, &[]);
+    let n = negotiate_publish(&GSTREAMER.replace("OPUS/48000/2", "OPUS/48000"), &p).unwrap();
+    assert_eq!(n.media[1].codec, Codec::Opus);
+    assert!(n.answer.contains("opus/48000/2"));
+    let mono = negotiate_publish(&GSTREAMER.replace("OPUS/48000/2", "OPUS/48000/1"), &p).unwrap();
+    assert!(!mono.media[1].accepted);
+
+    let h264 = GSTREAMER
+        .replace(
+            "a=rtpmap:96 VP8/90000",
+            "a=rtpmap:96 H264/90000\r\na=fmtp:96 profile-level-id=42e01f",
+        )
+        .replace("a=rtpmap:96 OPUS/48000/2", "a=rtpmap:96 OPUS/48000/1");
+    let e = negotiate_publish(&h264, &p).unwrap_err();
+    assert_eq!(e.status(), 422);
+    let r = e.to_string();
+    assert!(
+        r.contains("without packetization-mode") && r.contains("payload type 96"),
+        "{r}"
+    );
+    let mode0 = h264.replace(
+        "profile-level-id=42e01f",
+        "profile-level-id=42e01f;packetization-mode=0",
+    );
+    let r = negotiate_publish(&mode0, &p).unwrap_err().to_string();
+    assert!(r.contains("packetization-mode=0"), "{r}");
+    let e = negotiate_publish(
+        &GSTREAMER
+            .replace("VP8/90000", "VP8/48000")
+            .replace("OPUS/48000/2", "OPUS/48000/1"),
+        &p,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("VP8/48000") && e.contains("90000"), "{e}");
 }
