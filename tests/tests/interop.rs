@@ -410,6 +410,38 @@ async fn aiortc_publishes_and_plays_and_its_delete_ends_the_session_before_and_a
         "viewer 2 stalled after its migration: {before} → {}",
         v2.video_frames()
     );
+    // PATCH to the URL it holds reaches the session where it is now (forwarded): a trickled
+    // candidate is taken (204), a stale If-Match is refused there (412).
+    let location = v2
+        .last("created")
+        .and_then(|v| v["location"].as_str().map(str::to_owned))
+        .context("viewer 2's Location")?;
+    let frag = b"a=candidate:1 1 udp 2130706431 192.0.2.9 9 typ host\r\n";
+    let patch = |etag: &str| {
+        http(
+            &location,
+            "PATCH",
+            &[
+                ("Content-Type", "application/trickle-ice-sdpfrag"),
+                ("If-Match", etag),
+            ],
+            frag,
+        )
+    };
+    let r = patch("*")?;
+    ensure!(
+        r.status == 204,
+        "PATCH to the old URL: {} {}",
+        r.status,
+        r.body
+    );
+    let r = patch("\"stale\"")?;
+    ensure!(
+        r.status == 412,
+        "stale PATCH to the old URL: {} {}",
+        r.status,
+        r.body
+    );
     let stop = Instant::now();
     let status = v2.delete().await?;
     let took = gone(&dev, &id2, stop, Duration::from_secs(2)).await?;
