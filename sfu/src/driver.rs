@@ -214,6 +214,11 @@ impl NodeHandle {
         &self.ready
     }
 
+    /// The scheduler this node reports to, if any.
+    pub fn scheduler_link(&self) -> Option<&crate::heartbeat::SchedulerLink> {
+        self.scheduler.as_ref()
+    }
+
     /// How this node's HTTP client reaches its peers (the scheduler link's TLS settings).
     pub fn peer_tls(&self) -> ureq::tls::TlsConfig {
         self.scheduler

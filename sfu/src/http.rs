@@ -17,6 +17,7 @@ use tower_http::cors::{Any, CorsLayer};
 use tracing::Instrument;
 
 mod forward;
+mod turn;
 
 use crate::driver::NodeHandle;
 use crate::signal::{PatchOutcome, SessionKind, SignalError, TicketError};
@@ -82,6 +83,7 @@ pub struct Access {
 struct AppState {
     node: NodeHandle,
     ice_servers: Vec<IceServer>,
+    turn: turn::TurnLinks,
     process_metrics: Option<ProcessMetrics>,
     access: Access,
 }
@@ -166,6 +168,7 @@ pub fn router(
         .with_state(AppState {
             node,
             ice_servers,
+            turn: turn::TurnLinks::default(),
             process_metrics,
             access,
         })
@@ -356,6 +359,10 @@ async fn create(
         .await;
     match result {
         Ok(answer) => {
+            let relays = st
+                .turn
+                .for_session(&st.node, &answer.session, &stream)
+                .await;
             let path = format!("/{}/{}/{}", kind.path(), stream, answer.session);
             // Absolute, so a client that came through the gateway's redirect (or a proxy)
             // sends PATCH and DELETE here.
@@ -378,7 +385,7 @@ async fn create(
                 HeaderName::from_static("accept-patch"),
                 HeaderValue::from_static(SDPFRAG),
             );
-            for s in &st.ice_servers {
+            for s in st.ice_servers.iter().chain(&relays) {
                 append(h, header::LINK, &s.link());
             }
             // Server-sent events of the session (WHEP's SSE extension): where it goes when it

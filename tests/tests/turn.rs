@@ -6,7 +6,9 @@
 //! matches. Access: no token → 401, a token for another stream → 403, a play token for the
 //! stream → 200. Then headless Chromium, relay only (`iceTransportPolicy: "relay"`), publishes
 //! and plays through `ferry dev` with the browser SDK fetching the gateway's relays: both
-//! peer connections run on a relay candidate pair and the viewer decodes.
+//! peer connections run on a relay candidate pair and the viewer decodes. A plain WHIP client
+//! gets the same relays from the node's answer (`Link: rel="ice-server"` with the credential),
+//! which coturn accepts.
 
 use std::process::Command;
 
@@ -17,6 +19,7 @@ use ferry_tests::coturn::Coturn;
 use ferry_tests::{Browser, Collector, FerryProcess, ferry_bin, http, num};
 use serde_json::{Value, json};
 
+const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
 const SECRET: &str = "turn-test-secret";
 const TOKEN_SECRET: &str = "turn-test-token-secret";
 
@@ -255,5 +258,50 @@ async fn chromium_publishes_and_plays_relay_only_through_coturn() -> Result<()> 
         "the viewer decodes: {}",
         reports["B"]["inbound"]
     );
+
+    // A plain WHIP client (no SDK) gets the fleet's relays from the node's answer, as
+    // `Link: <turn:…>; rel="ice-server"` with a REST credential (RFC 9725 §4.6), and coturn
+    // accepts that credential.
+    let r = http(
+        &format!("{}/whip/links", dev.node_a),
+        "POST",
+        &[
+            ("content-type", "application/sdp"),
+            ("authorization", &format!("Bearer {}", dev.token)),
+        ],
+        OFFER.as_bytes(),
+    )?;
+    ensure!(r.status == 201, "WHIP: {} {}", r.status, r.body);
+    let session = r
+        .header("ferry-session")
+        .context("ferry-session")?
+        .to_owned();
+    let links: Vec<&str> = r
+        .all("link")
+        .into_iter()
+        .filter(|l| l.contains("rel=\"ice-server\""))
+        .collect();
+    ensure!(links.len() == 2, "one Link per relay: {links:?}");
+    let attr = |link: &str, key: &str| -> Option<String> {
+        let start = link.find(&format!("{key}=\""))? + key.len() + 2;
+        let rest = &link[start..];
+        Some(rest[..rest.find('"')?].to_owned())
+    };
+    for relay in &relays {
+        let link = links
+            .iter()
+            .find(|l| l.starts_with(&format!("<{}>", relay.uri())))
+            .with_context(|| format!("no Link for {}: {links:?}", relay.uri()))?;
+        let username = attr(link, "username").context("username")?;
+        let credential = attr(link, "credential").context("credential")?;
+        ensure!(
+            username.ends_with(&format!(":{session}")),
+            "the credential is the session's: {username}"
+        );
+        ensure!(
+            relay.allocate(&username, &credential)?,
+            "coturn refused the node's credential {username}"
+        );
+    }
     Ok(())
 }
