@@ -1,7 +1,7 @@
 //! TURN relays in WHIP/WHEP answers: `Link: <turn:…>; rel="ice-server"` with a REST credential
 //! (RFC 9725 §4.6), from the scheduler's TURN fleet (`POST /v1/turn/credentials`: a primary and
 //! backups chosen by bounded-load hashing of the session). Clients that read Link headers
-//! (GStreamer `use-link-headers`, the SDKs) then reach the node through a relay when they must.
+//! (GStreamer `use-link-headers=true`, say) then reach the node through a relay when they must.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
