@@ -103,6 +103,10 @@ pub struct TurnArgs {
     /// Lifetime of a credential, seconds.
     #[arg(long, env = "FERRY_TURN_TTL", default_value_t = 3600)]
     pub turn_ttl_s: u64,
+    /// Seconds between STUN health probes of each relay (3 missed in a row: handed to nobody
+    /// until it answers again); 0 turns the probes off.
+    #[arg(long, env = "FERRY_TURN_PROBE_INTERVAL", default_value_t = 2)]
+    pub turn_probe_interval_s: u64,
 }
 
 impl TurnArgs {
@@ -160,6 +164,13 @@ pub async fn start_scheduler(
     };
     if let Some(fleet) = turn {
         scheduler.set_turn(fleet);
+        if args.turn.turn_probe_interval_s > 0 {
+            tokio::spawn(ferry_scheduler::turn_probe::run(
+                scheduler.clone(),
+                std::time::Duration::from_secs(args.turn.turn_probe_interval_s),
+                3,
+            ));
+        }
     }
     tokio::spawn(scheduler.clone().run());
     let keys = args.tokens.keys()?;

@@ -23,3 +23,4 @@ pub mod store;
 pub mod ticket;
 mod trace;
 pub mod turn;
+pub mod turn_probe;

@@ -184,6 +184,22 @@ impl Scheduler {
         Some(fleet.credentials(unix_ms() / 1000, req))
     }
 
+    /// The TURN relays' ids and URIs (none without a fleet).
+    pub fn turn_relays(&self) -> Vec<(NodeId, String)> {
+        self.turn.get().map_or_else(Vec::new, |f| {
+            f.lock().unwrap_or_else(PoisonError::into_inner).uris()
+        })
+    }
+
+    /// Records a TURN relay's health probe outcome; whether its state changed.
+    pub fn set_turn_relay_up(&self, id: &NodeId, up: bool) -> bool {
+        self.turn.get().is_some_and(|f| {
+            f.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set_up(id, up)
+        })
+    }
+
     /// Whether this replica leads (takes writes, runs drains and migrations).
     pub fn is_leader(&self) -> bool {
         self.leadership.is_leader()
@@ -643,6 +659,17 @@ impl Scheduler {
                     s,
                     "ferry_turn_relay_draining{{relay=\"{id}\"}} {}",
                     u8::from(draining)
+                );
+            }
+            let _ = writeln!(
+                s,
+                "# HELP ferry_turn_relay_up Whether the relay answers its STUN health probes.\n# TYPE ferry_turn_relay_up gauge"
+            );
+            for (id, _, _, _) in f.servers() {
+                let _ = writeln!(
+                    s,
+                    "ferry_turn_relay_up{{relay=\"{id}\"}} {}",
+                    u8::from(f.is_up(id))
                 );
             }
         }

@@ -48,6 +48,8 @@ pub struct TurnFleet {
     /// Relay id → its spec.
     servers: BTreeMap<NodeId, TurnServerSpec>,
     draining: BTreeSet<NodeId>,
+    /// Relays whose health probes fail (see [`crate::turn_probe`]).
+    down: BTreeSet<NodeId>,
     /// Live credentials per relay (as primary).
     loads: BTreeMap<NodeId, u64>,
     /// When each live credential expires, in order.
@@ -107,6 +109,7 @@ impl TurnFleet {
             placement,
             servers,
             draining: BTreeSet::new(),
+            down: BTreeSet::new(),
             loads: BTreeMap::new(),
             expiries: VecDeque::new(),
             issued: 0,
@@ -127,17 +130,59 @@ impl TurnFleet {
 
     /// Stops (or resumes) giving relay `id` to anyone. Whether it is known.
     pub fn set_draining(&mut self, id: &NodeId, draining: bool) -> bool {
-        let Some(s) = self.servers.get(id) else {
+        if !self.servers.contains_key(id) {
             return false;
-        };
+        }
         if draining {
             self.draining.insert(id.clone());
+        } else {
+            self.draining.remove(id);
+        }
+        self.sync(id);
+        true
+    }
+
+    /// Records whether relay `id` answers its health probes; whether that changed anything.
+    /// A relay that does not is handed to nobody until it answers again.
+    pub fn set_up(&mut self, id: &NodeId, up: bool) -> bool {
+        if !self.servers.contains_key(id) {
+            return false;
+        }
+        let changed = if up {
+            self.down.remove(id)
+        } else {
+            self.down.insert(id.clone())
+        };
+        if changed {
+            self.sync(id);
+        }
+        changed
+    }
+
+    /// Whether relay `id` answered its last health probes.
+    pub fn is_up(&self, id: &NodeId) -> bool {
+        !self.down.contains(id)
+    }
+
+    /// Each relay's id and URI (what the health probes reach).
+    pub fn uris(&self) -> Vec<(NodeId, String)> {
+        self.servers
+            .iter()
+            .map(|(id, s)| (id.clone(), s.uri.clone()))
+            .collect()
+    }
+
+    /// A relay is in the placement when it neither drains nor is down. Back in, its slot
+    /// returns (the tombstone is reused): its old users map to it again.
+    fn sync(&mut self, id: &NodeId) {
+        let Some(s) = self.servers.get(id) else {
+            return;
+        };
+        if self.draining.contains(id) || self.down.contains(id) {
             self.placement.remove(id);
-        } else if self.draining.remove(id) {
-            // Its slot comes back (the tombstone is reused): its old users map to it again.
+        } else {
             let _ = self.placement.upsert(spec_of(id, s));
         }
-        true
     }
 
     fn expire(&mut self, unix_s: u64) {
@@ -345,6 +390,44 @@ mod tests {
             );
         }
         assert!(!f.set_draining(&NodeId::new("nope").unwrap(), true));
+    }
+
+    #[test]
+    fn a_relay_that_fails_its_probes_gets_nobody_until_it_answers_again() {
+        let mut f = fleet(4);
+        let dead = f.uris()[1].0.clone();
+        let before: Vec<_> = (0..200)
+            .map(|u| ask(&mut f, &format!("u{u}"), None).ice_servers[0].urls[0].clone())
+            .collect();
+        assert!(f.set_up(&dead, false));
+        assert!(!f.set_up(&dead, false), "no change the second time");
+        assert!(!f.is_up(&dead));
+        let uri = f.servers.get(&dead).map(|s| s.uri.clone()).unwrap();
+        for u in 0..200 {
+            let r = ask(&mut f, &format!("u{u}"), None);
+            assert!(
+                r.ice_servers.iter().all(|s| s.urls[0] != uri),
+                "a down relay was handed out"
+            );
+        }
+        // Answering again, it gets its users back (the same slot).
+        assert!(f.set_up(&dead, true));
+        let after: Vec<_> = (0..200)
+            .map(|u| ask(&mut f, &format!("u{u}"), None).ice_servers[0].urls[0].clone())
+            .collect();
+        let back = before
+            .iter()
+            .zip(&after)
+            .filter(|(b, a)| **b == uri && **a == uri)
+            .count();
+        assert!(back > 0 && before.iter().filter(|b| **b == uri).count() >= back);
+        // Draining and down combine: up again but draining stays out.
+        assert!(f.set_draining(&dead, true));
+        assert!(!f.set_up(&dead, true));
+        for u in 0..50 {
+            let r = ask(&mut f, &format!("v{u}"), None);
+            assert!(r.ice_servers.iter().all(|s| s.urls[0] != uri));
+        }
     }
 
     #[test]

@@ -201,6 +201,102 @@ fn a_scheduler_without_relays_says_so() -> Result<()> {
     Ok(())
 }
 
+/// The scheduler's STUN health probes: a relay that stops answering is handed to nobody
+/// (`ferry_turn_relay_up{relay} 0`), the others keep their users.
+#[test]
+fn a_relay_that_stops_answering_stun_is_handed_to_nobody() -> Result<()> {
+    let mut relays = vec![
+        Coturn::start(SECRET)?,
+        Coturn::start(SECRET)?,
+        Coturn::start(SECRET)?,
+    ];
+    let uris: Vec<String> = relays.iter().map(Coturn::uri).collect();
+    let api = "turn-probe-api-token";
+    let scheduler = scheduler(
+        &["--token", api, "--turn-probe-interval-s", "1"],
+        &[
+            ("FERRY_TURN_URIS", &uris.join(",")),
+            ("FERRY_TURN_SECRET", SECRET),
+        ],
+    )?;
+    let base = scheduler.after("http")?;
+    let up_lines = || -> Result<Vec<String>> {
+        let m = http(&format!("{base}/metrics"), "GET", &[], b"")?;
+        Ok(m.body
+            .lines()
+            .filter(|l| l.starts_with("ferry_turn_relay_up{"))
+            .map(str::to_owned)
+            .collect())
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let lines = up_lines()?;
+        if lines.len() == 3 && lines.iter().all(|l| l.ends_with(" 1")) {
+            break;
+        }
+        ensure!(started.elapsed().as_secs() < 10, "relays not up: {lines:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let dead = relays.remove(1);
+    let dead_uri = dead.uri();
+    let dead_port = dead_uri
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .split('?')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    drop(dead);
+    let killed = std::time::Instant::now();
+    loop {
+        let lines = up_lines()?;
+        let down: Vec<&String> = lines.iter().filter(|l| l.ends_with(" 0")).collect();
+        if !down.is_empty() {
+            ensure!(
+                down.len() == 1 && down[0].contains(&dead_port),
+                "the wrong relay is down: {lines:?}"
+            );
+            break;
+        }
+        ensure!(
+            killed.elapsed().as_secs() < 10,
+            "the dead relay is still up: {lines:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    println!(
+        "the killed relay is down {} ms after its coturn stopped",
+        killed.elapsed().as_millis()
+    );
+    let auth = format!("Bearer {api}");
+    for u in 0..40 {
+        let r = http(
+            &format!("{base}/v1/turn/credentials"),
+            "POST",
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &auth),
+            ],
+            json!({ "user": format!("user{u}") }).to_string().as_bytes(),
+        )?;
+        ensure!(r.status == 200, "{} {}", r.status, r.body);
+        let v: Value = serde_json::from_str(&r.body)?;
+        let urls: Vec<&str> = v["ice_servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["urls"][0].as_str())
+            .collect();
+        ensure!(!urls.is_empty(), "user{u}: no relay");
+        ensure!(
+            !urls.contains(&dead_uri.as_str()),
+            "user{u} got the dead relay: {urls:?}"
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_publishes_and_plays_relay_only_through_coturn() -> Result<()> {
     let relays = [Coturn::start(SECRET)?, Coturn::start(SECRET)?];
