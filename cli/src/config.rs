@@ -73,15 +73,17 @@ pub fn merge(cli: &Command, args: Vec<OsString>, table: &toml::Table) -> Result<
             .with_context(|| format!("no command {name}"))?;
         m = sub;
     }
-    let mut section = Some(table);
+    let mut found = Some(table);
     for name in &path {
-        section = section.and_then(|t| t.get(name)).and_then(|v| v.as_table());
+        found = found.and_then(|t| t.get(name)).and_then(|v| v.as_table());
     }
-    let Some(section) = section else {
+    let mut section = found.cloned().unwrap_or_default();
+    shared_turn(table, cmd, &mut section)?;
+    if section.is_empty() {
         return Ok(args);
-    };
+    }
     let mut extra: Vec<OsString> = Vec::new();
-    for (key, value) in section {
+    for (key, value) in &section {
         if value.is_table() {
             // A nested command's table (`[bench.ha]` under `[bench]`).
             continue;
@@ -134,6 +136,32 @@ pub fn merge(cli: &Command, args: Vec<OsString>, table: &toml::Table) -> Result<
     let mut out = args;
     out.splice(at..at, extra);
     Ok(out)
+}
+
+/// The shared `[turn]` table — the TURN fleet that every scheduler replica (and `ferry dev`)
+/// hands out — fills the `--turn-…` flags (`uris` → `--turn-uris`) of a command that has them,
+/// below the command's own table. Its keys must all be such flags.
+fn shared_turn(root: &toml::Table, cmd: &Command, section: &mut toml::Table) -> Result<()> {
+    let Some(turn) = root.get("turn").and_then(toml::Value::as_table) else {
+        return Ok(());
+    };
+    let has = |long: &str| cmd.get_arguments().any(|a| a.get_long() == Some(long));
+    if !cmd
+        .get_arguments()
+        .any(|a| a.get_long().is_some_and(|l| l.starts_with("turn-")))
+    {
+        return Ok(());
+    }
+    for (key, value) in turn {
+        let long = format!("turn-{}", key.replace('_', "-"));
+        if !has(&long) {
+            bail!("[turn] has no key {key:?} (the --turn-… flags of `ferry scheduler --help`)");
+        }
+        if !section.contains_key(&long) && !section.contains_key(&long.replace('-', "_")) {
+            section.insert(long, value.clone());
+        }
+    }
+    Ok(())
 }
 
 /// The index just after the words of `path` in `args`.
@@ -233,6 +261,10 @@ mod tests {
         let cli = <crate::Cli as clap::CommandFactory>::command();
         assert!(table.len() >= 4, "{table:?}");
         for name in table.keys() {
+            if name == "turn" {
+                // Shared by the commands with --turn-… flags, checked through them.
+                continue;
+            }
             let args = vec![OsString::from("ferry"), OsString::from(name)];
             let merged = merge(&cli, args, &table).unwrap_or_else(|e| panic!("[{name}]: {e:#}"));
             assert!(merged.len() > 2, "[{name}] set nothing");
@@ -240,6 +272,51 @@ mod tests {
                 panic!("[{name}]: {e}");
             }
         }
+    }
+
+    /// `[turn]` fills the `--turn-…` flags of the scheduler (and `ferry dev`), below their own
+    /// tables; commands without them ignore it; a typo in it is an error.
+    #[test]
+    fn the_turn_table_is_shared() {
+        let cli = <crate::Cli as clap::CommandFactory>::command();
+        let file: toml::Table = toml::from_str(
+            "[turn]\nuris = \"turn:10.0.0.1:3478\"\nttl-s = 600\n[dev]\nturn-ttl-s = 900\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let words = |cmd: &str| -> Vec<String> {
+            let args = vec![OsString::from("ferry"), OsString::from(cmd)];
+            merge(&cli, args, &file)
+                .unwrap_or_else(|e| panic!("{e:#}"))
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        let sched = words("scheduler");
+        assert!(
+            sched.contains(&"--turn-uris=turn:10.0.0.1:3478".to_owned()),
+            "{sched:?}"
+        );
+        assert!(sched.contains(&"--turn-ttl-s=600".to_owned()), "{sched:?}");
+        let dev = words("dev");
+        assert!(
+            dev.contains(&"--turn-ttl-s=900".to_owned()),
+            "[dev] wins: {dev:?}"
+        );
+        assert!(!dev.contains(&"--turn-ttl-s=600".to_owned()), "{dev:?}");
+        assert_eq!(
+            words("edge"),
+            ["ferry", "edge"],
+            "no --turn-… flags: [turn] ignored"
+        );
+        let typo: toml::Table =
+            toml::from_str("[turn]\nurs = \"x\"\n").unwrap_or_else(|e| panic!("{e}"));
+        let e = merge(
+            &cli,
+            vec![OsString::from("ferry"), OsString::from("scheduler")],
+            &typo,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("[turn] has no key \"urs\""), "{e}");
     }
 
     #[test]

@@ -31,8 +31,9 @@ impl Drop for Coturn {
 static NEXT_RANGE: AtomicU16 = AtomicU16::new(0);
 
 impl Coturn {
-    /// Starts `turnserver` with `secret` as its `static-auth-secret` and waits until it answers
-    /// STUN.
+    /// Starts `turnserver` with `secret` as its `static-auth-secret` (several, comma-separated:
+    /// coturn accepts a credential signed with any of them, as during a rotation) and waits until
+    /// it answers STUN.
     pub fn start(secret: &str) -> Result<Coturn> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let range = NEXT_RANGE.fetch_add(1, Ordering::SeqCst);
@@ -46,7 +47,11 @@ impl Coturn {
             .arg(format!("--min-port={min}"))
             .arg(format!("--max-port={}", min + 199))
             .args(["--use-auth-secret", "--realm=ferry"])
-            .arg(format!("--static-auth-secret={secret}"))
+            .args(
+                secret
+                    .split(',')
+                    .map(|s| format!("--static-auth-secret={s}")),
+            )
             .args([
                 "--no-tls",
                 "--no-dtls",

@@ -201,6 +201,77 @@ fn a_scheduler_without_relays_says_so() -> Result<()> {
     Ok(())
 }
 
+/// `POST /v1/turn/credentials` for `user` at the scheduler `base`: (username, credential).
+fn issue(base: &str, api: &str, user: &str) -> Result<(String, String)> {
+    let r = http(
+        &format!("{base}/v1/turn/credentials"),
+        "POST",
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &format!("Bearer {api}")),
+        ],
+        json!({ "user": user }).to_string().as_bytes(),
+    )?;
+    ensure!(r.status == 200, "{} {}", r.status, r.body);
+    let v: Value = serde_json::from_str(&r.body)?;
+    let s = &v["ice_servers"][0];
+    Ok((
+        s["username"].as_str().context("username")?.to_owned(),
+        s["credential"].as_str().context("credential")?.to_owned(),
+    ))
+}
+
+/// Rotating the shared secret with stock coturn: the scheduler signs with the newest of
+/// `FERRY_TURN_SECRET` ("new,old"); coturn holding both during the rotation accepts the new
+/// credentials and the old ones clients still hold; after it, only new ones pass.
+#[test]
+fn a_secret_rotation_keeps_credentials_valid_across_the_switch() -> Result<()> {
+    // A scheduler handing out `relay` with `secret` signs a credential for `user`.
+    let issued = |relay: &Coturn, secret: &str, user: &str| -> Result<(String, String)> {
+        let api = "turn-rotation-api-token";
+        let env = [
+            ("FERRY_TURN_URIS", relay.uri()),
+            ("FERRY_TURN_SECRET", secret.to_owned()),
+        ];
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let s = scheduler(&["--token", api], &env)?;
+        issue(&s.after("http")?, api, user)
+    };
+    // Before: everything on the old secret.
+    let old_relay = Coturn::start("old-secret")?;
+    let (u1, p1) = issued(&old_relay, "old-secret", "alice")?;
+    ensure!(
+        old_relay.allocate(&u1, &p1)?,
+        "the old credential on the old relay"
+    );
+    // During: relays take both, the scheduler signs with the new one.
+    let both = Coturn::start("new-secret,old-secret")?;
+    let (u2, p2) = issued(&both, "new-secret,old-secret", "bob")?;
+    ensure!(
+        both.allocate(&u2, &p2)?,
+        "the new credential during the rotation"
+    );
+    ensure!(
+        both.allocate(&u1, &p1)?,
+        "the old credential a client holds, during the rotation"
+    );
+    ensure!(
+        !old_relay.allocate(&u2, &p2)?,
+        "the scheduler signed with the old secret, not the newest"
+    );
+    // After: only the new secret.
+    let new_relay = Coturn::start("new-secret")?;
+    ensure!(
+        new_relay.allocate(&u2, &p2)?,
+        "the new credential after the rotation"
+    );
+    ensure!(
+        !new_relay.allocate(&u1, &p1)?,
+        "an old credential after the rotation"
+    );
+    Ok(())
+}
+
 /// The scheduler's STUN health probes: a relay that stops answering is handed to nobody
 /// (`ferry_turn_relay_up{relay} 0`), the others keep their users.
 #[test]
