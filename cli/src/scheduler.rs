@@ -171,6 +171,15 @@ pub async fn start_scheduler(
                 3,
             ));
         }
+        // Drains of relays end when they hold no allocations or at their deadline.
+        let s = scheduler.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                s.check_turn_drains();
+            }
+        });
     }
     tokio::spawn(scheduler.clone().run());
     let keys = args.tokens.keys()?;

@@ -365,6 +365,61 @@ pub struct TurnCredentialsResponse {
     pub ttl: u64,
 }
 
+/// A TURN relay's drain (`POST /v1/turn/relays/{id}/drain`): it gets no new users, clients on
+/// it are told to move (an ICE restart onto a backup relay), and it is drained once it holds no
+/// allocations or the deadline passes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct TurnDrain {
+    /// When it started, Unix ms.
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
+    pub since_unix_ms: u64,
+    /// When it ends at the latest, Unix ms.
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
+    pub deadline_unix_ms: u64,
+    /// When it ended, Unix ms (`None`: still draining).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
+    pub done_unix_ms: Option<u64>,
+    /// Why it ended: `empty` (no allocations left) or `deadline`.
+    #[serde(default)]
+    pub done_reason: Option<String>,
+}
+
+/// `POST /v1/turn/relays/{id}/drain` (body optional).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TurnDrainRequest {
+    /// Seconds until the relay counts as drained even with allocations left (default 600).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 86_400))]
+    pub deadline_s: Option<u64>,
+}
+
+/// A TURN relay in `GET /v1/turn/relays`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct TurnRelayView {
+    /// Relay id (its URI with `:`/`?`/`=` replaced).
+    pub id: String,
+    /// `turn:host:port?transport=udp`.
+    pub uri: String,
+    /// Zone.
+    pub zone: String,
+    /// ISP line.
+    pub isp: String,
+    /// Share of the users, relative to the others.
+    pub weight: f64,
+    /// `active`, `draining`, `drained` or `down` (failing its STUN probes).
+    pub state: String,
+    /// Users whose live credential names it as primary (as this replica counts them).
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
+    pub allocations: u64,
+    /// Its drain, if one was started.
+    pub drain: Option<TurnDrain>,
+}
+
 /// `POST /v1/placements`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]

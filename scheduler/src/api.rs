@@ -19,7 +19,8 @@ use axum::{Extension, Json, middleware};
 use ferry_proto::api::{
     ApiError, DrainStatus, Heartbeat, MigrationAccepted, MigrationRequest, MigrationView, NodeView,
     PlacementRequest, PlacementResponse, ReclaimNotice, RoutingTable, SessionKind, SessionView,
-    TicketUse, TurnCredentialsRequest, TurnCredentialsResponse, WeightUpdate,
+    TicketUse, TurnCredentialsRequest, TurnCredentialsResponse, TurnDrain, TurnDrainRequest,
+    TurnRelayView, WeightUpdate,
 };
 use ferry_proto::auth::{AuthError, Claims, Grant, Signer, Verifier};
 use ferry_proto::{MigrationId, NodeId, StreamId};
@@ -42,7 +43,7 @@ const MAX_BODY: usize = 256 * 1024;
     paths(
         list_nodes, get_node, heartbeat, set_weight, reclaim_notice, start_drain, cancel_drain, drain_status,
         list_sessions, place, create_migration, get_migration, list_migrations, routing, healthz,
-        readyz, whip, whep, consume_ticket, turn_credentials
+        readyz, whip, whep, consume_ticket, turn_credentials, turn_relays, start_turn_drain, cancel_turn_drain
     ),
     modifiers(&BearerAuth),
 )]
@@ -214,6 +215,10 @@ pub fn router_with_tokens(
         .route("/v1/placements", post(place))
         .route("/v1/migrations", post(create_migration))
         .route("/v1/tickets/consume", post(consume_ticket))
+        .route(
+            "/v1/turn/relays/{id}/drain",
+            post(start_turn_drain).delete(cancel_turn_drain),
+        )
         .route_layer(middleware::from_fn_with_state(s.clone(), require_token))
         .route_layer(middleware::from_fn_with_state(s.clone(), follow_leader));
     // The gateway records placements: only the leader answers it.
@@ -241,7 +246,8 @@ pub fn router_with_tokens(
         .route("/v1/migrations", get(list_migrations))
         .route("/v1/migrations/{id}", get(get_migration))
         .route("/v1/routing", get(routing))
-        .route("/v1/routing/events", get(routing_events));
+        .route("/v1/routing/events", get(routing_events))
+        .route("/v1/turn/relays", get(turn_relays));
     let cors = CorsLayer::new()
         .allow_origin(Any)
         .allow_methods(Any)
@@ -321,6 +327,13 @@ async fn heartbeat(
             if let Some(state) = state {
                 r.headers_mut()
                     .insert("ferry-node-state", HeaderValue::from_static(state.as_str()));
+            }
+            // Relays being drained: the node tells its clients on them to move.
+            let draining = s.turn_draining_uris();
+            if !draining.is_empty()
+                && let Ok(v) = HeaderValue::from_str(&draining.join(", "))
+            {
+                r.headers_mut().insert(TURN_DRAINING, v);
             }
             r
         }
@@ -655,6 +668,71 @@ async fn turn_credentials(
             error(StatusCode::BAD_REQUEST, e.to_string())
         }
         Some(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// The answer to a heartbeat lists the TURN relays being drained (URIs, comma-separated).
+const TURN_DRAINING: &str = "ferry-turn-draining";
+
+/// Deadline of a TURN relay's drain when the request names none.
+const TURN_DRAIN_DEADLINE_S: u64 = 600;
+
+fn turn_api_error(e: crate::service::TurnApiError) -> Response {
+    use crate::service::TurnApiError as E;
+    let status = match e {
+        E::NoFleet => StatusCode::SERVICE_UNAVAILABLE,
+        E::NotFound(_) | E::NoDrain(_) => StatusCode::NOT_FOUND,
+    };
+    error(status, e.to_string())
+}
+
+/// The TURN relays: state (`active`, `draining`, `drained`, `down`), users on each (as this
+/// replica counts them) and drains.
+#[utoipa::path(get, path = "/v1/turn/relays",
+    responses((status = 200, body = Vec<TurnRelayView>), (status = 503, body = ApiError, description = "no TURN relays are configured")))]
+async fn turn_relays(State(s): State<Arc<Scheduler>>) -> Response {
+    match s.turn_relay_views() {
+        Some(v) => Json(v).into_response(),
+        None => turn_api_error(crate::service::TurnApiError::NoFleet),
+    }
+}
+
+/// Drains a TURN relay (its id or URI, percent-encoded): it gets no new users, nodes tell the
+/// SDK clients on it to ICE-restart onto a backup relay, and it is drained once it holds no
+/// allocations or after `deadline_s` (default 600). Starting a running drain again keeps it.
+#[utoipa::path(post, path = "/v1/turn/relays/{id}/drain", params(("id" = String, Path, description = "relay id or URI")),
+    request_body(content = Option<TurnDrainRequest>), security(("bearer" = [])),
+    responses((status = 202, body = TurnDrain), (status = 400, body = ApiError), (status = 401, body = ApiError),
+        (status = 404, body = ApiError), (status = 503, body = ApiError)))]
+async fn start_turn_drain(
+    State(s): State<Arc<Scheduler>>,
+    Path(id): Path<String>,
+    req: Option<Json<TurnDrainRequest>>,
+) -> Response {
+    let deadline_s = req
+        .and_then(|Json(r)| r.deadline_s)
+        .unwrap_or(TURN_DRAIN_DEADLINE_S);
+    if !(1..=86_400).contains(&deadline_s) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("deadline_s {deadline_s} is not within 1..=86400"),
+        );
+    }
+    match s.start_turn_drain(&id, deadline_s) {
+        Ok(d) => committed(&s, (StatusCode::ACCEPTED, Json(d)).into_response()),
+        Err(e) => turn_api_error(e),
+    }
+}
+
+/// Ends a TURN relay's drain: it takes users again.
+#[utoipa::path(delete, path = "/v1/turn/relays/{id}/drain", params(("id" = String, Path, description = "relay id or URI")),
+    security(("bearer" = [])),
+    responses((status = 200, description = "the cancelled drain", body = TurnDrain), (status = 401, body = ApiError),
+        (status = 404, body = ApiError), (status = 503, body = ApiError)))]
+async fn cancel_turn_drain(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
+    match s.cancel_turn_drain(&id) {
+        Ok(d) => committed(&s, Json(d).into_response()),
+        Err(e) => turn_api_error(e),
     }
 }
 

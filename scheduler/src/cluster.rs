@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ferry_proto::api::{
     CutoverMode, DrainStatus, Heartbeat, MigrationRequest, MigrationState, MigrationView,
     NodeState, NodeView, PlacementKind, PlacementRequest, PlacementResponse, RouteEntry, RouteNode,
-    RoutingTable, SessionKind, SessionView, TicketUse,
+    RoutingTable, SessionKind, SessionView, TicketUse, TurnDrain,
 };
 use ferry_proto::{MigrationId, NodeId, SessionId, StreamId};
 use serde::{Deserialize, Serialize};
@@ -112,6 +112,9 @@ pub struct Persisted {
     /// Ticket generations used: session → (highest generation, until when, Unix s).
     #[serde(default)]
     tickets: BTreeMap<SessionId, (u32, u64)>,
+    /// TURN relays' drains, by relay id.
+    #[serde(default)]
+    turn_drains: BTreeMap<String, TurnDrain>,
 }
 
 /// The cluster core.
@@ -128,6 +131,8 @@ pub struct Cluster {
     next_migration: u64,
     /// Ticket generations used: session → (highest generation, until when, Unix s).
     tickets: BTreeMap<SessionId, (u32, u64)>,
+    /// TURN relays' drains, by relay id (stored, so every replica sees them).
+    turn_drains: BTreeMap<String, TurnDrain>,
     metrics: ClusterMetrics,
 }
 
@@ -222,6 +227,7 @@ impl Cluster {
             routing_version: 1,
             next_migration: 1,
             tickets: BTreeMap::new(),
+            turn_drains: BTreeMap::new(),
             metrics: ClusterMetrics::default(),
         })
     }
@@ -250,6 +256,7 @@ impl Cluster {
         c.routing_version = p.routing_version;
         c.next_migration = p.next_migration;
         c.tickets = p.tickets;
+        c.turn_drains = p.turn_drains;
         Ok(c)
     }
 
@@ -265,6 +272,55 @@ impl Cluster {
             weights: self.weights.snapshot(now, unix_ms),
             next_migration: self.next_migration,
             tickets: self.tickets.clone(),
+            turn_drains: self.turn_drains.clone(),
+        }
+    }
+
+    /// TURN relays' drains (running and ended), by relay id.
+    pub fn turn_drains(&self) -> &BTreeMap<String, TurnDrain> {
+        &self.turn_drains
+    }
+
+    /// Starts draining TURN relay `id` at `unix_ms` until `deadline_s` at the latest; a drain
+    /// already running is kept (its deadline too).
+    pub fn start_turn_drain(&mut self, id: &str, unix_ms: u64, deadline_s: u64) -> TurnDrain {
+        let d = self
+            .turn_drains
+            .entry(id.to_owned())
+            .and_modify(|d| {
+                if d.done_unix_ms.is_some() {
+                    // Drained before and back in service since? A new drain.
+                    *d = TurnDrain {
+                        since_unix_ms: unix_ms,
+                        deadline_unix_ms: unix_ms + deadline_s * 1000,
+                        done_unix_ms: None,
+                        done_reason: None,
+                    };
+                }
+            })
+            .or_insert_with(|| TurnDrain {
+                since_unix_ms: unix_ms,
+                deadline_unix_ms: unix_ms + deadline_s * 1000,
+                done_unix_ms: None,
+                done_reason: None,
+            });
+        d.clone()
+    }
+
+    /// Ends TURN relay `id`'s drain (the relay takes users again); what it was.
+    pub fn cancel_turn_drain(&mut self, id: &str) -> Option<TurnDrain> {
+        self.turn_drains.remove(id)
+    }
+
+    /// Marks TURN relay `id`'s running drain finished at `unix_ms` for `reason`; whether it ran.
+    pub fn finish_turn_drain(&mut self, id: &str, unix_ms: u64, reason: &str) -> bool {
+        match self.turn_drains.get_mut(id) {
+            Some(d) if d.done_unix_ms.is_none() => {
+                d.done_unix_ms = Some(unix_ms);
+                d.done_reason = Some(reason.to_owned());
+                true
+            }
+            _ => false,
         }
     }
 

@@ -88,6 +88,21 @@ pub struct Scheduler {
     turn: std::sync::OnceLock<Mutex<crate::turn::TurnFleet>>,
 }
 
+/// Why a TURN operator request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TurnApiError {
+    /// No relays are configured (503).
+    #[error("no TURN relays are configured (FERRY_TURN_URIS, FERRY_TURN_SECRET)")]
+    NoFleet,
+    /// No relay has this id or URI (404).
+    #[error("no TURN relay {0:?} (give its id or URI, see GET /v1/turn/relays)")]
+    NotFound(String),
+    /// The relay has no drain to cancel (404).
+    #[error("TURN relay {0} has no drain")]
+    NoDrain(String),
+}
+
 /// A probe's result is reused this long (clients of one dead node all report it at once).
 const PROBE_REUSE: Duration = Duration::from_millis(500);
 /// A node that does not answer its health check within this is unreachable.
@@ -180,8 +195,140 @@ impl Scheduler {
         req: &ferry_proto::api::TurnCredentialsRequest,
     ) -> Option<Result<ferry_proto::api::TurnCredentialsResponse, crate::turn::TurnError>> {
         let fleet = self.turn.get()?;
+        let drains = self.turn_drain_ids();
         let mut fleet = fleet.lock().unwrap_or_else(PoisonError::into_inner);
+        fleet.apply_drains(&drains);
         Some(fleet.credentials(unix_ms() / 1000, req))
+    }
+
+    /// The relays with a drain stored (running or ended): they take no new users.
+    fn turn_drain_ids(&self) -> std::collections::BTreeSet<NodeId> {
+        self.with(|c| {
+            c.turn_drains()
+                .keys()
+                .filter_map(|k| NodeId::new(k.clone()).ok())
+                .collect()
+        })
+    }
+
+    fn turn_fleet(&self) -> Option<MutexGuard<'_, crate::turn::TurnFleet>> {
+        let fleet = self.turn.get()?;
+        let drains = self.turn_drain_ids();
+        let mut f = fleet.lock().unwrap_or_else(PoisonError::into_inner);
+        f.apply_drains(&drains);
+        Some(f)
+    }
+
+    /// `GET /v1/turn/relays` (`None`: no relays are configured).
+    pub fn turn_relay_views(&self) -> Option<Vec<ferry_proto::api::TurnRelayView>> {
+        let drains = self.with(|c| c.turn_drains().clone());
+        let f = self.turn_fleet()?;
+        Some(
+            f.servers()
+                .map(|(id, spec, load, _)| {
+                    let drain = drains.get(id.as_str()).cloned();
+                    let state = match &drain {
+                        Some(d) if d.done_unix_ms.is_some() => "drained",
+                        Some(_) => "draining",
+                        None if !f.is_up(id) => "down",
+                        None => "active",
+                    };
+                    ferry_proto::api::TurnRelayView {
+                        id: id.to_string(),
+                        uri: spec.uri.clone(),
+                        zone: spec.zone.clone(),
+                        isp: spec.isp.clone(),
+                        weight: spec.weight,
+                        state: state.into(),
+                        allocations: load,
+                        drain,
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// The fleet's id of relay `key` (its id or its URI).
+    fn turn_relay_id(&self, key: &str) -> Result<NodeId, TurnApiError> {
+        let f = self.turn_fleet().ok_or(TurnApiError::NoFleet)?;
+        f.uris()
+            .into_iter()
+            .find(|(id, uri)| id.as_str() == key || uri == key)
+            .map(|(id, _)| id)
+            .ok_or_else(|| TurnApiError::NotFound(key.to_owned()))
+    }
+
+    /// Starts draining TURN relay `key` (id or URI): no new users; nodes tell the clients on it
+    /// to move; drained when it holds no allocations or after `deadline_s`.
+    pub fn start_turn_drain(
+        &self,
+        key: &str,
+        deadline_s: u64,
+    ) -> Result<ferry_proto::api::TurnDrain, TurnApiError> {
+        let id = self.turn_relay_id(key)?;
+        let d = self.mutate(|c| c.start_turn_drain(id.as_str(), unix_ms(), deadline_s));
+        tracing::info!(relay = %id, deadline_s, "TURN relay draining");
+        drop(self.turn_fleet());
+        Ok(d)
+    }
+
+    /// Ends TURN relay `key`'s drain: it takes users again. What the drain was.
+    pub fn cancel_turn_drain(
+        &self,
+        key: &str,
+    ) -> Result<ferry_proto::api::TurnDrain, TurnApiError> {
+        let id = self.turn_relay_id(key)?;
+        let d = self
+            .mutate(|c| c.cancel_turn_drain(id.as_str()))
+            .ok_or_else(|| TurnApiError::NoDrain(id.to_string()))?;
+        tracing::info!(relay = %id, "TURN relay drain cancelled: back in the rotation");
+        drop(self.turn_fleet());
+        Ok(d)
+    }
+
+    /// The leader ends running TURN drains whose relay holds no allocations (`empty`) or whose
+    /// deadline passed (`deadline`).
+    pub fn check_turn_drains(&self) {
+        if !self.is_leader() {
+            return;
+        }
+        let now = unix_ms();
+        let running: Vec<(String, u64)> = self.with(|c| {
+            c.turn_drains()
+                .iter()
+                .filter(|(_, d)| d.done_unix_ms.is_none())
+                .map(|(id, d)| (id.clone(), d.deadline_unix_ms))
+                .collect()
+        });
+        if running.is_empty() {
+            return;
+        }
+        let Some(f) = self.turn_fleet() else { return };
+        let done: Vec<(String, &str)> = running
+            .into_iter()
+            .filter_map(|(id, deadline)| {
+                let load = NodeId::new(id.clone()).map_or(0, |n| f.load(&n));
+                if load == 0 {
+                    Some((id, "empty"))
+                } else if now >= deadline {
+                    Some((id, "deadline"))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        drop(f);
+        for (id, reason) in done {
+            if self.mutate(|c| c.finish_turn_drain(&id, now, reason)) {
+                tracing::info!(relay = %id, reason, "TURN relay drained");
+            }
+        }
+    }
+
+    /// The URIs of the relays with a drain (nodes tell their clients on them to move).
+    pub fn turn_draining_uris(&self) -> Vec<String> {
+        self.turn_fleet()
+            .map_or_else(Vec::new, |f| f.draining_uris())
     }
 
     /// The TURN relays' ids and URIs (none without a fleet).
@@ -659,6 +806,29 @@ impl Scheduler {
                     s,
                     "ferry_turn_relay_draining{{relay=\"{id}\"}} {}",
                     u8::from(draining)
+                );
+            }
+            let _ = writeln!(
+                s,
+                "# HELP ferry_turn_reallocations_total Users whose primary relay changed: relay-left (it drains, is down or was removed: the theoretical minimum of a scale event) or rebalanced (their relay stayed).\n# TYPE ferry_turn_reallocations_total counter\nferry_turn_reallocations_total{{reason=\"relay-left\"}} {}\nferry_turn_reallocations_total{{reason=\"rebalanced\"}} {}",
+                f.reallocations_needed, f.reallocations_rebalanced
+            );
+            let _ = writeln!(
+                s,
+                "# HELP ferry_turn_load_cv Coefficient of variation of the weight-normalised users per relay in service (goal < 0.15).\n# TYPE ferry_turn_load_cv gauge\nferry_turn_load_cv {:.4}",
+                f.load_cv()
+            );
+            let now = unix_ms();
+            let _ = writeln!(
+                s,
+                "# HELP ferry_turn_drain_seconds How long the relay's drain ran (still running: so far).\n# TYPE ferry_turn_drain_seconds gauge"
+            );
+            for (id, d) in c.turn_drains() {
+                let end = d.done_unix_ms.unwrap_or(now);
+                let _ = writeln!(
+                    s,
+                    "ferry_turn_drain_seconds{{relay=\"{id}\"}} {:.3}",
+                    end.saturating_sub(d.since_unix_ms) as f64 / 1000.0
                 );
             }
             let _ = writeln!(

@@ -4,11 +4,14 @@
 //! past `(1 + ε)` times its share of the allocations handed out — and credentials coturn checks
 //! by itself ([`ferry_proto::turn`]).
 //!
-//! The load of a relay is the number of credentials whose primary it was and that have not
-//! expired (each replica counts what it handed out). A draining relay gets no new users; it
-//! stays a backup of nobody.
+//! The load of a relay is the number of users whose live credential names it as primary (each
+//! replica counts what it handed out): a user's new credential replaces its old one, an
+//! unrenewed one counts until it expires. A draining relay gets no new users; it stays a backup
+//! of nobody. A user whose primary changes is a reallocation: *needed* when its old relay left
+//! (drains, is down or removed), *rebalanced* otherwise — the first is the theoretical minimum
+//! of a scale event, the second what consistent hashing with bounded loads adds to it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use ferry_proto::NodeId;
@@ -52,10 +55,16 @@ pub struct TurnFleet {
     down: BTreeSet<NodeId>,
     /// Live credentials per relay (as primary).
     loads: BTreeMap<NodeId, u64>,
-    /// When each live credential expires, in order.
-    expiries: VecDeque<(u64, NodeId)>,
+    /// Each user's live credential: its primary and sequence number.
+    users: HashMap<String, (NodeId, u64)>,
+    /// When each credential expires (with its user and sequence number), in order.
+    expiries: VecDeque<(u64, String, u64)>,
     /// Credentials handed out.
     pub issued: u64,
+    /// Users whose primary changed because their relay left (drain, down, removed).
+    pub reallocations_needed: u64,
+    /// Users whose primary changed although their relay stayed (rebalancing).
+    pub reallocations_rebalanced: u64,
 }
 
 /// A relay's id: its URI with what ids do not allow replaced (`turn:10.0.0.1:3478` →
@@ -111,9 +120,107 @@ impl TurnFleet {
             draining: BTreeSet::new(),
             down: BTreeSet::new(),
             loads: BTreeMap::new(),
+            users: HashMap::new(),
             expiries: VecDeque::new(),
             issued: 0,
+            reallocations_needed: 0,
+            reallocations_rebalanced: 0,
         })
+    }
+
+    /// Adds relay `s` (a scale-out): it ramps in — bounded loads send it the users the others
+    /// cannot take, consistent hashing the users whose keys it owns.
+    pub fn add_server(&mut self, s: TurnServerSpec) -> Result<NodeId, String> {
+        let id = relay_id(&s.uri);
+        if self.servers.contains_key(&id) {
+            return Err(format!("TURN relay {id} is already in the fleet"));
+        }
+        self.placement
+            .upsert(spec_of(&id, &s))
+            .map_err(|e| format!("TURN relay {}: {e}", s.uri))?;
+        self.servers.insert(id.clone(), s);
+        Ok(id)
+    }
+
+    /// Removes relay `id` (scale-in, once drained); whether it was there. Its users are
+    /// reallocated when they next ask.
+    pub fn remove_server(&mut self, id: &NodeId) -> bool {
+        if self.servers.remove(id).is_none() {
+            return false;
+        }
+        self.placement.remove(id);
+        self.draining.remove(id);
+        self.down.remove(id);
+        true
+    }
+
+    /// Forgets every credential handed out (loads to zero; benchmarks re-ask every user).
+    pub fn reset_loads(&mut self) {
+        self.loads.clear();
+        self.users.clear();
+        self.expiries.clear();
+    }
+
+    /// Users on relay `id` now (live credentials naming it primary).
+    pub fn load(&self, id: &NodeId) -> u64 {
+        self.loads.get(id).copied().unwrap_or(0)
+    }
+
+    /// Coefficient of variation (standard deviation over mean) of the weight-normalised loads
+    /// of the relays that take users (0 when there are none or no users).
+    pub fn load_cv(&self) -> f64 {
+        let per_weight: Vec<f64> = self
+            .servers
+            .iter()
+            .filter(|(id, _)| !self.draining.contains(*id) && !self.down.contains(*id))
+            .map(|(id, s)| self.load(id) as f64 / s.weight.max(f64::MIN_POSITIVE))
+            .collect();
+        let n = per_weight.len() as f64;
+        if per_weight.is_empty() {
+            return 0.0;
+        }
+        let mean = per_weight.iter().sum::<f64>() / n;
+        if mean <= 0.0 {
+            return 0.0;
+        }
+        let var = per_weight.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / n;
+        var.sqrt() / mean
+    }
+
+    /// Makes exactly the relays in `ids` draining (the drains stored for the cluster); whether
+    /// anything changed.
+    pub fn apply_drains(&mut self, ids: &BTreeSet<NodeId>) -> bool {
+        let wanted: BTreeSet<NodeId> = ids
+            .iter()
+            .filter(|id| self.servers.contains_key(*id))
+            .cloned()
+            .collect();
+        if wanted == self.draining {
+            return false;
+        }
+        let changed: Vec<NodeId> = wanted
+            .symmetric_difference(&self.draining)
+            .cloned()
+            .collect();
+        self.draining = wanted;
+        for id in &changed {
+            self.sync(id);
+        }
+        true
+    }
+
+    /// Relay `id`'s URI, if it is in the fleet.
+    pub fn uri_of(&self, id: &NodeId) -> Option<&str> {
+        self.servers.get(id).map(|s| s.uri.as_str())
+    }
+
+    /// The URIs of the draining relays.
+    pub fn draining_uris(&self) -> Vec<String> {
+        self.draining
+            .iter()
+            .filter_map(|id| self.servers.get(id))
+            .map(|s| s.uri.clone())
+            .collect()
     }
 
     /// The relays, with their ids, live credentials and whether they drain.
@@ -186,17 +293,26 @@ impl TurnFleet {
     }
 
     fn expire(&mut self, unix_s: u64) {
-        while let Some((exp, _)) = self.expiries.front() {
+        while let Some((exp, _, _)) = self.expiries.front() {
             if *exp > unix_s {
                 break;
             }
-            let Some((_, id)) = self.expiries.pop_front() else {
+            let Some((_, user, seq)) = self.expiries.pop_front() else {
                 break;
             };
-            if let Some(l) = self.loads.get_mut(&id) {
+            // Only the user's current credential counts (a newer one replaced older ones).
+            if self.users.get(&user).is_some_and(|(_, s)| *s == seq)
+                && let Some((id, _)) = self.users.remove(&user)
+                && let Some(l) = self.loads.get_mut(&id)
+            {
                 *l = l.saturating_sub(1);
             }
         }
+    }
+
+    /// Whether relay `id` takes users now.
+    fn in_service(&self, id: &NodeId) -> bool {
+        self.servers.contains_key(id) && !self.draining.contains(id) && !self.down.contains(id)
     }
 
     /// `POST /v1/turn/credentials` at `unix_s`: a primary relay and its backups for the user,
@@ -227,6 +343,14 @@ impl TurnFleet {
             }
         }
         self.expire(unix_s);
+        // The user's new credential replaces its old one: its old relay is not counted while
+        // choosing (a user re-asking must not be pushed off its own relay by its own load).
+        let previous = self.users.get(user).map(|(id, _)| id.clone());
+        if let Some(id) = &previous
+            && let Some(l) = self.loads.get_mut(id)
+        {
+            *l = l.saturating_sub(1);
+        }
         let total: u64 = self.loads.values().sum::<u64>() + 1;
         let loads = &self.loads;
         let load = |id: &NodeId| loads.get(id).copied().unwrap_or(0);
@@ -257,6 +381,10 @@ impl TurnFleet {
             }
         }
         let Some(primary) = chosen.first().cloned() else {
+            // The old credential still counts.
+            if let Some(id) = &previous {
+                *self.loads.entry(id.clone()).or_default() += 1;
+            }
             return Err(TurnError::NoRelay(match any {
                 Err(e) => e.to_string(),
                 Ok(_) => "none fits".into(),
@@ -274,9 +402,20 @@ impl TurnFleet {
                 credential: c.password.clone(),
             })
             .collect();
+        if let Some(old) = &previous
+            && *old != primary
+        {
+            if self.in_service(old) {
+                self.reallocations_rebalanced += 1;
+            } else {
+                self.reallocations_needed += 1;
+            }
+        }
         *self.loads.entry(primary.clone()).or_default() += 1;
-        self.expiries.push_back((expires, primary));
         self.issued += 1;
+        let seq = self.issued;
+        self.users.insert(user.to_owned(), (primary, seq));
+        self.expiries.push_back((expires, user.to_owned(), seq));
         Ok(TurnCredentialsResponse {
             ice_servers,
             ttl: self.config.ttl.as_secs(),
@@ -439,8 +578,7 @@ mod tests {
                 .map(|u| {
                     let r = ask(f, u, None);
                     // Not counted: every user asks once per fleet, loads reset below.
-                    f.loads.clear();
-                    f.expiries.clear();
+                    f.reset_loads();
                     r.ice_servers[0].urls[0].clone()
                 })
                 .collect()

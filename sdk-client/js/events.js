@@ -34,17 +34,23 @@ export function migrateInput(data, base) {
   return { type: 'migrate', mode: m.mode, from: text(m.from), target: m.target, location, ticket: text(m.ticket) };
 }
 
+/** A `turn-drain` event's relay URIs (`{"relays": ["turn:…", …]}`); empty when it is not one. */
+export function turnDrainRelays(data) {
+  const relays = parse(data)?.relays;
+  return Array.isArray(relays) ? relays.filter((r) => text(r) !== null) : [];
+}
+
 /**
  * Follows the events at `location`: `migrate`, `ticket` and `end` become machine inputs passed to
- * `feed`; the first `error` closes the stream (no EventSource auto-reconnect) and calls `onError`.
+ * `feed`, `turn-drain` calls `onTurnDrain` with the draining relays' URIs; the first `error` closes the stream (no EventSource auto-reconnect) and calls `onError`.
  * `onOpen` is called when the stream is up.
  */
 export class Subscription {
   /**
    * @param {string} location the session's URL
-   * @param {{ feed: (input: object) => void, onError: () => void, onOpen?: () => void }} handlers
+   * @param {{ feed: (input: object) => void, onError: () => void, onOpen?: () => void, onTurnDrain?: (relays: string[]) => void }} handlers
    */
-  constructor(location, { feed, onError, onOpen }) {
+  constructor(location, { feed, onError, onOpen, onTurnDrain }) {
     this.location = location;
     this.closed = false;
     const url = `${location}/events`;
@@ -61,6 +67,10 @@ export class Subscription {
     on('ticket', (e) => {
       const ticket = text(parse(e.data)?.ticket);
       if (ticket) feed({ type: 'ticket', ticket });
+    });
+    on('turn-drain', (e) => {
+      const relays = turnDrainRelays(e.data);
+      if (relays.length) onTurnDrain?.(relays);
     });
     on('end', (e) => {
       const reason = parse(e.data)?.reason;

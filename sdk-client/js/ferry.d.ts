@@ -139,7 +139,9 @@ export interface DegradedEvent {
 
 /**
  * `error`: something went wrong. The machine's codes: `ticket-rejected`, `post-failed`,
- * `restart-failed`, `migration-timeout`, `gave-up`; the driver's: `set-video-failed`.
+ * `restart-failed`, `migration-timeout`, `gave-up`; the driver's: `set-video-failed`,
+ * `turn-unavailable` (no relays from the gateway), `relay-move-failed` (a move off a draining
+ * relay did not work; the old path goes on while it can).
  */
 export interface ErrorEvent {
   event: 'error';
@@ -147,6 +149,22 @@ export interface ErrorEvent {
   /** HTTP status, 0 if none. */
   status: number;
   message: string;
+}
+
+/**
+ * `relay-moved`: a TURN relay the session used drains (the node said so); the transport moved by
+ * an ICE restart onto fresh relays from the gateway, with DTLS and media going on.
+ */
+export interface RelayMovedEvent {
+  event: 'relay-moved';
+  /** The draining relays' URIs, as the node named them. */
+  drained: string[];
+  /** The relay (TURN URI as the browser reports it) of the path before, null if it was not relayed. */
+  from: string | null;
+  /** The relay of the path after, null if it is not relayed. */
+  to: string | null;
+  /** From the node's event to the new path working. */
+  ms: number;
 }
 
 /** A digest of a session and its media ({@link Session.stats}, and the `stats` event every second). */
@@ -185,6 +203,7 @@ export interface SessionEvents {
   reconnecting: ReconnectingEvent;
   reconnected: ReconnectedEvent;
   degraded: DegradedEvent;
+  'relay-moved': RelayMovedEvent;
   stats: StatsEvent;
   error: ErrorEvent;
 }

@@ -5,7 +5,7 @@
 
 import { Machine } from './fsm.js';
 import { Subscription, probeNode } from './events.js';
-import { POST_TIMEOUT, Transport, describe, fetchWithin, videoMime } from './transport.js';
+import { POST_TIMEOUT, Transport, describe, fetchWithin, relayAddress, videoMime } from './transport.js';
 
 /** The state machine and its defaults, for apps and tests that drive it themselves. */
 export { DEFAULT_CONFIG, Machine } from './fsm.js';
@@ -20,6 +20,8 @@ const TICK = 1000;
 const STALL_AFTER = 1000;
 /** A restarted path must work within this. */
 const PATH_WAIT = 2000;
+/** A move off a draining relay gets this long for its new path (a TURN allocation first). */
+const RELAY_MOVE_WAIT = 5000;
 /** Longest wait before following the events again after the stream dropped (node alive). */
 const RESUBSCRIBE_CAP = 5000;
 
@@ -234,6 +236,10 @@ class Driver {
     this.probing = false;
     this.lastProbe = -Infinity;
     this.deleting = Promise.resolve();
+    /** The gateway's relays (`{ servers, until }`), the one in use (index) and a move under way. */
+    this.relayCache = null;
+    this.relayTurn = 0;
+    this.relayMove = false;
     this.ticketKey = `ferry:ticket:${kind}:${name}`;
     this.holdsKey = !heldKeys.has(this.ticketKey);
     if (this.holdsKey) heldKeys.add(this.ticketKey);
@@ -356,14 +362,29 @@ class Driver {
     return servers;
   }
 
+  /**
+   * The ICE servers of a transport: the app's own, then one of the gateway's relays — the
+   * primary, or the next backup after a transport lost its path (the client falls back on its
+   * own, without asking the gateway). One relay at a time: one allocation per client, and the
+   * browser ranks relay candidates by the server's place in the list, so a list of the same
+   * length after a move lets the ICE restart's newer pair win.
+   */
+  iceServers(relays) {
+    const own = this.opts.iceServers ?? [];
+    if (!relays?.length) return own;
+    return [...own, relays[this.relayTurn % relays.length]];
+  }
+
   open(id, relays) {
     const t = new Transport(id, this.kind, {
       mediaStream: this.opts.mediaStream,
       codec: this.opts.codec,
-      iceServers: [...(this.opts.iceServers ?? []), ...(relays ?? [])],
+      iceServers: this.iceServers(relays),
       relayOnly: this.opts.relayOnly === true,
       onConnected: () => this.feed({ type: 'connected', transport: id }),
       onIceLost: () => {
+        // The relay may be what failed: the next restart or transport uses the next backup.
+        if (this.relayCache) this.relayTurn += 1;
         if (id === this.machine.currentTransport) this.feed({ type: 'lost', transport: id, cause: 'ice' });
       },
     });
@@ -418,6 +439,8 @@ class Driver {
       this.feed({ type: 'restart-failed', transport: id, status: 0, reason: 'no such transport' });
       return;
     }
+    // After a lost path, the relay chosen now (the next backup) is used from this restart on.
+    if (this.relayCache) t.setIceServers(this.iceServers(this.relayCache.servers));
     const r = await t.restartIce(location, this.settings.auth).catch((err) => ({ status: 0, reason: describe(err) }));
     if (t.closed || this.ended) return;
     if (!r.candidates) {
@@ -474,8 +497,61 @@ class Driver {
         this.eventErrors = 0;
       },
       onError: () => this.eventsDropped(sub).catch(report),
+      onTurnDrain: (relays) => this.relaysDrained(relays).catch(report),
     });
     this.subscription = sub;
+  }
+
+  /**
+   * The node says TURN relays drain (`turn-drain`): a transport that may use one of them moves
+   * by an ICE restart onto fresh relays from the gateway (which hands out no draining relay);
+   * DTLS and the media go on. Emits `relay-moved` (or an `error` `relay-move-failed`).
+   * @param {string[]} relays the draining relays' URIs
+   */
+  async relaysDrained(relays) {
+    // The cached list may name them: ask again from now on.
+    this.relayCache = null;
+    const t = this.current;
+    const addresses = relays.map(relayAddress).filter((a) => a !== null);
+    if (!t || t.closed || this.ended || this.relayMove || !addresses.length) return;
+    if (!(await t.usesRelay(addresses))) return;
+    this.relayMove = true;
+    const started = performance.now();
+    try {
+      const before = await t.selectedRelay().catch(() => null);
+      let servers;
+      try {
+        servers = await this.relays();
+      } catch (err) {
+        this.fail('turn-unavailable', 0, describe(err));
+        return;
+      }
+      if (t.closed || this.ended || t !== this.current || this.machine.location == null) return;
+      this.relayTurn = 0;
+      t.setIceServers(this.iceServers(servers));
+      const r = await t
+        .restartIce(this.machine.location, this.settings.auth)
+        .catch((err) => ({ status: 0, reason: describe(err) }));
+      if (!r.candidates) {
+        this.fail('relay-move-failed', r.status, r.reason);
+        return;
+      }
+      const through = await t.waitForPath(r.candidates, r.before, RELAY_MOVE_WAIT);
+      const after = await t.selectedRelay().catch(() => null);
+      if (!through) {
+        this.fail('relay-move-failed', 0, `no path through the new relays within ${RELAY_MOVE_WAIT} ms (last seen: ${t.lastPath})`);
+        return;
+      }
+      this.emit('relay-moved', {
+        event: 'relay-moved',
+        drained: relays,
+        from: before?.url ?? null,
+        to: after?.url ?? null,
+        ms: Math.round(performance.now() - started),
+      });
+    } finally {
+      this.relayMove = false;
+    }
   }
 
   /** The events stopped: a dead node is a lost transport, a live one gets followed again. */

@@ -25,6 +25,17 @@ export async function fetchWithin(url, init, timeoutMs, signals = null) {
   }
 }
 
+/**
+ * The `host:port` a TURN/STUN URI names (`turn:10.0.0.1:3478?transport=udp` → `10.0.0.1:3478`,
+ * port 3478, or 5349 for `turns:`, when none is given), lower-cased; null when it is no such URI.
+ */
+export function relayAddress(uri) {
+  const m = /^(turns?|stun):(\[[^\]]+\]|[^:?;]+)(?::(\d+))?/i.exec(String(uri ?? '').trim());
+  if (!m) return null;
+  const port = m[3] ?? (m[1].toLowerCase() === 'turns' ? '5349' : '3478');
+  return `${m[2].toLowerCase()}:${port}`;
+}
+
 /** What a failed request says: its message, or the abort reason. */
 export const describe = (err) => String(err?.message ?? err);
 
@@ -301,6 +312,10 @@ export class Transport {
         const remote = pair && stats.get(pair.remoteCandidateId);
         const at = remote && `${remote.address ?? remote.ip}:${remote.port}`;
         const fresh = pair && (pair.id !== before.id || (pair.responsesReceived ?? 0) > before.responses);
+        const local = pair && stats.get(pair.localCandidateId);
+        this.lastPath = pair
+          ? `${pair.id} ${pair.state} ${local?.candidateType ?? '?'} ${local?.url ?? ''} -> ${at}, ${pair.responsesReceived ?? 0} responses (before: ${before.id}, ${before.responses})`
+          : 'no selected pair';
         if (pair?.state === 'succeeded' && fresh && (wanted.size === 0 || wanted.has(at))) return true;
       } catch {
         // A closed connection: the loop ends.
@@ -308,6 +323,35 @@ export class Transport {
       await sleep(20);
     }
     return false;
+  }
+
+  /**
+   * Whether this transport may use one of the relays at `addresses` (`host:port`, see
+   * `relayAddress`): they are among its ICE servers, or its selected local candidate came from one.
+   */
+  async usesRelay(addresses) {
+    const wanted = new Set(addresses);
+    const configured = (this.pc.getConfiguration().iceServers ?? []).flatMap((s) => [].concat(s.urls ?? []));
+    if (configured.some((u) => wanted.has(relayAddress(u)))) return true;
+    const local = await this.selectedRelay().catch(() => null);
+    return local?.url != null && wanted.has(relayAddress(local.url));
+  }
+
+  /** Replaces the ICE servers (used from the next ICE restart on). */
+  setIceServers(iceServers) {
+    this.pc.setConfiguration({ ...this.pc.getConfiguration(), iceServers });
+  }
+
+  /**
+   * The selected pair's local candidate when it is a relay one: `{ url, address }` (the TURN
+   * server's URI as the browser reports it, and the relayed address); null otherwise.
+   */
+  async selectedRelay() {
+    const stats = await this.pc.getStats();
+    const pair = selectedPair(stats);
+    const local = pair && stats.get(pair.localCandidateId);
+    if (!local || local.candidateType !== 'relay') return null;
+    return { url: local.url ?? null, address: `${local.address ?? local.ip}:${local.port}` };
   }
 
   /** Frames the video receiver decoded so far (play). */

@@ -214,6 +214,11 @@ impl NodeHandle {
         &self.ready
     }
 
+    /// Sends `event` to `session`'s event stream; whether anyone listened.
+    pub fn send_event(&self, session: &SessionId, event: SessionEvent) -> bool {
+        self.events.send(session, event)
+    }
+
     /// The scheduler this node reports to, if any.
     pub fn scheduler_link(&self) -> Option<&crate::heartbeat::SchedulerLink> {
         self.scheduler.as_ref()

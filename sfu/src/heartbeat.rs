@@ -24,6 +24,47 @@ pub struct Reporter {
     migration: String,
     capacity: u64,
     last: Option<(Instant, f64, NodeMetrics)>,
+    notices: TurnDrainNotices,
+}
+
+/// Which sessions were told which TURN relays drain: each connected session gets a
+/// `turn-drain` event once per new set of draining relays (the SDK moves off them by an ICE
+/// restart when its transport uses one).
+#[derive(Debug, Default)]
+pub struct TurnDrainNotices {
+    told: std::collections::HashMap<ferry_proto::SessionId, Vec<String>>,
+}
+
+impl TurnDrainNotices {
+    /// The sessions among `connected` to tell that `draining` (sorted, deduplicated here) drain,
+    /// with the list to tell them; sessions gone are forgotten.
+    pub fn due(
+        &mut self,
+        draining: &[String],
+        connected: &[ferry_proto::SessionId],
+    ) -> Vec<(ferry_proto::SessionId, Vec<String>)> {
+        let mut relays = draining.to_vec();
+        relays.sort();
+        relays.dedup();
+        let live: std::collections::HashSet<&ferry_proto::SessionId> = connected.iter().collect();
+        self.told.retain(|id, _| live.contains(id));
+        if relays.is_empty() {
+            self.told.clear();
+            return Vec::new();
+        }
+        let mut due = Vec::new();
+        for id in connected {
+            let told = self.told.entry(id.clone()).or_default();
+            if relays.iter().any(|r| !told.contains(r)) {
+                *told = relays.clone();
+                due.push((id.clone(), relays.clone()));
+            } else if told.len() != relays.len() {
+                // A relay's drain ended: nothing to say, remember the smaller set.
+                *told = relays.clone();
+            }
+        }
+        due
+    }
 }
 
 /// Process CPU seconds (user + system) from `/proc/self/stat`.
@@ -70,6 +111,7 @@ impl Reporter {
             migration: String::new(),
             capacity,
             last: None,
+            notices: TurnDrainNotices::default(),
         }
     }
 
@@ -160,15 +202,25 @@ impl Reporter {
             let sent = tokio::task::spawn_blocking(move || {
                 let body = serde_json::to_value(&hb).map_err(|e| e.to_string())?;
                 match link.call(&path, Some(&body), Duration::from_secs(2)) {
-                    Ok(a) if (200..300).contains(&a.status) => Ok(a.node_state),
+                    Ok(a) if (200..300).contains(&a.status) => Ok((a.node_state, a.turn_draining)),
                     Ok(a) => Err(format!("{} {}", a.status, a.body.trim())),
                     Err(e) => Err(e.to_string()),
                 }
             })
             .await
             .unwrap_or_else(|e| Err(e.to_string()));
-            if let Ok(state) = &sent {
+            if let Ok((state, draining)) = &sent {
                 node.readiness().heard(state.as_deref());
+                let connected: Vec<_> = sessions
+                    .iter()
+                    .filter(|s| s.state == "connected")
+                    .map(|s| s.id.clone())
+                    .collect();
+                for (session, relays) in self.notices.due(draining, &connected) {
+                    let data = serde_json::json!({ "relays": relays }).to_string();
+                    let heard = node.send_event(&session, ("turn-drain", data));
+                    tracing::info!(%session, ?relays, heard, "client told its TURN relays drain");
+                }
             }
             match sent {
                 Ok(_) if failing => {
@@ -183,5 +235,39 @@ impl Reporter {
                 Err(_) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_proto::SessionId;
+
+    fn ids(names: &[&str]) -> Vec<SessionId> {
+        names.iter().map(|n| SessionId::new(*n).unwrap()).collect()
+    }
+
+    #[test]
+    fn each_session_hears_of_a_draining_relay_once() {
+        let mut n = TurnDrainNotices::default();
+        let a = "turn:10.0.0.1:3478".to_owned();
+        let b = "turn:10.0.0.2:3478".to_owned();
+        assert!(n.due(&[], &ids(&["s1"])).is_empty());
+        let due = n.due(std::slice::from_ref(&a), &ids(&["s1", "s2"]));
+        assert_eq!(due.len(), 2);
+        assert_eq!(due[0].1, vec![a.clone()]);
+        assert!(
+            n.due(std::slice::from_ref(&a), &ids(&["s1", "s2"]))
+                .is_empty()
+        );
+        // A new session hears of it; a second relay is news to everyone.
+        let due = n.due(std::slice::from_ref(&a), &ids(&["s1", "s2", "s3"]));
+        assert_eq!(due.len(), 1);
+        let due = n.due(&[b.clone(), a.clone(), a.clone()], &ids(&["s1", "s3"]));
+        assert_eq!(due.len(), 2);
+        assert_eq!(due[0].1, vec![a.clone(), b.clone()]);
+        // One drain ends: nothing new to say; it starts again: news again.
+        assert!(n.due(std::slice::from_ref(&b), &ids(&["s1"])).is_empty());
+        assert_eq!(n.due(&[a, b], &ids(&["s1"])).len(), 1);
     }
 }

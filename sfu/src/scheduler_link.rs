@@ -11,6 +11,8 @@ use ferry_proto::api::GpuFigures;
 
 /// The header of a heartbeat's answer that carries the node's state at the scheduler.
 pub const NODE_STATE_HEADER: &str = "ferry-node-state";
+/// The header of a heartbeat's answer that lists the TURN relays being drained (URIs).
+pub const TURN_DRAINING_HEADER: &str = "ferry-turn-draining";
 
 /// Whether the node should get new traffic (`/readyz`): not before the scheduler acknowledged a
 /// heartbeat (it does not know the node yet), not while it drains.
@@ -113,6 +115,8 @@ pub struct SchedulerAnswer {
     pub body: String,
     /// `Ferry-Node-State` (a heartbeat's answer: the node's state at the scheduler).
     pub node_state: Option<String>,
+    /// `Ferry-Turn-Draining` (a heartbeat's answer: URIs of the TURN relays being drained).
+    pub turn_draining: Vec<String>,
 }
 
 impl SchedulerLink {
@@ -181,18 +185,16 @@ impl SchedulerLink {
             let idx = (first + i) % n;
             let url = format!("{}{path}", self.urls[idx]);
             let mut answer = self.once(method, &url, body, timeout);
-            if let Ok((307 | 308, Some(location), _, _)) = &answer {
+            if let Ok((Some(location), a)) = &answer
+                && matches!(a.status, 307 | 308)
+            {
                 answer = self.once(method, location, body, timeout);
             }
             match answer {
-                Ok((503, _, body, _)) => last = format!("{url}: 503 {body}"),
-                Ok((status, _, body, node_state)) => {
+                Ok((_, a)) if a.status == 503 => last = format!("{url}: 503 {}", a.body),
+                Ok((_, a)) => {
                     self.preferred.store(idx, Ordering::Relaxed);
-                    return Ok(SchedulerAnswer {
-                        status,
-                        body,
-                        node_state,
-                    });
+                    return Ok(a);
                 }
                 Err(e) => last = format!("{url}: {e}"),
             }
@@ -203,14 +205,14 @@ impl SchedulerLink {
         })
     }
 
-    /// One request: status, `Location`, body and `Ferry-Node-State`.
+    /// One request: its `Location` and the answer.
     fn once(
         &self,
         method: Method,
         url: &str,
         body: Option<&serde_json::Value>,
         timeout: Duration,
-    ) -> Result<(u16, Option<String>, String, Option<String>), ureq::Error> {
+    ) -> Result<(Option<String>, SchedulerAnswer), ureq::Error> {
         let auth = format!("Bearer {}", self.token);
         macro_rules! configured {
             ($builder:expr) => {
@@ -237,8 +239,25 @@ impl SchedulerLink {
                 .map(str::to_owned)
         };
         let (location, node_state) = (header("location"), header(NODE_STATE_HEADER));
-        let text = r.body_mut().read_to_string().unwrap_or_default();
-        Ok((r.status().as_u16(), location, text, node_state))
+        let turn_draining = header(TURN_DRAINING_HEADER)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|u| !u.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let body = r.body_mut().read_to_string().unwrap_or_default();
+        Ok((
+            location,
+            SchedulerAnswer {
+                status: r.status().as_u16(),
+                body,
+                node_state,
+                turn_draining,
+            },
+        ))
     }
 }
 

@@ -25,7 +25,7 @@ export class Watch {
     for (const e of session.history) {
       this.log.push({ t: Math.round(e.at), wall: Math.round(performance.timeOrigin + e.at), ...e });
     }
-    for (const name of ['state', 'migrated', 'reconnecting', 'reconnected', 'degraded', 'error']) {
+    for (const name of ['state', 'migrated', 'reconnecting', 'reconnected', 'degraded', 'relay-moved', 'error']) {
       session.on(name, (e) => {
         this.log.push({ t: Math.round(performance.now()), wall: Date.now(), ...e });
         if (this.log.length > 200) this.log.shift();

@@ -25,7 +25,7 @@ const INBOUND = [
 const pick = (stat, fields) => Object.fromEntries(fields.map((f) => [f, stat[f] ?? null]));
 
 const candidate = (c) =>
-  c ? { address: c.address, port: c.port, protocol: c.protocol, candidateType: c.candidateType } : null;
+  c ? { address: c.address, port: c.port, protocol: c.protocol, candidateType: c.candidateType, url: c.url ?? null } : null;
 
 export async function digest(pc) {
   const out = {

@@ -17,6 +17,8 @@ pub struct Coturn {
     dir: PathBuf,
     /// Its listening port (UDP and TCP) on 127.0.0.1.
     pub port: u16,
+    /// Its relay ports: `min..=min + 199`.
+    min_port: u16,
 }
 
 impl Drop for Coturn {
@@ -65,7 +67,12 @@ impl Coturn {
             .stderr(Stdio::null())
             .spawn()
             .context("starting turnserver (Debian: apt-get install coturn; ./scripts/test does)")?;
-        let c = Coturn { child, dir, port };
+        let c = Coturn {
+            child,
+            dir,
+            port,
+            min_port: min,
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             // A request sent before the listener is up is never answered: one try per second.
@@ -89,6 +96,47 @@ impl Coturn {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Whether `port` is one of this relay's relay ports (a relayed candidate on it).
+    pub fn relays_on(&self, port: u16) -> bool {
+        (self.min_port..=self.min_port + 199).contains(&port)
+    }
+
+    /// Its allocations now: the UDP sockets the process holds on its relay ports (coturn opens
+    /// one per UDP allocation and closes it when the allocation ends).
+    pub fn allocations(&self) -> Result<usize> {
+        let pid = self.child.id();
+        let mut inodes = std::collections::HashSet::new();
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+            let Ok(target) = std::fs::read_link(fd?.path()) else {
+                continue;
+            };
+            if let Some(inode) = target
+                .to_str()
+                .and_then(|t| t.strip_prefix("socket:["))
+                .and_then(|t| t.strip_suffix(']'))
+            {
+                inodes.insert(inode.to_owned());
+            }
+        }
+        let mut n = 0;
+        for table in ["/proc/net/udp", "/proc/net/udp6"] {
+            let text = std::fs::read_to_string(table).unwrap_or_default();
+            for line in text.lines().skip(1) {
+                let cols: Vec<&str> = line.split_whitespace().collect();
+                let (Some(local), Some(inode)) = (cols.get(1), cols.get(9)) else {
+                    continue;
+                };
+                let port = local
+                    .rsplit_once(':')
+                    .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+                if port.is_some_and(|p| self.relays_on(p)) && inodes.contains(*inode) {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
     }
 
     /// `turn:127.0.0.1:PORT?transport=udp`.

@@ -472,3 +472,203 @@ async fn chromium_publishes_and_plays_relay_only_through_coturn() -> Result<()> 
     }
     Ok(())
 }
+
+/// Draining a relay while a relay-only SDK viewer plays through it (scope 4): the operator's
+/// `POST /v1/turn/relays/{id}/drain`, the node's `turn-drain` event, the SDK's ICE restart onto
+/// fresh relays from the gateway (DTLS goes on): the viewer moves to another relay without a
+/// freeze, and the drained coturn ends with no allocations (its relay sockets, counted in /proc).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_a_relay_moves_its_sdk_viewer_to_another_relay_without_a_freeze() -> Result<()> {
+    use std::time::{Duration, Instant};
+    let relays = [
+        Coturn::start(SECRET)?,
+        Coturn::start(SECRET)?,
+        Coturn::start(SECRET)?,
+    ];
+    let uris: Vec<String> = relays.iter().map(Coturn::uri).collect();
+    let dev = start_dev_env(
+        false,
+        &[],
+        &[
+            ("FERRY_TURN_URIS", &uris.join(",")),
+            ("FERRY_TURN_SECRET", SECRET),
+        ],
+    )?;
+    wait_registered(&dev.gateway, 2).await?;
+    let collector = Collector::start()?;
+    let page = |page: &str, id: &str, relay: bool| {
+        let mut q = vec![
+            ("sdk", dev.gateway.as_str()),
+            ("base", dev.gateway.as_str()),
+            ("stream", "drained"),
+            ("codec", "vp8"),
+            ("id", id),
+            ("token", dev.token.as_str()),
+        ];
+        if relay {
+            q.push(("relay", "1"));
+        }
+        Browser::open(&collector.page_url(page, &q))
+    };
+    // The publisher sends directly; the viewer only through relays.
+    let _a = page("sdk-publish.html", "A", false)?;
+    collector
+        .wait_until(Duration::from_secs(45), |r| {
+            r.get("A").is_some_and(|a| a["phase"] == "publishing")
+        })
+        .await
+        .context("the publisher did not connect")?;
+    let _b = page("sdk-play.html", "B", true)?;
+    let before = collector
+        .wait_until(Duration::from_secs(45), |r| {
+            r.get("B").is_some_and(|b| {
+                num(b, "/frames/count") > 60.0 && b["transport"]["pair"]["local"]["port"].is_u64()
+            })
+        })
+        .await
+        .context("the relay-only viewer did not play")?;
+    let local = &before["B"]["transport"]["pair"]["local"];
+    ensure!(local["candidateType"] == "relay", "not relayed: {local}");
+    let port = local["port"].as_u64().context("port")? as u16;
+    let used = relays
+        .iter()
+        .position(|c| c.relays_on(port))
+        .with_context(|| format!("relay port {port} is no coturn's"))?;
+    let freezes = num(&before["B"], "/totals/freezeCount");
+    ensure!(
+        relays[used].allocations()? > 0,
+        "the relay in use shows no allocation"
+    );
+
+    // The operator drains that relay.
+    let auth = format!("Bearer {}", dev.token);
+    let list = http(&format!("{}/v1/turn/relays", dev.gateway), "GET", &[], b"")?;
+    ensure!(list.status == 200, "{} {}", list.status, list.body);
+    let list: Value = serde_json::from_str(&list.body)?;
+    let id = list
+        .as_array()
+        .and_then(|a| a.iter().find(|r| r["uri"] == uris[used].as_str()))
+        .and_then(|r| r["id"].as_str())
+        .with_context(|| format!("{} not listed: {list}", uris[used]))?
+        .to_owned();
+    let drain_url = format!("{}/v1/turn/relays/{id}/drain", dev.gateway);
+    let r = http(&drain_url, "POST", &[], b"")?;
+    ensure!(r.status == 401, "a drain needs the API token: {}", r.status);
+    let r = http(
+        &format!("{}/v1/turn/relays/nope/drain", dev.gateway),
+        "POST",
+        &[("authorization", &auth)],
+        b"",
+    )?;
+    ensure!(r.status == 404, "unknown relay: {} {}", r.status, r.body);
+    let r = http(
+        &drain_url,
+        "POST",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        br#"{"deadline_s": 60}"#,
+    )?;
+    ensure!(r.status == 202, "drain: {} {}", r.status, r.body);
+    let started = Instant::now();
+
+    // The viewer moves (relay-moved), onto another relay, and keeps playing without a freeze.
+    let moved = collector
+        .wait_until(Duration::from_secs(20), |r| {
+            r.get("B").is_some_and(|b| {
+                b["sdk"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|e| e["event"] == "relay-moved"))
+            })
+        })
+        .await
+        .context("the viewer was not moved off the draining relay")?;
+    let moved_after = started.elapsed();
+    let event = moved["B"]["sdk"]
+        .as_array()
+        .and_then(|l| l.iter().find(|e| e["event"] == "relay-moved"))
+        .cloned()
+        .unwrap_or_default();
+    let frames_then = num(&moved["B"], "/frames/count");
+    let after = collector
+        .wait_until(Duration::from_secs(20), |r| {
+            r.get("B")
+                .is_some_and(|b| num(b, "/frames/count") > frames_then + 60.0)
+        })
+        .await
+        .context("the viewer stopped playing after the move")?;
+    let b = &after["B"];
+    let local = &b["transport"]["pair"]["local"];
+    ensure!(local["candidateType"] == "relay", "not relayed: {local}");
+    let port = local["port"].as_u64().context("port")? as u16;
+    ensure!(
+        !relays[used].relays_on(port),
+        "still on the drained relay: {local}"
+    );
+    ensure!(
+        relays.iter().any(|c| c.relays_on(port)),
+        "on no coturn: {local}"
+    );
+    ensure!(
+        num(b, "/totals/freezeCount") == freezes,
+        "freezeCount rose from {freezes} to {}",
+        b["totals"]["freezeCount"]
+    );
+    ensure!(
+        b["totals"]["transports"] == 1,
+        "one transport: {}",
+        b["totals"]
+    );
+    ensure!(
+        b["sdkErrors"].as_array().is_some_and(Vec::is_empty),
+        "{}",
+        b["sdkErrors"]
+    );
+
+    // The drained coturn ends with no allocations (the browser releases the old relay
+    // candidates' allocations once their connections die); the scheduler says drained.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let empty_after = loop {
+        if relays[used].allocations()? == 0 {
+            break started.elapsed();
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the drained relay still holds {} allocations",
+            relays[used].allocations()?
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let view = loop {
+        let list = http(&format!("{}/v1/turn/relays", dev.gateway), "GET", &[], b"")?;
+        let list: Value = serde_json::from_str(&list.body)?;
+        let view = list
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["id"] == id.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        if view["state"] == "drained" {
+            break view;
+        }
+        ensure!(Instant::now() < deadline, "not drained: {view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let metrics = http(&format!("{}/metrics", dev.gateway), "GET", &[], b"")?.body;
+    ensure!(
+        metrics.contains(&format!("ferry_turn_drain_seconds{{relay=\"{id}\"}}")),
+        "no drain duration metric"
+    );
+    eprintln!(
+        "relay drain: viewer moved {} ms after the drain (SDK: {} ms, {} → {}), drained coturn empty after {} ms, scheduler: {}, freezeCount {freezes} → {}",
+        moved_after.as_millis(),
+        event["ms"],
+        event["from"],
+        event["to"],
+        empty_after.as_millis(),
+        view["drain"],
+        b["totals"]["freezeCount"],
+    );
+    Ok(())
+}

@@ -110,6 +110,14 @@ class FakePC extends EventTarget {
     this.restarted = true;
   }
 
+  getConfiguration() {
+    return { ...this.config };
+  }
+
+  setConfiguration(config) {
+    this.config = { ...config };
+  }
+
   async getStats() {
     const { id, address, port, responses } = this.pair;
     return new Map([
@@ -484,12 +492,10 @@ test('relay only: the gateway\'s TURN relays are fetched first and the connectio
   assert.equal(post.url, 'http://gw/whep/cam');
   const config = FakePC.all[0].config;
   assert.equal(config.iceTransportPolicy, 'relay');
+  // One relay at a time: the primary.
   assert.deepEqual(
     config.iceServers.map((s) => [s.urls[0], s.username, s.credential]),
-    [
-      ['turn:10.0.0.9:3478?transport=udp', '4600:u1', 'c1'],
-      ['turn:10.0.0.8:3478?transport=udp', '4600:u1', 'c1'],
-    ],
+    [['turn:10.0.0.9:3478?transport=udp', '4600:u1', 'c1']],
   );
 });
 
@@ -507,4 +513,50 @@ test('relays the gateway cannot give are an error event, and the session goes on
   const error = session.history.find((e) => e.event === 'error');
   assert.equal(error?.code, 'turn-unavailable');
   assert.match(error.message, /503 no TURN relays are configured/);
+});
+
+test('a draining relay the transport uses: fresh relays, an ICE restart, relay-moved; others are ignored', async () => {
+  const servers = (hosts) => ({
+    ice_servers: hosts.map((h) => ({ urls: [`turn:${h}:3478?transport=udp`], username: '4600:u1', credential: 'c1' })),
+    ttl: 3600,
+  });
+  let relays = servers(['10.0.0.9', '10.0.0.8']);
+  const answer = created('node-a', 's7', 't7');
+  route = (req) => {
+    if (req.url.endsWith('/v1/turn/credentials')) return respond(200, JSON.stringify(relays));
+    if (req.method === 'PATCH') {
+      FakePC.all[0].pair = { id: 'CP2', address: '10.0.0.1', port: 4000, responses: 1 };
+      return respond(200, 'a=ice-ufrag:nu\r\na=ice-pwd:npwd\r\na=candidate:1 1 udp 1 10.0.0.1 4000 typ host\r\n');
+    }
+    return answer(req);
+  };
+  const client = new FerryClient({ baseUrl: 'http://gw' });
+  const playing = client.play('cam', { relayOnly: true, user: 'u1' });
+  await until(() => FakePC.all[0]?.remoteDescription, 'the answer');
+  FakePC.all[0].set('connected', 'connected');
+  const session = await within(playing, 'connected');
+  const es = FakeEventSource.all.at(-1);
+  // A relay this transport does not use (a backup is not in its configuration): nothing happens.
+  es.send('turn-drain', { relays: ['turn:10.0.0.7:3478', 'turn:10.0.0.8:3478'] });
+  await sleep(50);
+  assert.equal(requests.filter((r) => r.method === 'PATCH').length, 0);
+  // Its primary drains: new relays from the gateway, an ICE restart at the session's URL.
+  relays = servers(['10.0.0.8', '10.0.0.6']);
+  const moved = new Promise((resolve) => session.on('relay-moved', resolve));
+  es.send('turn-drain', { relays: ['turn:10.0.0.9:3478?transport=udp', 42] });
+  const m = await within(moved, 'relay-moved');
+  assert.deepEqual(m.drained, ['turn:10.0.0.9:3478?transport=udp']);
+  assert.equal(posts().filter((r) => r.url.endsWith('/v1/turn/credentials')).length, 2, 'asked again');
+  const patch = requests.find((q) => q.method === 'PATCH');
+  assert.equal(patch.url, 'http://node-a/whep/cam/s7');
+  assert.deepEqual(
+    FakePC.all[0].config.iceServers.map((s) => s.urls[0]),
+    ['turn:10.0.0.8:3478?transport=udp'],
+    'the new primary',
+  );
+  assert.equal(FakePC.all[0].config.iceTransportPolicy, 'relay');
+  assert.equal(FakePC.all.length, 1, 'the same connection');
+  assert.equal(session.state, 'connected');
+  route = () => respond(200);
+  await session.close();
 });
