@@ -9,6 +9,8 @@
 //!
 //! The protocol code never reads the clock, never touches a socket and never draws unseeded
 //! randomness; [`udp`] is the one helper for drivers (a socket with large kernel buffers).
+//! [`turn`] is a sans-IO TURN client (RFC 8656 over UDP) that a driver puts between a peer and
+//! its socket to send the peer's datagrams through a relay.
 
 pub mod cert;
 pub mod codec;
@@ -24,4 +26,5 @@ pub mod seq;
 pub mod srtp;
 pub mod stun;
 pub mod time;
+pub mod turn;
 pub mod udp;

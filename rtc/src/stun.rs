@@ -1,5 +1,8 @@
 //! The subset of STUN (RFC 8489, formerly RFC 5389) that ICE (RFC 8445) and consent freshness
-//! (RFC 7675) need: Binding messages, short-term credentials, FINGERPRINT.
+//! (RFC 7675) need: Binding messages, short-term credentials, FINGERPRINT; and, for the TURN
+//! client ([`crate::turn`]), the TURN methods and attributes of RFC 8656 through
+//! [`StunMessage::parse_turn`] (ICE's [`StunMessage::parse`] still accepts Binding only, so a
+//! TURN message reaching an ICE agent is rejected as before).
 //!
 //! Parsing is zero-copy ([`StunMessage`] borrows the datagram) and never panics on peer input;
 //! writing goes into a caller buffer ([`StunWriter`]) so the response path does not allocate.
@@ -36,6 +39,15 @@ pub mod attr {
     pub const FINGERPRINT: u16 = 0x8028;
     pub const ICE_CONTROLLED: u16 = 0x8029;
     pub const ICE_CONTROLLING: u16 = 0x802A;
+    // TURN (RFC 8656 §18).
+    pub const CHANNEL_NUMBER: u16 = 0x000C;
+    pub const LIFETIME: u16 = 0x000D;
+    pub const XOR_PEER_ADDRESS: u16 = 0x0012;
+    pub const DATA: u16 = 0x0013;
+    pub const REALM: u16 = 0x0014;
+    pub const NONCE: u16 = 0x0015;
+    pub const XOR_RELAYED_ADDRESS: u16 = 0x0016;
+    pub const REQUESTED_TRANSPORT: u16 = 0x0019;
 }
 
 /// Comprehension-required attributes this codec understands (RFC 8489 §14: types below 0x8000
@@ -60,10 +72,44 @@ pub enum Class {
     Error,
 }
 
-/// STUN method; ICE only uses Binding.
+/// STUN method: ICE only uses Binding, the rest are TURN's (RFC 8656 §17).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
     Binding,
+    Allocate,
+    Refresh,
+    Send,
+    Data,
+    CreatePermission,
+    ChannelBind,
+}
+
+impl Method {
+    /// The 12-bit method number.
+    pub fn number(self) -> u16 {
+        match self {
+            Method::Binding => 0x001,
+            Method::Allocate => 0x003,
+            Method::Refresh => 0x004,
+            Method::Send => 0x006,
+            Method::Data => 0x007,
+            Method::CreatePermission => 0x008,
+            Method::ChannelBind => 0x009,
+        }
+    }
+
+    fn from_number(n: u16) -> Option<Method> {
+        Some(match n {
+            0x001 => Method::Binding,
+            0x003 => Method::Allocate,
+            0x004 => Method::Refresh,
+            0x006 => Method::Send,
+            0x007 => Method::Data,
+            0x008 => Method::CreatePermission,
+            0x009 => Method::ChannelBind,
+            _ => return None,
+        })
+    }
 }
 
 /// Why a datagram could not be parsed or a message could not be written.
@@ -121,18 +167,41 @@ pub struct StunMessage<'a> {
     ice_controlled: Option<u64>,
     xor_mapped_address: Option<SocketAddr>,
     error_code: Option<ErrorCode<'a>>,
+    turn: TurnAttributes<'a>,
     /// Offset of the MESSAGE-INTEGRITY attribute header.
     integrity: Option<usize>,
     /// Offset of the FINGERPRINT attribute header.
     fingerprint: Option<usize>,
 }
 
+/// The TURN attributes of a message (RFC 8656 §18), read by [`StunMessage::parse_turn`] only.
+#[derive(Debug, Clone, Copy, Default)]
+struct TurnAttributes<'a> {
+    realm: Option<&'a str>,
+    nonce: Option<&'a str>,
+    lifetime: Option<u32>,
+    channel_number: Option<u16>,
+    xor_peer_address: Option<SocketAddr>,
+    xor_relayed_address: Option<SocketAddr>,
+    data: Option<&'a [u8]>,
+}
+
 impl<'a> StunMessage<'a> {
-    /// Parses and structurally validates a datagram. Of repeated attributes the first counts;
-    /// attributes after MESSAGE-INTEGRITY other than FINGERPRINT are ignored (RFC 8489 §14.5);
-    /// anything after FINGERPRINT is an error; unknown attributes are skipped (see
-    /// [`Self::unknown_required`]).
+    /// Parses and structurally validates a Binding message (ICE). Of repeated attributes the
+    /// first counts; attributes after MESSAGE-INTEGRITY other than FINGERPRINT are ignored (RFC
+    /// 8489 §14.5); anything after FINGERPRINT is an error; unknown attributes are skipped (see
+    /// [`Self::unknown_required`]). Other methods are [`StunError::UnsupportedMethod`].
     pub fn parse(data: &'a [u8]) -> Result<Self, StunError> {
+        Self::parse_with(data, false)
+    }
+
+    /// [`Self::parse`] for a TURN client: every [`Method`], and the TURN attributes (REALM,
+    /// NONCE, LIFETIME, CHANNEL-NUMBER, XOR-PEER-ADDRESS, XOR-RELAYED-ADDRESS, DATA) decoded.
+    pub fn parse_turn(data: &'a [u8]) -> Result<Self, StunError> {
+        Self::parse_with(data, true)
+    }
+
+    fn parse_with(data: &'a [u8], turn: bool) -> Result<Self, StunError> {
         if data.len() > MAX_MESSAGE_LEN {
             return Err(StunError::TooLarge(data.len()));
         }
@@ -147,6 +216,9 @@ impl<'a> StunMessage<'a> {
             return Err(StunError::BadLength);
         }
         let (class, method) = decode_type(be16(data, 0))?;
+        if !turn && method != Method::Binding {
+            return Err(StunError::UnsupportedMethod(method.number()));
+        }
         let mut transaction_id = [0u8; 12];
         transaction_id.copy_from_slice(&data[8..HEADER_LEN]);
         let mut msg = StunMessage {
@@ -161,6 +233,7 @@ impl<'a> StunMessage<'a> {
             ice_controlled: None,
             xor_mapped_address: None,
             error_code: None,
+            turn: TurnAttributes::default(),
             integrity: None,
             fingerprint: None,
         };
@@ -201,10 +274,42 @@ impl<'a> StunMessage<'a> {
                 attr::ERROR_CODE if msg.error_code.is_none() => {
                     msg.error_code = Some(decode_error_code(value).ok_or(bad)?);
                 }
+                _ if turn => msg.turn_attribute(ty, value)?,
                 _ => {}
             }
         }
         Ok(msg)
+    }
+
+    fn turn_attribute(&mut self, ty: u16, value: &'a [u8]) -> Result<(), StunError> {
+        let bad = StunError::BadAttribute(ty);
+        let t = &mut self.turn;
+        let text = |v: &'a [u8]| match std::str::from_utf8(v) {
+            Ok(s) if s.len() <= MAX_TEXT_LEN => Ok(s),
+            _ => Err(bad),
+        };
+        match ty {
+            attr::REALM if t.realm.is_none() => t.realm = Some(text(value)?),
+            attr::NONCE if t.nonce.is_none() => t.nonce = Some(text(value)?),
+            attr::LIFETIME if t.lifetime.is_none() => {
+                t.lifetime = Some(u32::from_be_bytes(value.try_into().map_err(|_| bad)?));
+            }
+            attr::CHANNEL_NUMBER if t.channel_number.is_none() => {
+                let v: [u8; 4] = value.try_into().map_err(|_| bad)?;
+                t.channel_number = Some(u16::from_be_bytes([v[0], v[1]]));
+            }
+            attr::XOR_PEER_ADDRESS if t.xor_peer_address.is_none() => {
+                let addr = decode_xor_address(value, &self.transaction_id).ok_or(bad)?;
+                t.xor_peer_address = Some(addr);
+            }
+            attr::XOR_RELAYED_ADDRESS if t.xor_relayed_address.is_none() => {
+                let addr = decode_xor_address(value, &self.transaction_id).ok_or(bad)?;
+                t.xor_relayed_address = Some(addr);
+            }
+            attr::DATA if t.data.is_none() => t.data = Some(value),
+            _ => {}
+        }
+        Ok(())
     }
 
     pub fn class(&self) -> Class {
@@ -242,6 +347,34 @@ impl<'a> StunMessage<'a> {
     }
     pub fn error_code(&self) -> Option<ErrorCode<'a>> {
         self.error_code
+    }
+    /// REALM (TURN messages only).
+    pub fn realm(&self) -> Option<&'a str> {
+        self.turn.realm
+    }
+    /// NONCE (TURN messages only).
+    pub fn nonce(&self) -> Option<&'a str> {
+        self.turn.nonce
+    }
+    /// LIFETIME in seconds (TURN messages only).
+    pub fn lifetime(&self) -> Option<u32> {
+        self.turn.lifetime
+    }
+    /// CHANNEL-NUMBER (TURN messages only).
+    pub fn channel_number(&self) -> Option<u16> {
+        self.turn.channel_number
+    }
+    /// XOR-PEER-ADDRESS (TURN messages only).
+    pub fn xor_peer_address(&self) -> Option<SocketAddr> {
+        self.turn.xor_peer_address
+    }
+    /// XOR-RELAYED-ADDRESS (TURN messages only).
+    pub fn xor_relayed_address(&self) -> Option<SocketAddr> {
+        self.turn.xor_relayed_address
+    }
+    /// DATA (TURN messages only), borrowed from the datagram.
+    pub fn data(&self) -> Option<&'a [u8]> {
+        self.turn.data
     }
     pub fn has_integrity(&self) -> bool {
         self.integrity.is_some()
@@ -443,6 +576,57 @@ impl<'b> StunWriter<'b> {
     }
 
     pub fn xor_mapped_address(&mut self, addr: SocketAddr) -> Result<&mut Self, StunError> {
+        self.xor_address(attr::XOR_MAPPED_ADDRESS, addr)
+    }
+
+    /// XOR-PEER-ADDRESS (TURN).
+    pub fn xor_peer_address(&mut self, addr: SocketAddr) -> Result<&mut Self, StunError> {
+        self.xor_address(attr::XOR_PEER_ADDRESS, addr)
+    }
+
+    /// XOR-RELAYED-ADDRESS (TURN; servers and tests).
+    pub fn xor_relayed_address(&mut self, addr: SocketAddr) -> Result<&mut Self, StunError> {
+        self.xor_address(attr::XOR_RELAYED_ADDRESS, addr)
+    }
+
+    /// REALM (TURN long-term credentials).
+    pub fn realm(&mut self, realm: &str) -> Result<&mut Self, StunError> {
+        self.text(attr::REALM, realm, MAX_TEXT_LEN)
+    }
+
+    /// NONCE (TURN long-term credentials).
+    pub fn nonce(&mut self, nonce: &str) -> Result<&mut Self, StunError> {
+        self.text(attr::NONCE, nonce, MAX_TEXT_LEN)
+    }
+
+    /// LIFETIME in seconds (TURN).
+    pub fn lifetime(&mut self, seconds: u32) -> Result<&mut Self, StunError> {
+        self.attribute(attr::LIFETIME, 4)?
+            .copy_from_slice(&seconds.to_be_bytes());
+        Ok(self)
+    }
+
+    /// REQUESTED-TRANSPORT with an IP protocol number (17: UDP).
+    pub fn requested_transport(&mut self, protocol: u8) -> Result<&mut Self, StunError> {
+        self.attribute(attr::REQUESTED_TRANSPORT, 4)?
+            .copy_from_slice(&[protocol, 0, 0, 0]);
+        Ok(self)
+    }
+
+    /// CHANNEL-NUMBER (TURN).
+    pub fn channel_number(&mut self, number: u16) -> Result<&mut Self, StunError> {
+        let n = number.to_be_bytes();
+        self.attribute(attr::CHANNEL_NUMBER, 4)?
+            .copy_from_slice(&[n[0], n[1], 0, 0]);
+        Ok(self)
+    }
+
+    /// DATA (TURN Send and Data indications).
+    pub fn data(&mut self, data: &[u8]) -> Result<&mut Self, StunError> {
+        self.raw_attribute(attr::DATA, data)
+    }
+
+    fn xor_address(&mut self, ty: u16, addr: SocketAddr) -> Result<&mut Self, StunError> {
         let mut mask = [0u8; 16];
         mask[..4].copy_from_slice(&MAGIC_COOKIE.to_be_bytes());
         mask[4..].copy_from_slice(&self.buf[8..HEADER_LEN]);
@@ -455,7 +639,7 @@ impl<'b> StunWriter<'b> {
             }
             IpAddr::V6(ip) => (2, ip.octets(), 16),
         };
-        let value = self.attribute(attr::XOR_MAPPED_ADDRESS, 4 + n)?;
+        let value = self.attribute(ty, 4 + n)?;
         value[..4].copy_from_slice(&[0, family, port[0], port[1]]);
         for (dst, (o, m)) in value[4..].iter_mut().zip(octets.iter().zip(mask.iter())) {
             *dst = o ^ m;
@@ -643,9 +827,7 @@ fn hmac_sha1(key: &[u8], parts: &[&[u8]]) -> Option<[u8; INTEGRITY_LEN]> {
 }
 
 fn encode_type(class: Class, method: Method) -> u16 {
-    let m: u16 = match method {
-        Method::Binding => 0x001,
-    };
+    let m = method.number();
     let c: u16 = match class {
         Class::Request => 0b00,
         Class::Indication => 0b01,
@@ -663,9 +845,9 @@ fn decode_type(t: u16) -> Result<(Class, Method), StunError> {
         _ => Class::Error,
     };
     let method = (t & 0x000F) | ((t >> 1) & 0x0070) | ((t >> 2) & 0x0F80);
-    match method {
-        0x001 => Ok((class, Method::Binding)),
-        other => Err(StunError::UnsupportedMethod(other)),
+    match Method::from_number(method) {
+        Some(m) => Ok((class, m)),
+        None => Err(StunError::UnsupportedMethod(method)),
     }
 }
 

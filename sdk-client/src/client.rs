@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::driver::{Driver, FRAME_QUEUE, MediaSetup, Msg, Setup, Shared, Stats};
 use crate::fsm::{Config, Event, Kind, Machine, State};
+use crate::relay::{IceServer, RelayError, RelaySetup};
 
 /// Why an SDK call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,6 +29,10 @@ pub enum SdkError {
     /// A bad argument.
     #[error("{0}")]
     Invalid(String),
+    /// `relay_only`: the session could not connect because no relay could be used (no
+    /// credentials, or every relay refused or did not answer).
+    #[error("no TURN relay: {0}")]
+    Relay(RelayError),
 }
 
 /// How a session's media is made.
@@ -64,6 +69,17 @@ pub struct PublishOptions {
     /// Where the first offer goes (a node's WHIP endpoint) instead of the gateway's; every
     /// later one (a recovery) goes through the gateway.
     pub endpoint: Option<String>,
+    /// Send through the gateway's TURN relays (`POST /v1/turn/credentials`), falling back to
+    /// direct when none works (an `Event::Error` with code `turn-unavailable` says so).
+    pub turn: bool,
+    /// Only through a relay (the gateway's, and `ice_servers`), never directly: a relay that
+    /// does not allocate fails over to the next; none → [`SdkError::Relay`].
+    pub relay_only: bool,
+    /// Who relay credentials are asked for (`None`: a random name per session).
+    pub user: Option<String>,
+    /// The app's own relays (`turn:` over UDP), tried before the gateway's; given alone, they
+    /// are used like `turn`.
+    pub ice_servers: Vec<IceServer>,
 }
 
 impl PublishOptions {
@@ -78,6 +94,10 @@ impl PublishOptions {
             seed: None,
             clocks: None,
             endpoint: None,
+            turn: false,
+            relay_only: false,
+            user: None,
+            ice_servers: Vec::new(),
         }
     }
 }
@@ -98,6 +118,14 @@ pub struct PlayOptions {
     /// Where the first offer goes (a node's WHEP endpoint) instead of the gateway's; every
     /// later one (a recovery) goes through the gateway.
     pub endpoint: Option<String>,
+    /// As [`PublishOptions::turn`].
+    pub turn: bool,
+    /// As [`PublishOptions::relay_only`].
+    pub relay_only: bool,
+    /// As [`PublishOptions::user`].
+    pub user: Option<String>,
+    /// As [`PublishOptions::ice_servers`].
+    pub ice_servers: Vec<IceServer>,
 }
 
 /// A client of one Ferry cluster (its gateway, or any node).
@@ -144,6 +172,12 @@ impl FerryClient {
             opts.seed,
             opts.ticket_file,
             opts.endpoint,
+            RelaySetup {
+                turn: opts.turn,
+                relay_only: opts.relay_only,
+                user: opts.user,
+                ice_servers: opts.ice_servers,
+            },
         )?;
         session.connected(timeout).await
     }
@@ -164,6 +198,12 @@ impl FerryClient {
             opts.seed,
             opts.ticket_file,
             opts.endpoint,
+            RelaySetup {
+                turn: opts.turn,
+                relay_only: opts.relay_only,
+                user: opts.user,
+                ice_servers: opts.ice_servers,
+            },
         )?;
         session.connected(timeout).await
     }
@@ -178,6 +218,7 @@ impl FerryClient {
         seed: Option<u64>,
         ticket_file: Option<PathBuf>,
         first_endpoint: Option<String>,
+        relays: RelaySetup,
     ) -> Result<Session, SdkError> {
         if stream.is_empty()
             || stream.len() > 64
@@ -222,6 +263,9 @@ impl FerryClient {
             frames: frames_tx,
             state: state_tx,
             shared: shared.clone(),
+            base: self.base.clone(),
+            stream: stream.to_owned(),
+            relays,
         };
         let driver = Driver::new(setup, tx.clone());
         tokio::spawn(driver.run(rx));
@@ -259,6 +303,9 @@ impl Session {
         match tokio::time::timeout(timeout, wait).await {
             Ok(Ok(s)) if matches!(*s, State::Connected | State::Degraded) => {}
             Ok(Ok(_)) => {
+                if let Some(e) = relay_error(&self.shared) {
+                    return Err(SdkError::Relay(e));
+                }
                 let mut reason = "closed".to_owned();
                 while let Ok(e) = self.events.try_recv() {
                     if let Event::State {
@@ -273,6 +320,9 @@ impl Session {
             Ok(Err(_)) => return Err(SdkError::Closed),
             Err(_) => {
                 let _ = self.tx.send(Msg::Close(oneshot::channel().0));
+                if let Some(e) = relay_error(&self.shared) {
+                    return Err(SdkError::Relay(e));
+                }
                 return Err(SdkError::Timeout(timeout));
             }
         }
@@ -415,6 +465,15 @@ impl Events {
     pub async fn next(&mut self) -> Option<Event> {
         self.0.recv().await
     }
+}
+
+/// Why a relay-only session could not use a relay, if that is why it ended.
+fn relay_error(shared: &Mutex<Shared>) -> Option<RelayError> {
+    shared
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .relay_error
+        .clone()
 }
 
 /// A ticket persisted at `path` (`None`: none, or unreadable).

@@ -2,6 +2,12 @@
 //! [`Peer`] and a UDP socket each), carries out the machine's commands (signalling runs on
 //! blocking threads), and turns what happens — answers, datagrams, frames, a node that stops
 //! answering — into the machine's inputs.
+//!
+//! With relays (`turn`, `relay_only`, `ice_servers`), a transport first allocates on a TURN
+//! relay ([`crate::relay`]) and holds its POST until then; from there on every datagram of its
+//! peer goes through the relay and what the relay hands back reaches the peer as coming from
+//! the node. The node is ICE-lite: it answers the checks from the relayed address like any
+//! other (a peer-reflexive candidate), so the peer needs no relay candidates of its own.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,6 +22,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::fsm::{Command, Endpoint, Event, Input, Kind, LossCause, Machine, State};
+use crate::relay::{self, Gathered, Progress, Relay, RelayError, RelaySetup, RelayStats};
 use crate::signalling::{self, Created, PostRequest, Refusal};
 
 /// How often frames, paths and stalls are looked at.
@@ -37,6 +44,8 @@ pub(crate) enum Msg {
     Input(u64, Input),
     EventsEnded(u64),
     Probed(u32, LossCause, bool),
+    /// Relays gathered for a transport.
+    Relays(u32, Gathered),
     Send {
         video: bool,
         data: Vec<u8>,
@@ -72,6 +81,8 @@ pub struct Stats {
     pub reconnects: u64,
     /// Transports used so far.
     pub transports: u32,
+    /// The TURN relay the current transport sends through (`None`: directly).
+    pub relay: Option<RelayStats>,
 }
 
 /// Shared with the [`crate::Session`] handle.
@@ -81,6 +92,8 @@ pub(crate) struct Shared {
     pub node: Option<String>,
     pub location: Option<String>,
     pub keyframe_wanted: bool,
+    /// Why the session could not use a relay (`relay_only`: why it could not connect).
+    pub relay_error: Option<RelayError>,
 }
 
 /// How the session's media is made.
@@ -108,6 +121,11 @@ pub(crate) struct Setup {
     pub frames: Option<mpsc::Sender<ReceivedFrame>>,
     pub state: watch::Sender<State>,
     pub shared: Arc<Mutex<Shared>>,
+    /// The gateway (for relay credentials).
+    pub base: String,
+    /// The stream (relay credentials are asked for it).
+    pub stream: String,
+    pub relays: RelaySetup,
 }
 
 struct Transport {
@@ -126,11 +144,54 @@ struct Transport {
     probing: bool,
     /// Throughput window start: (when, bytes, packets received, missing).
     window: Option<(Instant, u64, u64, u64)>,
+    /// The TURN relay it sends through (allocating, or allocated).
+    relay: Option<Relay>,
+    /// Relays are being gathered (credentials, DNS).
+    gathering: bool,
+    /// The POST held until the relay is allocated (or given up on).
+    waiting: Option<PostRequest>,
+    /// No relay worked and direct sending is allowed: direct from now on.
+    direct: bool,
+    /// Only through a relay: nothing goes out directly.
+    relay_only: bool,
+}
+
+impl Transport {
+    /// Sends one datagram of the peer: through the relay when there is one (never directly
+    /// when relay only), else directly.
+    fn send(&mut self, now: Instant, to: SocketAddr, d: &[u8]) {
+        match self.relay.as_mut() {
+            Some(r) => {
+                // A payload the relay cannot carry is lost, as the network would lose it.
+                let _ = r.client.send_to(now, to, d);
+            }
+            None if self.relay_only || (self.waiting.is_some() && !self.direct) => {}
+            // A full socket buffer loses the datagram, as the network would.
+            None => {
+                let _ = self.socket.try_send_to(d, to);
+            }
+        }
+    }
+
+    /// The relay's datagrams, to the relay.
+    fn flush_relay(&mut self) {
+        if let Some(r) = self.relay.as_mut() {
+            let server = r.server();
+            while let Some(d) = r.client.poll_transmit() {
+                let _ = self.socket.try_send_to(&d, server);
+            }
+        }
+    }
 }
 
 impl Drop for Transport {
     fn drop(&mut self) {
         self.reader.abort();
+        // Deallocate: the relay frees the port now rather than when the lifetime ends.
+        if let Some(r) = self.relay.as_mut() {
+            r.client.close(Instant::now());
+        }
+        self.flush_relay();
     }
 }
 
@@ -151,6 +212,10 @@ pub(crate) struct Driver {
     closing: Option<oneshot::Sender<()>>,
     /// Publish, H.264: the latest SPS/PPS, sent again with IDRs that lack them.
     parameter_sets: crate::h264::ParameterSets,
+    /// The gateway's relays and until when to use them (half the credential's lifetime).
+    relay_cache: Option<(Vec<relay::IceServer>, Instant)>,
+    /// Who relay credentials are asked for.
+    relay_user: String,
 }
 
 fn is_down(state: State) -> bool {
@@ -175,6 +240,8 @@ impl Driver {
             reconnects: 0,
             closing: None,
             parameter_sets: crate::h264::ParameterSets::default(),
+            relay_cache: None,
+            relay_user: String::new(),
         }
     }
 
@@ -232,6 +299,9 @@ impl Driver {
             if let Some(p) = tr.peer.poll_timeout() {
                 t = t.min(p);
             }
+            if let Some(r) = tr.relay.as_ref().and_then(Relay::poll_timeout) {
+                t = t.min(r);
+            }
         }
         t
     }
@@ -244,11 +314,24 @@ impl Driver {
         let now = Instant::now();
         match msg {
             Msg::Datagram(t, from, mut data) => {
-                if let Some(tr) = self.transports.get_mut(&t) {
-                    tr.peer.handle_datagram(now, from, &mut data);
-                    self.drain_frames(t);
+                let Some(tr) = self.transports.get_mut(&t) else {
+                    return;
+                };
+                match tr.relay.as_mut() {
+                    Some(r) if from == r.server() => {
+                        if let Some((peer, payload)) = r.client.handle_datagram(now, &mut data) {
+                            tr.peer.handle_datagram(now, peer, payload);
+                        }
+                        self.relay_progress(t, now);
+                    }
+                    // Through a relay, nothing is taken from anywhere else.
+                    Some(_) => {}
+                    None if tr.relay_only => {}
+                    None => tr.peer.handle_datagram(now, from, &mut data),
                 }
+                self.drain_frames(t);
             }
+            Msg::Relays(t, gathered) => self.relays_gathered(t, gathered, now),
             Msg::Posted(t, result) => self.posted(t, result),
             Msg::Restarted(t, result) => self.restarted(t, result),
             Msg::Input(sub, input) => {
@@ -354,6 +437,7 @@ impl Driver {
             migrations: self.migrations,
             reconnects: self.reconnects,
             transports: self.transports.keys().last().copied().unwrap_or(0),
+            relay: tr.and_then(|t| t.relay.as_ref()).and_then(Relay::stats),
         }
     }
 
@@ -387,6 +471,7 @@ impl Driver {
             {
                 tr.peer.handle_timeout(now);
             }
+            self.relay_progress(*t, now);
             self.drain_frames(*t);
         }
         if self.s.machine.poll_timeout().is_some_and(|d| d <= now) {
@@ -602,10 +687,19 @@ impl Driver {
                     failed_node,
                     token: self.s.token.clone(),
                 };
-                let tx = self.tx.clone();
-                tokio::task::spawn_blocking(move || {
-                    let _ = tx.send(Msg::Posted(transport, signalling::post_offer(&req)));
-                });
+                // Relays first: the POST waits until this transport has one (or none works).
+                if let Some(tr) = self.transports.get_mut(&transport)
+                    && self.s.relays.wanted()
+                    && !tr.direct
+                    && !tr.relay.as_ref().is_some_and(Relay::is_allocated)
+                {
+                    tr.waiting = Some(req);
+                    if tr.relay.is_none() {
+                        self.gather(transport);
+                    }
+                    return;
+                }
+                self.post(transport, req);
             }
             Command::RestartIce {
                 transport,
@@ -714,12 +808,196 @@ impl Driver {
         });
     }
 
+    fn post(&self, transport: u32, req: PostRequest) {
+        let tx = self.tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let _ = tx.send(Msg::Posted(transport, signalling::post_offer(&req)));
+        });
+    }
+
+    /// Gathers relays for transport `t` off the runtime: the app's, then the gateway's
+    /// (fetched once per half credential lifetime), resolved.
+    fn gather(&mut self, t: u32) {
+        let Some(tr) = self.transports.get_mut(&t) else {
+            return;
+        };
+        if tr.gathering {
+            return;
+        }
+        tr.gathering = true;
+        let setup = self.s.relays.clone();
+        if self.relay_user.is_empty() {
+            self.relay_user = setup
+                .user
+                .clone()
+                .unwrap_or_else(|| format!("u-{:010x}", rand::random::<u64>() >> 24));
+        }
+        let cached = self
+            .relay_cache
+            .as_ref()
+            .filter(|(_, until)| Instant::now() < *until)
+            .map(|(servers, _)| servers.clone());
+        let (base, token, stream) = (
+            self.s.base.clone(),
+            self.s.token.clone(),
+            self.s.stream.clone(),
+        );
+        let user = self.relay_user.clone();
+        let tx = self.tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut servers = setup.ice_servers.clone();
+            let (mut fetched, mut error) = (None, None);
+            if setup.fetch() {
+                match cached {
+                    Some(c) => servers.extend(c),
+                    None => match relay::fetch_credentials(&base, token.as_deref(), &user, &stream)
+                    {
+                        Ok((list, ttl)) => {
+                            servers.extend(list.iter().cloned());
+                            fetched = Some((list, ttl));
+                        }
+                        Err(e) => error = Some(e),
+                    },
+                }
+            }
+            let (candidates, skipped) = relay::resolve(&servers);
+            let _ = tx.send(Msg::Relays(
+                t,
+                Gathered {
+                    candidates,
+                    fetched,
+                    error,
+                    skipped,
+                },
+            ));
+        });
+    }
+
+    fn relays_gathered(&mut self, t: u32, g: Gathered, now: Instant) {
+        if let Some((servers, ttl)) = g.fetched {
+            self.relay_cache = Some((servers, now + ttl / 2));
+        }
+        if let Some(e) = &g.error {
+            self.turn_error("turn-unavailable", e);
+        }
+        let seed = self.s.seed ^ u64::from(t).wrapping_mul(0xa076_1d64_78bd_642f);
+        let Some(tr) = self.transports.get_mut(&t) else {
+            return;
+        };
+        tr.gathering = false;
+        match Relay::start(g.candidates, seed, now) {
+            Some(r) => {
+                tr.relay = Some(r);
+                tr.flush_relay();
+            }
+            None => {
+                let e = g.error.unwrap_or_else(|| {
+                    RelayError::NoRelay(if g.skipped.is_empty() {
+                        "none configured".into()
+                    } else {
+                        g.skipped.join("; ")
+                    })
+                });
+                self.relay_gave_up(t, e, false);
+            }
+        }
+    }
+
+    /// Transport `t`'s relay: allocated (the POST goes), failed over, exhausted or lost.
+    fn relay_progress(&mut self, t: u32, now: Instant) {
+        let Some(tr) = self.transports.get_mut(&t) else {
+            return;
+        };
+        let Some(r) = tr.relay.as_mut() else {
+            return;
+        };
+        match r.progress(now) {
+            Progress::Pending => {}
+            Progress::Allocated => {
+                // An earlier transport's relay failure no longer says why the session ends.
+                self.s
+                    .shared
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .relay_error = None;
+                // Datagrams the peer made while allocating (none before its answer).
+                while let Some((to, d)) = tr.peer.poll_transmit() {
+                    tr.send(now, to, &d);
+                }
+                if let Some(req) = tr.waiting.take() {
+                    self.post(t, req);
+                }
+            }
+            Progress::Exhausted(e) => {
+                tr.relay = None;
+                self.relay_gave_up(t, e, true);
+            }
+            Progress::Lost(e) => {
+                tr.relay = None;
+                tr.direct = !tr.relay_only;
+                self.turn_error("turn-lost", &e);
+                self.input(Input::Lost {
+                    transport: t,
+                    cause: LossCause::Ice,
+                });
+            }
+        }
+    }
+
+    /// No relay for transport `t`: relay only, its POST fails with why (and the session
+    /// remembers it for [`crate::SdkError::Relay`]); else it goes on directly.
+    fn relay_gave_up(&mut self, t: u32, e: RelayError, report: bool) {
+        let relay_only = self.s.relays.relay_only;
+        if report || !matches!(e, RelayError::Credentials { .. }) {
+            self.turn_error("turn-unavailable", &e);
+        }
+        let Some(tr) = self.transports.get_mut(&t) else {
+            return;
+        };
+        let waiting = tr.waiting.take();
+        if relay_only {
+            self.s
+                .shared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .relay_error = Some(e.clone());
+            if waiting.is_some() {
+                self.input(Input::PostFailed {
+                    transport: t,
+                    status: e.status(),
+                    reason: e.to_string(),
+                });
+            }
+            return;
+        }
+        tr.direct = true;
+        if let Some(req) = waiting {
+            self.post(t, req);
+        }
+    }
+
+    /// An SDK error event about relays (as the browser SDK's `turn-unavailable`).
+    fn turn_error(&self, code: &str, e: &RelayError) {
+        tracing::warn!(code, error = %e, "TURN");
+        let status = match e {
+            RelayError::Credentials { status, .. } => *status,
+            _ => 0,
+        };
+        let _ = self.s.events.send(Event::Error {
+            code: code.into(),
+            status,
+            message: e.to_string(),
+        });
+    }
+
     fn close_transport(&mut self, t: u32) {
         if let Some(mut tr) = self.transports.remove(&t) {
+            let now = Instant::now();
             tr.peer.close();
             while let Some((to, d)) = tr.peer.poll_transmit() {
-                let _ = tr.socket.try_send_to(&d, to);
+                tr.send(now, to, &d);
             }
+            // Dropping it deallocates its relay.
         }
         if self.current == Some(t) {
             self.current = None;
@@ -765,17 +1043,23 @@ impl Driver {
                 heard: (0, now),
                 probing: false,
                 window: None,
+                relay: None,
+                gathering: false,
+                waiting: None,
+                direct: false,
+                relay_only: self.s.relays.relay_only,
             },
         );
         Some(offer)
     }
 
     fn flush(&mut self) {
+        let now = Instant::now();
         for tr in self.transports.values_mut() {
             while let Some((to, d)) = tr.peer.poll_transmit() {
-                // A full socket buffer loses the datagram, as the network would.
-                let _ = tr.socket.try_send_to(&d, to);
+                tr.send(now, to, &d);
             }
+            tr.flush_relay();
         }
     }
 }

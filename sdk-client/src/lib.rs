@@ -7,6 +7,11 @@
 //! with exponential backoff, and turns video off when the network cannot carry it. Events and
 //! numbers about each of these come out of [`Session::next_event`] and [`Session::stats`].
 //!
+//! Like the browser SDK, a session can send its media through TURN relays: `turn` asks the
+//! gateway for credentials and falls back to direct when no relay works, `relay_only` never
+//! sends directly (fails over across the relays, else [`SdkError::Relay`]), `ice_servers` adds
+//! the app's own; [`Stats::relay`] says which relay is in use and the relayed address.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), ferry_sdk::SdkError> {
 //! use std::time::Duration;
@@ -32,6 +37,7 @@ pub mod fsm;
 pub mod fuzz;
 mod h264;
 pub mod js;
+mod relay;
 mod signalling;
 
 pub use client::{Events, FerryClient, Media, PlayOptions, PublishOptions, SdkError, Session};
@@ -39,4 +45,6 @@ pub use driver::Stats;
 pub use ferry_rtc::codec;
 pub use ferry_rtc::media;
 pub use ferry_rtc::peer::{PeerStats, ReceivedFrame};
+pub use ferry_rtc::turn::{TurnError, TurnStats};
 pub use fsm::{Event, State};
+pub use relay::{IceServer, RelayError, RelayStats};

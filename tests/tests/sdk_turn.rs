@@ -1,0 +1,243 @@
+//! The Rust SDK through real coturn relays (Debian `coturn`, `use-auth-secret`): `ferry dev`
+//! hands out two relays (`FERRY_TURN_URIS`, `FERRY_TURN_SECRET`); a synthetic Rust SDK
+//! publisher and viewer, both `relay_only`, fetch the gateway's credentials, allocate on
+//! coturn and play through it — the SDK drops every datagram that does not come through the
+//! relay, so frames at the viewer went node → coturn → viewer, and the node answered checks
+//! that came from the relayed addresses (coturn's own sockets, checked with `ss`). Closing
+//! the sessions deallocates (coturn frees the relay ports). A gateway that signs with another
+//! secret than coturn's makes a relay-only session fail at once with `SdkError::Relay`
+//! (coturn's 401), and a session with `turn` whose credentials are refused reports
+//! `turn-unavailable` and plays directly.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use ferry_sdk::codec::Codec;
+use ferry_sdk::{
+    Event, FerryClient, Media, PlayOptions, PublishOptions, RelayError, SdkError, Session,
+    TurnError,
+};
+use ferry_tests::FerryProcess;
+use ferry_tests::cluster::{start_dev_env, wait_registered};
+use ferry_tests::coturn::Coturn;
+
+const SECRET: &str = "sdk-turn-test-secret";
+
+fn synthetic() -> Media {
+    Media::Synthetic {
+        bitrate_bps: 400_000,
+    }
+}
+
+/// The UDP sockets `turnserver` holds on 127.0.0.1 (`ss -uanp`).
+fn coturn_sockets() -> Result<Vec<SocketAddr>> {
+    let out = Command::new("ss")
+        .args(["-uanp"])
+        .output()
+        .context("running ss (apt-get install iproute2)")?;
+    ensure!(out.status.success(), "ss -uanp failed");
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("\"turnserver\""))
+        .filter_map(|l| l.split_whitespace().nth(3)?.parse().ok())
+        .collect())
+}
+
+/// Plays `stream`, again while the stream is not there yet (404).
+async fn play(client: &FerryClient, stream: &str, opts: &PlayOptions) -> Result<Session> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.play(stream, opts.clone()).await {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() < deadline && e.to_string().contains("404") => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => bail!("play {stream}: {e}"),
+        }
+    }
+}
+
+/// Waits until the viewer completed more than `n` video frames; how many it had.
+async fn frames_over(viewer: &Session, n: u64, within: Duration) -> Result<u64> {
+    let deadline = Instant::now() + within;
+    loop {
+        let f = viewer.stats().await?.frames;
+        if f > n {
+            return Ok(f);
+        }
+        ensure!(Instant::now() < deadline, "the viewer has {f} frames");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_only_rust_sdk_sessions_play_through_coturn() -> Result<()> {
+    let relays = [Coturn::start(SECRET)?, Coturn::start(SECRET)?];
+    let uris = format!("{},{}", relays[0].uri(), relays[1].uri());
+    let dev = start_dev_env(
+        false,
+        &[],
+        &[("FERRY_TURN_URIS", &uris), ("FERRY_TURN_SECRET", SECRET)],
+    )?;
+    wait_registered(&dev.gateway, 2).await?;
+    let client = FerryClient::new(&dev.gateway).with_token(&dev.token);
+    let relay_ports: Vec<u16> = relays.iter().map(|r| r.port).collect();
+
+    let mut p = PublishOptions::new(Codec::Vp8, false);
+    p.media = synthetic();
+    p.relay_only = true;
+    p.user = Some("alice".into());
+    let started = Instant::now();
+    let publisher = client
+        .publish("relayed", p)
+        .await
+        .context("the relay-only publisher did not connect")?;
+    let publish_ms = started.elapsed().as_millis();
+    let view = PlayOptions {
+        media: synthetic(),
+        relay_only: true,
+        user: Some("bob".into()),
+        ..PlayOptions::default()
+    };
+    let mut viewer = play(&client, "relayed", &view)
+        .await
+        .context("the relay-only viewer did not connect")?;
+    let frames = frames_over(&viewer, 30, Duration::from_secs(10)).await?;
+
+    let sockets = coturn_sockets()?;
+    let mut relayed = Vec::new();
+    for (who, s) in [("publisher", &publisher), ("viewer", &viewer)] {
+        let st = s.stats().await?;
+        let r = st
+            .relay
+            .with_context(|| format!("the {who} is not on a relay"))?;
+        ensure!(
+            relay_ports.contains(&r.server.port()),
+            "the {who}'s relay {} is not one of the gateway's ({uris})",
+            r.server
+        );
+        ensure!(
+            sockets.contains(&r.relayed) && !relay_ports.contains(&r.relayed.port()),
+            "the {who}'s relayed address {} is not a coturn relay socket: {sockets:?}",
+            r.relayed
+        );
+        ensure!(
+            r.turn.channel_data_sent > 0 && r.turn.received > 0,
+            "the {who}'s media did not go through the relay: {:?}",
+            r.turn
+        );
+        println!(
+            "{who}: relay {} relayed {} allocated in {} ms, {:?}",
+            r.uri, r.relayed, r.allocation_ms, r.turn
+        );
+        relayed.push(r.relayed);
+    }
+    println!("publisher connected in {publish_ms} ms; viewer {frames} frames");
+    while let Some(e) = viewer.try_event() {
+        ensure!(!matches!(e, Event::Error { .. }), "viewer error: {e:?}");
+    }
+
+    // Closing deallocates: coturn frees both relayed ports.
+    viewer.close().await;
+    publisher.close().await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let sockets = coturn_sockets()?;
+        let left: Vec<&SocketAddr> = relayed.iter().filter(|a| sockets.contains(a)).collect();
+        if left.is_empty() {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "coturn still holds {left:?} after the sessions closed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // `turn` without usable credentials (a user name with ':' is refused): reported, and the
+    // session plays directly.
+    let direct = PlayOptions {
+        media: synthetic(),
+        turn: true,
+        user: Some("not:valid".into()),
+        ..PlayOptions::default()
+    };
+    let mut p = PublishOptions::new(Codec::Vp8, false);
+    p.media = synthetic();
+    let publisher = client.publish("direct", p).await?;
+    let mut viewer = play(&client, "direct", &direct).await?;
+    frames_over(&viewer, 10, Duration::from_secs(10)).await?;
+    ensure!(
+        viewer.stats().await?.relay.is_none(),
+        "no relay, yet one in use"
+    );
+    let mut unavailable = None;
+    while let Some(e) = viewer.try_event() {
+        if let Event::Error { code, status, .. } = &e
+            && code == "turn-unavailable"
+        {
+            unavailable = Some(*status);
+        }
+    }
+    ensure!(
+        unavailable == Some(400),
+        "turn-unavailable (400) not reported: {unavailable:?}"
+    );
+    viewer.close().await;
+    publisher.close().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_only_session_with_a_credential_coturn_refuses_fails_with_a_typed_error()
+-> Result<()> {
+    let relays = [Coturn::start(SECRET)?, Coturn::start(SECRET)?];
+    let uris = format!("{},{}", relays[0].uri(), relays[1].uri());
+    // A gateway that signs with another secret than the relays check.
+    let token = "sdk-turn-wrong-secret-token";
+    let gateway = FerryProcess::spawn_env(
+        &[
+            "scheduler",
+            "--http",
+            "127.0.0.1:0",
+            "--state-file",
+            "none",
+            "--token",
+            token,
+        ],
+        &[
+            ("FERRY_TURN_URIS", &uris),
+            ("FERRY_TURN_SECRET", "not-the-relays-secret"),
+        ],
+    )?;
+    let client = FerryClient::new(gateway.after("http")?).with_token(token);
+    let started = Instant::now();
+    let opts = PlayOptions {
+        media: synthetic(),
+        relay_only: true,
+        ..PlayOptions::default()
+    };
+    let r = client.play("cam", opts).await;
+    let took = started.elapsed();
+    match r {
+        Err(SdkError::Relay(RelayError::Turn {
+            error: TurnError::Unauthorized(_),
+            uri,
+        })) => {
+            ensure!(
+                uri == relays[1].uri() || uri == relays[0].uri(),
+                "the error names {uri}"
+            );
+        }
+        Err(e) => bail!("wrong error: {e:?}"),
+        Ok(_) => bail!("a refused credential connected"),
+    }
+    ensure!(
+        took < Duration::from_secs(5),
+        "the refusal took {took:?} (both relays answer 401 at once)"
+    );
+    println!("relay-only with a refused credential failed in {took:?}");
+    Ok(())
+}
