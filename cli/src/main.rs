@@ -23,6 +23,7 @@ mod dev;
 mod gpu;
 mod migrate;
 mod ops;
+mod ops_turn;
 mod scheduler;
 mod sdk_files;
 mod telemetry;
@@ -67,6 +68,9 @@ enum Command {
     Drain(ops::DrainArgs),
     /// Cancel a node's drain: it takes sessions again, ramping back up.
     Undrain(ops::UndrainArgs),
+    /// The TURN relays: list, drain, undrain.
+    #[command(subcommand)]
+    Turn(ops_turn::TurnCommand),
 }
 
 #[derive(clap::Args, Debug)]
@@ -177,6 +181,7 @@ fn main() -> anyhow::Result<()> {
         Command::Status(_) => "status".to_owned(),
         Command::Drain(_) => "drain".to_owned(),
         Command::Undrain(_) => "undrain".to_owned(),
+        Command::Turn(_) => "turn".to_owned(),
     };
     let _telemetry = telemetry::init(&instance)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -195,6 +200,7 @@ fn main() -> anyhow::Result<()> {
             Command::Status(args) => ops::run("status", move |o| ops::status(&args, o)).await,
             Command::Drain(args) => ops::run("drain", move |o| ops::drain(&args, o)).await,
             Command::Undrain(args) => ops::run("undrain", move |o| ops::undrain(&args, o)).await,
+            Command::Turn(cmd) => ops::run("turn", move |o| ops_turn::run(&cmd, o)).await,
         }
     })
 }

@@ -15,7 +15,7 @@ use ferry_sfu::scheduler_link::SchedulerLink;
 use serde_json::Value;
 
 /// Longest wait for one answer.
-const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the scheduler is and how to talk to it.
 #[derive(clap::Args, Debug, Clone)]
@@ -32,7 +32,7 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    fn link(&self, needs_token: bool) -> Result<SchedulerLink> {
+    pub(crate) fn link(&self, needs_token: bool) -> Result<SchedulerLink> {
         let token = self.token.clone().unwrap_or_default();
         if needs_token && token.is_empty() {
             bail!("an API token is needed: --token or $FERRY_API_TOKEN");
@@ -84,7 +84,10 @@ pub struct UndrainArgs {
 }
 
 /// A JSON answer with `status`, else the scheduler's error.
-fn expect(answer: ferry_sfu::scheduler_link::SchedulerAnswer, status: &[u16]) -> Result<Value> {
+pub(crate) fn expect(
+    answer: ferry_sfu::scheduler_link::SchedulerAnswer,
+    status: &[u16],
+) -> Result<Value> {
     if !status.contains(&answer.status) {
         let reason = serde_json::from_str::<Value>(&answer.body)
             .ok()
@@ -95,7 +98,7 @@ fn expect(answer: ferry_sfu::scheduler_link::SchedulerAnswer, status: &[u16]) ->
     serde_json::from_str(&answer.body).context("the scheduler's answer is not JSON")
 }
 
-fn get(link: &SchedulerLink, path: &str) -> Result<Value> {
+pub(crate) fn get(link: &SchedulerLink, path: &str) -> Result<Value> {
     expect(link.call(path, None, HTTP_TIMEOUT)?, &[200])
 }
 
@@ -118,7 +121,7 @@ where
     std::process::exit(code)
 }
 
-fn text(v: &Value) -> String {
+pub(crate) fn text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => "-".into(),
@@ -127,7 +130,7 @@ fn text(v: &Value) -> String {
 }
 
 /// Prints rows as a table with a header, columns padded to their widest cell.
-fn table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> Result<()> {
+pub(crate) fn table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> Result<()> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {

@@ -20,6 +20,8 @@ use ferry_proto::turn::{Family, TurnServerSpec};
 
 use crate::placement::{self, NodeSpec, PlacementConfig, Requirements};
 
+pub mod scale;
+
 /// What the fleet is configured with.
 #[derive(Debug, Clone)]
 pub struct TurnConfig {

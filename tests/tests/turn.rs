@@ -655,10 +655,42 @@ async fn draining_a_relay_moves_its_sdk_viewer_to_another_relay_without_a_freeze
         ensure!(Instant::now() < deadline, "not drained: {view}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let metrics = http(&format!("{}/metrics", dev.gateway), "GET", &[], b"")?.body;
+    // The operator's CLI sees it, and puts it back into service.
+    let ferry = |args: &[&str]| -> Result<String> {
+        let out = Command::new(ferry_bin()?)
+            .args(args)
+            .args(["--scheduler", &dev.gateway, "--token", &dev.token])
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "ferry {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8(out.stdout)?)
+    };
+    let table = ferry(&["turn", "relays"])?;
     ensure!(
-        metrics.contains(&format!("ferry_turn_drain_seconds{{relay=\"{id}\"}}")),
-        "no drain duration metric"
+        table
+            .lines()
+            .any(|l| l.starts_with(id.as_str()) && l.contains("drained") && l.contains("empty")),
+        "ferry turn relays:\n{table}"
+    );
+    ferry(&["turn", "undrain", &uris[used]])?;
+    let list: Value = serde_json::from_str(&ferry(&["turn", "relays", "--json"])?)?;
+    ensure!(
+        list.as_array()
+            .and_then(|a| a.iter().find(|r| r["id"] == id.as_str()))
+            .is_some_and(|r| r["state"] == "active"),
+        "not back in service: {list}"
+    );
+    let metrics = http(&format!("{}/metrics", dev.gateway), "GET", &[], b"")?.body;
+    let relay_left = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ferry_turn_reallocations_total{reason=\"relay-left\"} "))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    ensure!(
+        metrics.contains("ferry_turn_load_cv ") && relay_left >= Some(1),
+        "TURN metrics (the viewer's move is a reallocation): {metrics}"
     );
     eprintln!(
         "relay drain: viewer moved {} ms after the drain (SDK: {} ms, {} → {}), drained coturn empty after {} ms, scheduler: {}, freezeCount {freezes} → {}",
