@@ -1,7 +1,8 @@
 //! `ferry turn …`: the operator's view of the TURN fleet — `ferry turn relays` (state, users,
 //! drain of each relay), `ferry turn drain RELAY [--deadline-s N] [--wait]` (no new users; the
 //! SDK clients on it move to other relays; drained once its users are gone or at the deadline)
-//! and `ferry turn undrain RELAY`. RELAY is a relay's id or URI (as `ferry turn relays` lists).
+//! and `ferry turn undrain RELAY`; `ferry turn add URI` and `ferry turn remove RELAY` (once
+//! drained) change the fleet. RELAY is a relay's id or URI (as `ferry turn relays` lists).
 //! Exit status as the other operator commands: 0 done, 1 `--wait` timed out, 2 an error.
 
 use std::io::Write;
@@ -38,6 +39,20 @@ pub enum TurnCommand {
     },
     /// Put a relay back into service.
     Undrain {
+        /// The relay's id or URI.
+        relay: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Add a relay to the fleet (scale-out): it ramps in.
+    Add {
+        /// `turn:host:port[?transport=udp|tcp][;zone=Z][;isp=I][;weight=W]`.
+        uri: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Remove a drained (or down) relay from the fleet (scale-in).
+    Remove {
         /// The relay's id or URI.
         relay: String,
         #[command(flatten)]
@@ -123,6 +138,32 @@ pub fn run(cmd: &TurnCommand, out: &mut dyn Write) -> Result<i32> {
                 }
                 std::thread::sleep(Duration::from_millis(500));
             }
+        }
+        TurnCommand::Add { uri, api } => {
+            let link = api.link(true)?;
+            let body = serde_json::json!({ "uri": uri });
+            let r = expect(
+                link.call("/v1/turn/relays", Some(&body), HTTP_TIMEOUT)?,
+                &[201],
+            )?;
+            writeln!(
+                out,
+                "{} joined the fleet ({})",
+                text(&r["id"]),
+                text(&r["state"])
+            )?;
+            Ok(0)
+        }
+        TurnCommand::Remove { relay, api } => {
+            let link = api.link(true)?;
+            let list = get(&link, "/v1/turn/relays")?;
+            let id = text(&find(&list, relay)?["id"]);
+            let a = link.delete(&format!("/v1/turn/relays/{id}"), HTTP_TIMEOUT)?;
+            if a.status != 204 {
+                expect(a, &[204])?;
+            }
+            writeln!(out, "{id} left the fleet")?;
+            Ok(0)
         }
         TurnCommand::Undrain { relay, api } => {
             let link = api.link(true)?;

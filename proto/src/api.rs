@@ -397,6 +397,17 @@ pub struct TurnDrainRequest {
     pub deadline_s: Option<u64>,
 }
 
+/// `POST /v1/turn/relays`: a relay joins the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TurnRelayRequest {
+    /// `turn:host:port[?transport=udp|tcp][;zone=Z][;isp=I][;weight=W]` (or `turns:`), as in
+    /// `FERRY_TURN_URIS`.
+    #[cfg_attr(feature = "openapi", schema(min_length = 6, max_length = 512))]
+    pub uri: String,
+}
+
 /// A TURN relay in `GET /v1/turn/relays`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]

@@ -14,13 +14,13 @@ use axum::extract::{DefaultBodyLimit, Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::{Extension, Json, middleware};
 use ferry_proto::api::{
     ApiError, DrainStatus, Heartbeat, MigrationAccepted, MigrationRequest, MigrationView, NodeView,
     PlacementRequest, PlacementResponse, ReclaimNotice, RoutingTable, SessionKind, SessionView,
     TicketUse, TurnCredentialsRequest, TurnCredentialsResponse, TurnDrain, TurnDrainRequest,
-    TurnRelayView, WeightUpdate,
+    TurnRelayRequest, TurnRelayView, WeightUpdate,
 };
 use ferry_proto::auth::{AuthError, Claims, Grant, Signer, Verifier};
 use ferry_proto::{MigrationId, NodeId, StreamId};
@@ -43,7 +43,7 @@ const MAX_BODY: usize = 256 * 1024;
     paths(
         list_nodes, get_node, heartbeat, set_weight, reclaim_notice, start_drain, cancel_drain, drain_status,
         list_sessions, place, create_migration, get_migration, list_migrations, routing, healthz,
-        readyz, whip, whep, consume_ticket, turn_credentials, turn_relays, start_turn_drain, cancel_turn_drain
+        readyz, whip, whep, consume_ticket, turn_credentials, turn_relays, add_turn_relay, remove_turn_relay, start_turn_drain, cancel_turn_drain
     ),
     modifiers(&BearerAuth),
 )]
@@ -219,6 +219,8 @@ pub fn router_with_tokens(
             "/v1/turn/relays/{id}/drain",
             post(start_turn_drain).delete(cancel_turn_drain),
         )
+        .route("/v1/turn/relays", post(add_turn_relay))
+        .route("/v1/turn/relays/{id}", delete(remove_turn_relay))
         .route_layer(middleware::from_fn_with_state(s.clone(), require_token))
         .route_layer(middleware::from_fn_with_state(s.clone(), follow_leader));
     // The gateway records placements: only the leader answers it.
@@ -682,6 +684,8 @@ fn turn_api_error(e: crate::service::TurnApiError) -> Response {
     let status = match e {
         E::NoFleet => StatusCode::SERVICE_UNAVAILABLE,
         E::NotFound(_) | E::NoDrain(_) => StatusCode::NOT_FOUND,
+        E::BadRelay(_) => StatusCode::BAD_REQUEST,
+        E::Exists(_) | E::InService(..) => StatusCode::CONFLICT,
     };
     error(status, e.to_string())
 }
@@ -694,6 +698,37 @@ async fn turn_relays(State(s): State<Arc<Scheduler>>) -> Response {
     match s.turn_relay_views() {
         Some(v) => Json(v).into_response(),
         None => turn_api_error(crate::service::TurnApiError::NoFleet),
+    }
+}
+
+/// Adds a TURN relay to the fleet (scale-out; stored, so every replica hands it out): it ramps
+/// in — bounded loads send it users as they ask, consistent hashing those whose keys it owns.
+#[utoipa::path(post, path = "/v1/turn/relays", request_body = TurnRelayRequest, security(("bearer" = [])),
+    responses((status = 201, body = TurnRelayView), (status = 400, body = ApiError), (status = 401, body = ApiError),
+        (status = 409, body = ApiError, description = "the relay is in the fleet already"), (status = 503, body = ApiError)))]
+async fn add_turn_relay(
+    State(s): State<Arc<Scheduler>>,
+    req: Result<Json<TurnRelayRequest>, JsonRejection>,
+) -> Response {
+    let req = match body(req) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    match s.add_turn_relay(&req.uri) {
+        Ok(v) => committed(&s, (StatusCode::CREATED, Json(v)).into_response()),
+        Err(e) => turn_api_error(e),
+    }
+}
+
+/// Removes a TURN relay from the fleet (scale-in), once it is drained (or down).
+#[utoipa::path(delete, path = "/v1/turn/relays/{id}", params(("id" = String, Path, description = "relay id or URI")),
+    security(("bearer" = [])),
+    responses((status = 204, description = "removed"), (status = 401, body = ApiError), (status = 404, body = ApiError),
+        (status = 409, body = ApiError, description = "it still takes or holds users: drain it first"), (status = 503, body = ApiError)))]
+async fn remove_turn_relay(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
+    match s.remove_turn_relay(&id) {
+        Ok(()) => committed(&s, StatusCode::NO_CONTENT.into_response()),
+        Err(e) => turn_api_error(e),
     }
 }
 

@@ -115,6 +115,9 @@ pub struct Persisted {
     /// TURN relays' drains, by relay id.
     #[serde(default)]
     turn_drains: BTreeMap<String, TurnDrain>,
+    /// TURN relays added (their spec) or removed (`None`) through the API, by relay id.
+    #[serde(default)]
+    turn_registry: BTreeMap<String, Option<String>>,
 }
 
 /// The cluster core.
@@ -133,6 +136,8 @@ pub struct Cluster {
     tickets: BTreeMap<SessionId, (u32, u64)>,
     /// TURN relays' drains, by relay id (stored, so every replica sees them).
     turn_drains: BTreeMap<String, TurnDrain>,
+    /// TURN relays added (their spec) or removed (`None`) through the API, by relay id.
+    turn_registry: BTreeMap<String, Option<String>>,
     metrics: ClusterMetrics,
 }
 
@@ -228,6 +233,7 @@ impl Cluster {
             next_migration: 1,
             tickets: BTreeMap::new(),
             turn_drains: BTreeMap::new(),
+            turn_registry: BTreeMap::new(),
             metrics: ClusterMetrics::default(),
         })
     }
@@ -257,6 +263,7 @@ impl Cluster {
         c.next_migration = p.next_migration;
         c.tickets = p.tickets;
         c.turn_drains = p.turn_drains;
+        c.turn_registry = p.turn_registry;
         Ok(c)
     }
 
@@ -273,6 +280,7 @@ impl Cluster {
             next_migration: self.next_migration,
             tickets: self.tickets.clone(),
             turn_drains: self.turn_drains.clone(),
+            turn_registry: self.turn_registry.clone(),
         }
     }
 
@@ -322,6 +330,19 @@ impl Cluster {
             }
             _ => false,
         }
+    }
+
+    /// TURN relays added (`Some(spec)`) or removed (`None`) through the API, by relay id.
+    pub fn turn_registry(&self) -> &BTreeMap<String, Option<String>> {
+        &self.turn_registry
+    }
+
+    /// Records TURN relay `id` added with `spec` (`None`: removed, with its drain).
+    pub fn set_turn_relay(&mut self, id: &str, spec: Option<String>) {
+        if spec.is_none() {
+            self.turn_drains.remove(id);
+        }
+        self.turn_registry.insert(id.to_owned(), spec);
     }
 
     /// Counters.

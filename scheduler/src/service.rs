@@ -101,6 +101,17 @@ pub enum TurnApiError {
     /// The relay has no drain to cancel (404).
     #[error("TURN relay {0} has no drain")]
     NoDrain(String),
+    /// An unusable relay spec (400).
+    #[error("{0}")]
+    BadRelay(String),
+    /// The relay is in the fleet already (409).
+    #[error("TURN relay {0} is in the fleet already")]
+    Exists(String),
+    /// The relay still takes or holds users (409).
+    #[error(
+        "TURN relay {0} is {1}: drain it first (POST /v1/turn/relays/{0}/drain) so its users move"
+    )]
+    InService(String, String),
 }
 
 /// A probe's result is reused this long (clients of one dead node all report it at once).
@@ -211,12 +222,57 @@ impl Scheduler {
         })
     }
 
+    /// The fleet, with the relays added or removed and the drains stored for the cluster.
     fn turn_fleet(&self) -> Option<MutexGuard<'_, crate::turn::TurnFleet>> {
         let fleet = self.turn.get()?;
         let drains = self.turn_drain_ids();
+        let registry = self.with(|c| c.turn_registry().clone());
         let mut f = fleet.lock().unwrap_or_else(PoisonError::into_inner);
+        f.apply_registry(&registry);
         f.apply_drains(&drains);
         Some(f)
+    }
+
+    /// Adds TURN relay `spec` (`turn:host:port[?transport=…][;zone=Z][;isp=I][;weight=W]`) to
+    /// the fleet (scale-out): it ramps in, bounded loads sending it users as they ask.
+    pub fn add_turn_relay(
+        &self,
+        spec: &str,
+    ) -> Result<ferry_proto::api::TurnRelayView, TurnApiError> {
+        let parsed = ferry_proto::turn::TurnServerSpec::parse(spec)
+            .map_err(|e| TurnApiError::BadRelay(e.to_string()))?;
+        let id = crate::turn::TurnFleet::id_of(&parsed.uri);
+        {
+            let f = self.turn_fleet().ok_or(TurnApiError::NoFleet)?;
+            if f.uri_of(&id).is_some() {
+                return Err(TurnApiError::Exists(id.to_string()));
+            }
+            // What the fleet would refuse when applying it is refused now.
+            f.can_add(&parsed).map_err(TurnApiError::BadRelay)?;
+        }
+        self.mutate(|c| c.set_turn_relay(id.as_str(), Some(spec.trim().to_owned())));
+        tracing::info!(relay = %parsed.uri, "TURN relay added");
+        self.turn_relay_views()
+            .and_then(|v| v.into_iter().find(|r| r.id == id.as_str()))
+            .ok_or_else(|| TurnApiError::NotFound(id.to_string()))
+    }
+
+    /// Removes TURN relay `key` (id or URI) from the fleet (scale-in): only once it is drained
+    /// or down, else its users would lose their relay.
+    pub fn remove_turn_relay(&self, key: &str) -> Result<(), TurnApiError> {
+        let id = self.turn_relay_id(key)?;
+        let state = self
+            .turn_relay_views()
+            .and_then(|v| v.into_iter().find(|r| r.id == id.as_str()))
+            .map(|r| r.state)
+            .unwrap_or_default();
+        if state != "drained" && state != "down" {
+            return Err(TurnApiError::InService(id.to_string(), state));
+        }
+        self.mutate(|c| c.set_turn_relay(id.as_str(), None));
+        tracing::info!(relay = %id, "TURN relay removed");
+        drop(self.turn_fleet());
+        Ok(())
     }
 
     /// `GET /v1/turn/relays` (`None`: no relays are configured).
@@ -333,9 +389,7 @@ impl Scheduler {
 
     /// The TURN relays' ids and URIs (none without a fleet).
     pub fn turn_relays(&self) -> Vec<(NodeId, String)> {
-        self.turn.get().map_or_else(Vec::new, |f| {
-            f.lock().unwrap_or_else(PoisonError::into_inner).uris()
-        })
+        self.turn_fleet().map_or_else(Vec::new, |f| f.uris())
     }
 
     /// Records a TURN relay's health probe outcome; whether its state changed.

@@ -22,6 +22,9 @@ use crate::placement::{self, NodeSpec, PlacementConfig, Requirements};
 
 pub mod scale;
 
+/// The heaviest relay that can be added at runtime when none configured is heavier.
+pub const MAX_ADDED_WEIGHT: f64 = 10.0;
+
 /// What the fleet is configured with.
 #[derive(Debug, Clone)]
 pub struct TurnConfig {
@@ -98,8 +101,14 @@ impl TurnFleet {
         // One placement zone for all relays: shares follow the weights across zones, and a
         // relay that joins or leaves moves only the users it takes or had. A user's zone is a
         // filter (the relay's region).
+        // Relays added at runtime may weigh up to the heaviest configured one, and at least
+        // up to MAX_ADDED_WEIGHT.
         let pcfg = PlacementConfig {
-            weight_scale: config.servers.iter().map(|s| s.weight).fold(1.0, f64::max),
+            weight_scale: config
+                .servers
+                .iter()
+                .map(|s| s.weight)
+                .fold(MAX_ADDED_WEIGHT, f64::max),
             ..PlacementConfig::default()
         };
         let mut placement =
@@ -133,15 +142,30 @@ impl TurnFleet {
     /// Adds relay `s` (a scale-out): it ramps in — bounded loads send it the users the others
     /// cannot take, consistent hashing the users whose keys it owns.
     pub fn add_server(&mut self, s: TurnServerSpec) -> Result<NodeId, String> {
+        self.can_add(&s)?;
         let id = relay_id(&s.uri);
-        if self.servers.contains_key(&id) {
-            return Err(format!("TURN relay {id} is already in the fleet"));
-        }
         self.placement
             .upsert(spec_of(&id, &s))
             .map_err(|e| format!("TURN relay {}: {e}", s.uri))?;
         self.servers.insert(id.clone(), s);
         Ok(id)
+    }
+
+    /// Whether relay `s` can join: not in the fleet yet, and no heavier than the fleet's scale
+    /// (the heaviest configured relay, at least [`MAX_ADDED_WEIGHT`]).
+    pub fn can_add(&self, s: &TurnServerSpec) -> Result<(), String> {
+        let id = relay_id(&s.uri);
+        if self.servers.contains_key(&id) {
+            return Err(format!("TURN relay {id} is already in the fleet"));
+        }
+        let scale = self.placement.config().weight_scale;
+        if s.weight > scale {
+            return Err(format!(
+                "weight {} is above this fleet's largest, {scale}",
+                s.weight
+            ));
+        }
+        Ok(())
     }
 
     /// Removes relay `id` (scale-in, once drained); whether it was there. Its users are
@@ -209,6 +233,37 @@ impl TurnFleet {
             self.sync(id);
         }
         true
+    }
+
+    /// Adds and removes relays as `registry` says (the API's changes to the configured fleet:
+    /// id → its spec, or `None` for removed); whether anything changed. Unusable specs are
+    /// skipped (the API checked them before storing).
+    pub fn apply_registry(&mut self, registry: &BTreeMap<String, Option<String>>) -> bool {
+        let mut changed = false;
+        for (id, spec) in registry {
+            let Ok(id) = NodeId::new(id.clone()) else {
+                continue;
+            };
+            match spec {
+                Some(spec) if !self.servers.contains_key(&id) => {
+                    if let Ok(s) = TurnServerSpec::parse(spec)
+                        && relay_id(&s.uri) == id
+                    {
+                        changed |= self.add_server(s).is_ok();
+                    }
+                }
+                None if self.servers.contains_key(&id) => {
+                    changed |= self.remove_server(&id);
+                }
+                _ => {}
+            }
+        }
+        changed
+    }
+
+    /// The id relay URI `uri` gets.
+    pub fn id_of(uri: &str) -> NodeId {
+        relay_id(uri)
     }
 
     /// Relay `id`'s URI, if it is in the fleet.

@@ -704,3 +704,176 @@ async fn draining_a_relay_moves_its_sdk_viewer_to_another_relay_without_a_freeze
     );
     Ok(())
 }
+
+/// Scale-out and scale-in through the API (scope 1 and 4): a relay added with
+/// `POST /v1/turn/relays` (the `ferry turn add` CLI) ramps in — users asking again after it
+/// joined land on it, about its share, and coturn accepts their credential there — and leaves
+/// only once drained: `DELETE` of a relay in service is 409, after its drain 204, and then it is
+/// in nobody's answer.
+#[test]
+fn relays_join_and_leave_the_fleet_through_the_api() -> Result<()> {
+    let first = Coturn::start(SECRET)?;
+    let second = Coturn::start(SECRET)?;
+    let api = "turn-fleet-api-token";
+    let scheduler = scheduler(
+        &["--token", api, "--turn-probe-interval-s", "1"],
+        &[
+            ("FERRY_TURN_URIS", &first.uri()),
+            ("FERRY_TURN_SECRET", SECRET),
+        ],
+    )?;
+    let base = scheduler.after("http")?;
+    let auth = format!("Bearer {api}");
+    let primaries = |tag: &str| -> Result<Vec<String>> {
+        (0..200)
+            .map(|u| {
+                let r = http(
+                    &format!("{base}/v1/turn/credentials"),
+                    "POST",
+                    &[
+                        ("content-type", "application/json"),
+                        ("authorization", &auth),
+                    ],
+                    json!({ "user": format!("{tag}{u}") })
+                        .to_string()
+                        .as_bytes(),
+                )?;
+                ensure!(r.status == 200, "{} {}", r.status, r.body);
+                let v: Value = serde_json::from_str(&r.body)?;
+                Ok(v["ice_servers"][0]["urls"][0]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned())
+            })
+            .collect()
+    };
+    ensure!(
+        primaries("u")?.iter().all(|p| *p == first.uri()),
+        "one relay"
+    );
+    // Bad input and auth.
+    let add = |body: &str, token: &str| {
+        http(
+            &format!("{base}/v1/turn/relays"),
+            "POST",
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &format!("Bearer {token}")),
+            ],
+            body.as_bytes(),
+        )
+    };
+    let r = add(&json!({ "uri": second.uri() }).to_string(), "wrong")?;
+    ensure!(r.status == 401, "{} {}", r.status, r.body);
+    let r = add(r#"{"uri": "http://nope"}"#, api)?;
+    ensure!(r.status == 400, "{} {}", r.status, r.body);
+    let r = add(&json!({ "uri": first.uri() }).to_string(), api)?;
+    ensure!(r.status == 409, "{} {}", r.status, r.body);
+    let r = add(
+        &json!({ "uri": format!("{};weight=50", second.uri()) }).to_string(),
+        api,
+    )?;
+    ensure!(
+        r.status == 400 && r.body.contains("weight 50"),
+        "{} {}",
+        r.status,
+        r.body
+    );
+    // The CLI adds the second relay (weight 3: three quarters of the users).
+    let out = Command::new(ferry_bin()?)
+        .args(["turn", "add", &format!("{};weight=3", second.uri())])
+        .args(["--scheduler", &base, "--token", api])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "ferry turn add: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = primaries("u")?;
+    let on_new = after.iter().filter(|p| **p == second.uri()).count();
+    ensure!(
+        (110..=190).contains(&on_new),
+        "{on_new} of 200 users on the new relay of weight 3 (of 4)"
+    );
+    println!("{on_new} of 200 users moved to the added relay (weight 3 of 4)");
+    let (username, password) = {
+        let r = http(
+            &format!("{base}/v1/turn/credentials"),
+            "POST",
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &auth),
+            ],
+            json!({ "user": "joiner" }).to_string().as_bytes(),
+        )?;
+        let v: Value = serde_json::from_str(&r.body)?;
+        let s = &v["ice_servers"][0];
+        (
+            s["username"].as_str().unwrap_or_default().to_owned(),
+            s["credential"].as_str().unwrap_or_default().to_owned(),
+        )
+    };
+    ensure!(
+        second.allocate(&username, &password)?,
+        "the new relay refused the scheduler's credential"
+    );
+    // Scale-in: not while in service; drained (deadline 1 s: users still hold it), then gone.
+    let id = {
+        let list = http(&format!("{base}/v1/turn/relays"), "GET", &[], b"")?;
+        let list: Value = serde_json::from_str(&list.body)?;
+        list.as_array()
+            .and_then(|a| a.iter().find(|r| r["uri"] == second.uri().as_str()))
+            .and_then(|r| r["id"].as_str())
+            .context("the new relay is not listed")?
+            .to_owned()
+    };
+    let del = || {
+        http(
+            &format!("{base}/v1/turn/relays/{id}"),
+            "DELETE",
+            &[("authorization", &auth)],
+            b"",
+        )
+    };
+    let r = del()?;
+    ensure!(
+        r.status == 409 && r.body.contains("drain it first"),
+        "{} {}",
+        r.status,
+        r.body
+    );
+    let r = http(
+        &format!("{base}/v1/turn/relays/{id}/drain"),
+        "POST",
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &auth),
+        ],
+        br#"{"deadline_s": 1}"#,
+    )?;
+    ensure!(r.status == 202, "{} {}", r.status, r.body);
+    let started = std::time::Instant::now();
+    loop {
+        let list = http(&format!("{base}/v1/turn/relays"), "GET", &[], b"")?;
+        let list: Value = serde_json::from_str(&list.body)?;
+        let r = list
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["id"] == id.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        if r["state"] == "drained" {
+            ensure!(r["drain"]["done_reason"] == "deadline", "{r}");
+            break;
+        }
+        ensure!(started.elapsed().as_secs() < 10, "not drained: {r}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let r = del()?;
+    ensure!(r.status == 204, "{} {}", r.status, r.body);
+    ensure!(del()?.status == 404, "removed twice");
+    ensure!(
+        primaries("u")?.iter().all(|p| *p == first.uri()),
+        "a removed relay was handed out"
+    );
+    Ok(())
+}
