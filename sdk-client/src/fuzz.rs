@@ -8,11 +8,11 @@ pub fn fuzz_events(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    for name in ["migrate", "ticket", "end", "other"] {
-        let _ = crate::signalling::event_input(name, text);
+    for name in ["migrate", "ticket", "end", "turn-drain", "other"] {
+        let _ = crate::signalling::session_event(name, text);
     }
     let (name, rest) = text.split_once('\n').unwrap_or((text, ""));
-    let _ = crate::signalling::event_input(name, rest);
+    let _ = crate::signalling::session_event(name, rest);
     let _ = crate::signalling::resolve("http://127.0.0.1:8080/whep/cam", text);
     let _ = crate::signalling::origin(text);
 }

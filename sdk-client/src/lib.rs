@@ -10,7 +10,9 @@
 //! Like the browser SDK, a session can send its media through TURN relays: `turn` asks the
 //! gateway for credentials and falls back to direct when no relay works, `relay_only` never
 //! sends directly (fails over across the relays, else [`SdkError::Relay`]), `ice_servers` adds
-//! the app's own; [`Stats::relay`] says which relay is in use and the relayed address.
+//! the app's own; [`Stats::relay`] says which relay is in use and the relayed address. A relay
+//! being drained (the node's `turn-drain` event) is left for another by an ICE restart, make
+//! before break ([`Event::RelayMoved`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), ferry_sdk::SdkError> {
@@ -38,6 +40,7 @@ pub mod fuzz;
 mod h264;
 pub mod js;
 mod relay;
+mod relay_move;
 mod signalling;
 
 pub use client::{Events, FerryClient, Media, PlayOptions, PublishOptions, SdkError, Session};

@@ -192,6 +192,48 @@ pub(crate) fn resolve(servers: &[IceServer]) -> (Vec<Candidate>, Vec<String>) {
     (out, skipped)
 }
 
+/// The `host:port` a TURN/STUN URI names (`turn:10.0.0.1:3478?transport=udp` →
+/// `10.0.0.1:3478`; port 3478, or 5349 for `turns:`, when none is given), lower-cased, as the
+/// browser SDK's `relayAddress`; `None` when it is no such URI.
+pub(crate) fn relay_address(uri: &str) -> Option<String> {
+    let uri = uri.trim();
+    let (scheme, rest) = uri.split_once(':')?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "turns" => 5349,
+        "turn" | "stun" => turn::DEFAULT_PORT,
+        _ => return None,
+    };
+    let authority = rest.split(['?', ';']).next().unwrap_or_default();
+    let (host, port) = if authority.starts_with('[') {
+        let end = authority.find(']')?;
+        (&authority[..=end], &authority[end + 1..])
+    } else {
+        match authority.split_once(':') {
+            Some((h, _)) => (h, authority.get(h.len()..).unwrap_or_default()),
+            None => (authority, ""),
+        }
+    };
+    if host.is_empty() {
+        return None;
+    }
+    let port = match port.strip_prefix(':') {
+        Some(p) => p.parse::<u16>().ok()?,
+        None if port.is_empty() => default_port,
+        None => return None,
+    };
+    Some(format!("{}:{port}", host.to_ascii_lowercase()))
+}
+
+/// Whether the relay `uri` (at `server`) is one of `drained`: the same `host:port`, or an IP
+/// literal that is its address.
+pub(crate) fn drains(uri: &str, server: SocketAddr, drained: &[String]) -> bool {
+    let ours = relay_address(uri);
+    drained.iter().filter_map(|d| relay_address(d)).any(|d| {
+        ours.as_deref() == Some(d.as_str()) || d.parse::<SocketAddr>().is_ok_and(|a| a == server)
+    })
+}
+
 /// Where a transport's relay stands.
 #[derive(Debug)]
 pub(crate) enum Progress {
@@ -380,6 +422,48 @@ mod tests {
             }
             p => panic!("{p:?}"),
         }
+    }
+
+    #[test]
+    fn relay_addresses_are_host_and_port_as_in_the_browser_sdk() {
+        let a = |u| relay_address(u);
+        assert_eq!(
+            a("turn:127.0.0.1:3478?transport=udp").as_deref(),
+            Some("127.0.0.1:3478")
+        );
+        assert_eq!(
+            a("TURN:Relay.Example").as_deref(),
+            Some("relay.example:3478")
+        );
+        assert_eq!(
+            a("turns:relay.example").as_deref(),
+            Some("relay.example:5349")
+        );
+        assert_eq!(a("stun:[::1]:3479").as_deref(), Some("[::1]:3479"));
+        assert_eq!(a("turn:[::1]").as_deref(), Some("[::1]:3478"));
+        assert_eq!(a("http://relay.example"), None);
+        assert_eq!(a("turn::3478"), None);
+        assert_eq!(a("turn:h:x"), None);
+        assert_eq!(a("turn:[::1"), None);
+    }
+
+    #[test]
+    fn a_drain_matches_the_relay_by_host_and_port_or_address() {
+        let server: SocketAddr = "127.0.0.1:3478".parse().unwrap();
+        let ours = "turn:127.0.0.1:3478?transport=udp";
+        let d = |l: &[&str]| l.iter().map(|u| (*u).to_owned()).collect::<Vec<_>>();
+        assert!(drains(ours, server, &d(&["turn:127.0.0.1:3478"])));
+        assert!(drains(
+            ours,
+            server,
+            &d(&["turn:127.0.0.1:3479", "turn:127.0.0.1:3478?transport=tcp"])
+        ));
+        assert!(!drains(ours, server, &d(&["turn:127.0.0.1:3479"])));
+        assert!(!drains(ours, server, &d(&[])));
+        // The gateway named it by name, the drain by address.
+        let named = "turn:relay.example:3478";
+        assert!(drains(named, server, &d(&["turn:127.0.0.1:3478"])));
+        assert!(!drains(named, server, &d(&["turn:127.0.0.2:3478"])));
     }
 
     #[test]

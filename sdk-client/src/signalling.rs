@@ -172,10 +172,19 @@ pub(crate) fn probe(location: &str) -> bool {
         .is_ok_and(|r| r.status().is_success())
 }
 
-/// Reads the session's server-sent events until the stream ends; each event becomes a machine
-/// input for `deliver`, which returns false to stop reading (a newer subscription took over).
-/// Returns when the stream ended or failed.
-pub(crate) fn follow_events(location: &str, mut deliver: impl FnMut(Input) -> bool) {
+/// One server-sent event of a session that the SDK acts on.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum SessionEvent {
+    /// `migrate`, `ticket`, `end`: an input of the state machine.
+    Input(Input),
+    /// `turn-drain`: these TURN relays drain (their URIs); a transport on one moves off it.
+    TurnDrain(Vec<String>),
+}
+
+/// Reads the session's server-sent events until the stream ends; each event goes to `deliver`,
+/// which returns false to stop reading (a newer subscription took over). Returns when the
+/// stream ended or failed.
+pub(crate) fn follow_events(location: &str, mut deliver: impl FnMut(SessionEvent) -> bool) {
     let Ok(resp) = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -195,8 +204,8 @@ pub(crate) fn follow_events(location: &str, mut deliver: impl FnMut(Input) -> bo
     for line in reader.lines() {
         let Ok(line) = line else { return };
         if line.is_empty() {
-            if let Some(input) = event_input(&name, &data)
-                && !deliver(input)
+            if let Some(event) = session_event(&name, &data)
+                && !deliver(event)
             {
                 return;
             }
@@ -210,21 +219,31 @@ pub(crate) fn follow_events(location: &str, mut deliver: impl FnMut(Input) -> bo
     }
 }
 
-/// The machine input of one server-sent event (`None` for anything else).
-pub(crate) fn event_input(name: &str, data: &str) -> Option<Input> {
+/// What one server-sent event means to the SDK (`None` for anything else, and for a
+/// `turn-drain` that names no relay).
+pub(crate) fn session_event(name: &str, data: &str) -> Option<SessionEvent> {
     let v: serde_json::Value = serde_json::from_str(data).ok()?;
-    match name {
+    let input = match name {
         "migrate" => serde_json::from_value::<MigrateEvent>(v)
             .ok()
-            .map(Input::Migrate),
-        "ticket" => Some(Input::Ticket {
+            .map(Input::Migrate)?,
+        "ticket" => Input::Ticket {
             ticket: v["ticket"].as_str()?.to_owned(),
-        }),
-        "end" => Some(Input::Ended {
+        },
+        "end" => Input::Ended {
             reason: v["reason"].as_str().unwrap_or("ended").to_owned(),
-        }),
-        _ => None,
-    }
+        },
+        "turn-drain" => {
+            let relays: Vec<String> = v["relays"]
+                .as_array()?
+                .iter()
+                .filter_map(|r| r.as_str().filter(|r| !r.is_empty()).map(str::to_owned))
+                .collect();
+            return (!relays.is_empty()).then_some(SessionEvent::TurnDrain(relays));
+        }
+        _ => return None,
+    };
+    Some(SessionEvent::Input(input))
 }
 
 #[cfg(test)]
@@ -247,9 +266,16 @@ mod tests {
         assert_eq!(origin("http://h:1"), "http://h:1");
     }
 
+    fn input(name: &str, data: &str) -> Option<Input> {
+        match session_event(name, data)? {
+            SessionEvent::Input(i) => Some(i),
+            SessionEvent::TurnDrain(_) => None,
+        }
+    }
+
     #[test]
     fn events_become_inputs() {
-        let m = event_input(
+        let m = input(
             "migrate",
             r#"{"mode":"ice-restart","from":"node-a","target":"node-b","location":"http://b/whep/cam/s1","epoch":2}"#,
         );
@@ -257,17 +283,34 @@ mod tests {
             matches!(m, Some(Input::Migrate(MigrateEvent { ref target, .. })) if target == "node-b")
         );
         assert_eq!(
-            event_input("ticket", r#"{"ticket":"t","expires":1}"#),
+            input("ticket", r#"{"ticket":"t","expires":1}"#),
             Some(Input::Ticket { ticket: "t".into() })
         );
         assert_eq!(
-            event_input("end", r#"{"reason":"deleted"}"#),
+            input("end", r#"{"reason":"deleted"}"#),
             Some(Input::Ended {
                 reason: "deleted".into()
             })
         );
-        assert_eq!(event_input("migrate", "{}"), None);
-        assert_eq!(event_input("other", "{}"), None);
-        assert_eq!(event_input("ticket", "not json"), None);
+        assert_eq!(input("migrate", "{}"), None);
+        assert_eq!(session_event("other", "{}"), None);
+        assert_eq!(input("ticket", "not json"), None);
+    }
+
+    #[test]
+    fn turn_drain_names_the_draining_relays() {
+        assert_eq!(
+            session_event(
+                "turn-drain",
+                r#"{"relays":["turn:127.0.0.1:3478?transport=udp",7,"","turn:h:3479"]}"#
+            ),
+            Some(SessionEvent::TurnDrain(vec![
+                "turn:127.0.0.1:3478?transport=udp".into(),
+                "turn:h:3479".into()
+            ]))
+        );
+        assert_eq!(session_event("turn-drain", r#"{"relays":[]}"#), None);
+        assert_eq!(session_event("turn-drain", r#"{"relays":"turn:h"}"#), None);
+        assert_eq!(session_event("turn-drain", "{}"), None);
     }
 }

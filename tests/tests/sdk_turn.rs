@@ -7,7 +7,10 @@
 //! the sessions deallocates (coturn frees the relay ports). A gateway that signs with another
 //! secret than coturn's makes a relay-only session fail at once with `SdkError::Relay`
 //! (coturn's 401), and a session with `turn` whose credentials are refused reports
-//! `turn-unavailable` and plays directly.
+//! `turn-unavailable` and plays directly. Draining the relay under a relay-only viewer
+//! (`POST /v1/turn/relays/{id}/drain`) moves it to another coturn by an ICE restart, make
+//! before break: no gap in its media, and the drained coturn is left with no allocation within
+//! seconds (the SDK deallocates the old relay).
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -19,9 +22,9 @@ use ferry_sdk::{
     Event, FerryClient, Media, PlayOptions, PublishOptions, RelayError, SdkError, Session,
     TurnError,
 };
-use ferry_tests::FerryProcess;
 use ferry_tests::cluster::{start_dev_env, wait_registered};
 use ferry_tests::coturn::Coturn;
+use ferry_tests::{FerryProcess, http};
 
 const SECRET: &str = "sdk-turn-test-secret";
 
@@ -239,5 +242,207 @@ async fn a_relay_only_session_with_a_credential_coturn_refuses_fails_with_a_type
         "the refusal took {took:?} (both relays answer 401 at once)"
     );
     println!("relay-only with a refused credential failed in {took:?}");
+    Ok(())
+}
+
+/// The largest gap between two new video packets at the session since its last
+/// `reset_arrival_gaps` (as `ferry bench recovery` measures a blackout).
+async fn largest_video_gap(s: &Session) -> Result<Duration> {
+    let st = s.stats().await?;
+    let peer = st.peer.context("no transport")?;
+    Ok(peer
+        .received
+        .iter()
+        .filter(|r| r.is_video())
+        .map(|r| r.max_arrival_gap)
+        .max()
+        .unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_the_relay_moves_a_rust_sdk_viewer_without_a_gap_and_frees_the_relay() -> Result<()>
+{
+    let relays = [
+        Coturn::start(SECRET)?,
+        Coturn::start(SECRET)?,
+        Coturn::start(SECRET)?,
+    ];
+    let uris: Vec<String> = relays.iter().map(Coturn::uri).collect();
+    let dev = start_dev_env(
+        false,
+        &[],
+        &[
+            ("FERRY_TURN_URIS", &uris.join(",")),
+            ("FERRY_TURN_SECRET", SECRET),
+        ],
+    )?;
+    wait_registered(&dev.gateway, 2).await?;
+    let client = FerryClient::new(&dev.gateway).with_token(&dev.token);
+
+    // The publisher sends directly; the viewer only through a relay.
+    let mut p = PublishOptions::new(Codec::Vp8, false);
+    p.media = synthetic();
+    let publisher = client.publish("drained", p).await?;
+    let view = PlayOptions {
+        media: synthetic(),
+        relay_only: true,
+        user: Some("carol".into()),
+        ..PlayOptions::default()
+    };
+    let mut viewer = play(&client, "drained", &view)
+        .await
+        .context("the relay-only viewer did not connect")?;
+    frames_over(&viewer, 30, Duration::from_secs(10)).await?;
+    let before = viewer.stats().await?;
+    let relay = before.relay.context("the viewer is not on a relay")?;
+    let used = relays
+        .iter()
+        .position(|c| c.port == relay.server.port())
+        .with_context(|| format!("relay {} is no coturn of the test", relay.server))?;
+    ensure!(
+        relays[used].relays_on(relay.relayed.port()),
+        "relayed address {} is not on {}",
+        relay.relayed,
+        uris[used]
+    );
+    ensure!(
+        relays[used].allocations()? == 1,
+        "the relay in use holds {} allocations",
+        relays[used].allocations()?
+    );
+
+    // The operator drains that relay.
+    let list = http(&format!("{}/v1/turn/relays", dev.gateway), "GET", &[], b"")?;
+    ensure!(list.status == 200, "{} {}", list.status, list.body);
+    let list: serde_json::Value = serde_json::from_str(&list.body)?;
+    let id = list
+        .as_array()
+        .and_then(|a| a.iter().find(|r| r["uri"] == uris[used].as_str()))
+        .and_then(|r| r["id"].as_str())
+        .with_context(|| format!("{} not listed: {list}", uris[used]))?
+        .to_owned();
+    while viewer.try_event().is_some() {}
+    viewer.reset_arrival_gaps();
+    let auth = format!("Bearer {}", dev.token);
+    let r = http(
+        &format!("{}/v1/turn/relays/{id}/drain", dev.gateway),
+        "POST",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        br#"{"deadline_s": 60}"#,
+    )?;
+    ensure!(r.status == 202, "drain: {} {}", r.status, r.body);
+    let drained_at = Instant::now();
+
+    // The node passes the drain on at its next heartbeat (~1 s); the viewer moves.
+    let deadline = drained_at + Duration::from_secs(5);
+    let (from, to, sdk_ms) = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, viewer.next_event()).await {
+            Ok(Some(Event::RelayMoved {
+                drained,
+                from,
+                to,
+                ms,
+            })) => {
+                ensure!(
+                    drained.contains(&uris[used]),
+                    "the drain names {drained:?}, not {}",
+                    uris[used]
+                );
+                break (from, to, ms);
+            }
+            Ok(Some(Event::Error {
+                code,
+                status,
+                message,
+            })) => bail!("viewer error {code} {status}: {message}"),
+            Ok(Some(_)) => {}
+            Ok(None) => bail!("the viewer ended"),
+            Err(_) => bail!("no relay-moved within 5 s of the drain"),
+        }
+    };
+    let moved_after = drained_at.elapsed();
+    ensure!(from == uris[used], "moved from {from}, not {}", uris[used]);
+
+    // The SDK deallocates the old relay: the drained coturn is left with nothing (coturn
+    // closes the socket of a deallocated relay about a second later).
+    let moved_at = Instant::now();
+    let deadline = moved_at + Duration::from_secs(5);
+    let empty_after = loop {
+        let n = relays[used].allocations()?;
+        if n == 0 {
+            break moved_at.elapsed();
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the drained relay still holds {n} allocations"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+
+    // On another coturn, the same transport, and media flows on it.
+    let frames_then = viewer.stats().await?.frames;
+    frames_over(&viewer, frames_then + 30, Duration::from_secs(5))
+        .await
+        .context("the viewer stopped playing after the move")?;
+    let after = viewer.stats().await?;
+    let relay = after.relay.context("the viewer left the relays")?;
+    let now_on = relays
+        .iter()
+        .position(|c| c.port == relay.server.port())
+        .with_context(|| format!("relay {} is no coturn of the test", relay.server))?;
+    ensure!(now_on != used, "still on the drained relay {}", uris[used]);
+    ensure!(
+        to == uris[now_on],
+        "relay-moved says {to}, stats {}",
+        uris[now_on]
+    );
+    ensure!(
+        relays[now_on].relays_on(relay.relayed.port()),
+        "relayed address {} is not on {}",
+        relay.relayed,
+        uris[now_on]
+    );
+    ensure!(
+        relay.turn.channel_data_sent > 0 && relay.turn.received > 30,
+        "the media does not go through the new relay: {:?}",
+        relay.turn
+    );
+    ensure!(after.relay_moves == 1, "{} relay moves", after.relay_moves);
+    ensure!(
+        after.transports == before.transports && after.reconnects == 0,
+        "the viewer did not keep its transport: {} → {} transports, {} reconnects",
+        before.transports,
+        after.transports,
+        after.reconnects
+    );
+    let gap = largest_video_gap(&viewer).await?;
+    ensure!(
+        gap < Duration::from_millis(500),
+        "a {} ms gap in the video across the move",
+        gap.as_millis()
+    );
+
+    ensure!(
+        relays[now_on].allocations()? == 1,
+        "the new relay holds {} allocations",
+        relays[now_on].allocations()?
+    );
+    while let Some(e) = viewer.try_event() {
+        ensure!(!matches!(e, Event::Error { .. }), "viewer error: {e:?}");
+    }
+    eprintln!(
+        "relay drain (Rust SDK): relay-moved {} ms after the drain (SDK: {sdk_ms} ms from the \
+         event, {from} → {to}); largest video gap {} ms; drained coturn empty {} ms after the \
+         move",
+        moved_after.as_millis(),
+        gap.as_millis(),
+        empty_after.as_millis(),
+    );
+    viewer.close().await;
+    publisher.close().await;
     Ok(())
 }

@@ -312,10 +312,24 @@ pub enum Event {
         /// Loss fraction.
         loss: f64,
     },
+    /// The transport moved off a draining TURN relay (`turn-drain`) onto another by an ICE
+    /// restart; DTLS and the media went on (emitted by the driver, as the browser SDK's
+    /// `relay-moved`).
+    RelayMoved {
+        /// The draining relays the node named.
+        drained: Vec<String>,
+        /// The relay it left.
+        from: String,
+        /// The relay it sends through now.
+        to: String,
+        /// From the `turn-drain` event to a path through the new relay.
+        ms: u64,
+    },
     /// Something went wrong that the machine handled (or could not).
     Error {
         /// Machine-readable: `ticket-rejected`, `post-failed`, `restart-failed`,
-        /// `migration-timeout`, `gave-up`.
+        /// `migration-timeout`, `gave-up` (and the driver's `turn-unavailable`, `turn-lost`,
+        /// `relay-move-failed`).
         code: String,
         /// HTTP status, 0 if none.
         status: u16,

@@ -1,13 +1,8 @@
 //! The tokio driver of one session: it owns the [`Machine`] and the transports (a sans-IO
 //! [`Peer`] and a UDP socket each), carries out the machine's commands (signalling runs on
 //! blocking threads), and turns what happens — answers, datagrams, frames, a node that stops
-//! answering — into the machine's inputs.
-//!
-//! With relays (`turn`, `relay_only`, `ice_servers`), a transport first allocates on a TURN
-//! relay ([`crate::relay`]) and holds its POST until then; from there on every datagram of its
-//! peer goes through the relay and what the relay hands back reaches the peer as coming from
-//! the node. The node is ICE-lite: it answers the checks from the relayed address like any
-//! other (a peer-reflexive candidate), so the peer needs no relay candidates of its own.
+//! answering — into the machine's inputs. Relays (and moving off a draining one) are in
+//! [`relay`], a transport's socket and peer in [`transport`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,14 +11,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferry_rtc::cert;
-use ferry_rtc::peer::{MediaSource, Peer, PeerConfig, PeerRole, PeerStats, ReceivedFrame};
-use tokio::net::UdpSocket;
+use ferry_rtc::peer::{PeerRole, PeerStats, ReceivedFrame};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::fsm::{Command, Endpoint, Event, Input, Kind, LossCause, Machine, State};
-use crate::relay::{self, Gathered, Progress, Relay, RelayError, RelaySetup, RelayStats};
-use crate::signalling::{self, Created, PostRequest, Refusal};
+use crate::relay::{Gathered, IceServer, Relay, RelayError, RelaySetup, RelayStats};
+use crate::signalling::{self, Created, PostRequest, Refusal, SessionEvent};
+
+mod relay;
+mod transport;
+
+use transport::Transport;
 
 /// How often frames, paths and stalls are looked at.
 const TICK: Duration = Duration::from_millis(20);
@@ -46,6 +44,12 @@ pub(crate) enum Msg {
     Probed(u32, LossCause, bool),
     /// Relays gathered for a transport.
     Relays(u32, Gathered),
+    /// The session's `turn-drain` event: these relays drain.
+    TurnDrain(u64, Vec<String>),
+    /// Fresh relays for a transport's move off a draining one.
+    MoveRelays(u32, Gathered),
+    /// The answer to a move's ICE restart.
+    MoveRestarted(u32, Result<String, Refusal>),
     Send {
         video: bool,
         data: Vec<u8>,
@@ -83,6 +87,8 @@ pub struct Stats {
     pub transports: u32,
     /// The TURN relay the current transport sends through (`None`: directly).
     pub relay: Option<RelayStats>,
+    /// Moves off a draining TURN relay ([`Event::RelayMoved`]).
+    pub relay_moves: u64,
 }
 
 /// Shared with the [`crate::Session`] handle.
@@ -128,73 +134,6 @@ pub(crate) struct Setup {
     pub relays: RelaySetup,
 }
 
-struct Transport {
-    peer: Peer,
-    socket: Arc<UdpSocket>,
-    reader: tokio::task::JoinHandle<()>,
-    offer: String,
-    answered: bool,
-    /// ICE+DTLS came up once (reported to the machine).
-    connected: bool,
-    /// After an ICE restart: report when ICE works on the new path.
-    restarting: bool,
-    frames: u64,
-    /// (datagrams received, when that count last grew).
-    heard: (u64, Instant),
-    probing: bool,
-    /// Throughput window start: (when, bytes, packets received, missing).
-    window: Option<(Instant, u64, u64, u64)>,
-    /// The TURN relay it sends through (allocating, or allocated).
-    relay: Option<Relay>,
-    /// Relays are being gathered (credentials, DNS).
-    gathering: bool,
-    /// The POST held until the relay is allocated (or given up on).
-    waiting: Option<PostRequest>,
-    /// No relay worked and direct sending is allowed: direct from now on.
-    direct: bool,
-    /// Only through a relay: nothing goes out directly.
-    relay_only: bool,
-}
-
-impl Transport {
-    /// Sends one datagram of the peer: through the relay when there is one (never directly
-    /// when relay only), else directly.
-    fn send(&mut self, now: Instant, to: SocketAddr, d: &[u8]) {
-        match self.relay.as_mut() {
-            Some(r) => {
-                // A payload the relay cannot carry is lost, as the network would lose it.
-                let _ = r.client.send_to(now, to, d);
-            }
-            None if self.relay_only || (self.waiting.is_some() && !self.direct) => {}
-            // A full socket buffer loses the datagram, as the network would.
-            None => {
-                let _ = self.socket.try_send_to(d, to);
-            }
-        }
-    }
-
-    /// The relay's datagrams, to the relay.
-    fn flush_relay(&mut self) {
-        if let Some(r) = self.relay.as_mut() {
-            let server = r.server();
-            while let Some(d) = r.client.poll_transmit() {
-                let _ = self.socket.try_send_to(&d, server);
-            }
-        }
-    }
-}
-
-impl Drop for Transport {
-    fn drop(&mut self) {
-        self.reader.abort();
-        // Deallocate: the relay frees the port now rather than when the lifetime ends.
-        if let Some(r) = self.relay.as_mut() {
-            r.client.close(Instant::now());
-        }
-        self.flush_relay();
-    }
-}
-
 pub(crate) struct Driver {
     s: Setup,
     tx: mpsc::UnboundedSender<Msg>,
@@ -209,11 +148,12 @@ pub(crate) struct Driver {
     frames_dropped: u64,
     migrations: u64,
     reconnects: u64,
+    relay_moves: u64,
     closing: Option<oneshot::Sender<()>>,
     /// Publish, H.264: the latest SPS/PPS, sent again with IDRs that lack them.
     parameter_sets: crate::h264::ParameterSets,
     /// The gateway's relays and until when to use them (half the credential's lifetime).
-    relay_cache: Option<(Vec<relay::IceServer>, Instant)>,
+    relay_cache: Option<(Vec<IceServer>, Instant)>,
     /// Who relay credentials are asked for.
     relay_user: String,
 }
@@ -238,6 +178,7 @@ impl Driver {
             frames_dropped: 0,
             migrations: 0,
             reconnects: 0,
+            relay_moves: 0,
             closing: None,
             parameter_sets: crate::h264::ParameterSets::default(),
             relay_cache: None,
@@ -299,7 +240,7 @@ impl Driver {
             if let Some(p) = tr.peer.poll_timeout() {
                 t = t.min(p);
             }
-            if let Some(r) = tr.relay.as_ref().and_then(Relay::poll_timeout) {
+            if let Some(r) = tr.relay_timeout() {
                 t = t.min(r);
             }
         }
@@ -317,21 +258,22 @@ impl Driver {
                 let Some(tr) = self.transports.get_mut(&t) else {
                     return;
                 };
-                match tr.relay.as_mut() {
-                    Some(r) if from == r.server() => {
-                        if let Some((peer, payload)) = r.client.handle_datagram(now, &mut data) {
-                            tr.peer.handle_datagram(now, peer, payload);
-                        }
-                        self.relay_progress(t, now);
-                    }
-                    // Through a relay, nothing is taken from anywhere else.
-                    Some(_) => {}
-                    None if tr.relay_only => {}
-                    None => tr.peer.handle_datagram(now, from, &mut data),
+                if tr.relayed() {
+                    tr.receive_relayed(now, from, &mut data);
+                    self.relay_progress(t, now);
+                } else if !tr.relay_only {
+                    tr.peer.handle_datagram(now, from, &mut data);
                 }
                 self.drain_frames(t);
             }
             Msg::Relays(t, gathered) => self.relays_gathered(t, gathered, now),
+            Msg::TurnDrain(sub, relays) => {
+                if sub == self.subscription.load(Ordering::Relaxed) {
+                    self.relays_drained(relays, now);
+                }
+            }
+            Msg::MoveRelays(t, gathered) => self.move_gathered(t, gathered, now),
+            Msg::MoveRestarted(t, result) => self.move_restarted(t, result, now),
             Msg::Posted(t, result) => self.posted(t, result),
             Msg::Restarted(t, result) => self.restarted(t, result),
             Msg::Input(sub, input) => {
@@ -438,6 +380,7 @@ impl Driver {
             reconnects: self.reconnects,
             transports: self.transports.keys().last().copied().unwrap_or(0),
             relay: tr.and_then(|t| t.relay.as_ref()).and_then(Relay::stats),
+            relay_moves: self.relay_moves,
         }
     }
 
@@ -705,6 +648,13 @@ impl Driver {
                 transport,
                 location,
             } => {
+                // The session's own restart wins over a move off a draining relay.
+                self.fail_move(
+                    transport,
+                    0,
+                    "the session restarts ICE (path lost or migration)".into(),
+                    Instant::now(),
+                );
                 let Some(tr) = self.transports.get_mut(&transport) else {
                     return;
                 };
@@ -801,8 +751,12 @@ impl Driver {
         let current = self.subscription.clone();
         let tx = self.tx.clone();
         std::thread::spawn(move || {
-            signalling::follow_events(&location, |input| {
-                current.load(Ordering::Relaxed) == sub && tx.send(Msg::Input(sub, input)).is_ok()
+            signalling::follow_events(&location, |event| {
+                let msg = match event {
+                    SessionEvent::Input(input) => Msg::Input(sub, input),
+                    SessionEvent::TurnDrain(relays) => Msg::TurnDrain(sub, relays),
+                };
+                current.load(Ordering::Relaxed) == sub && tx.send(msg).is_ok()
             });
             let _ = tx.send(Msg::EventsEnded(sub));
         });
@@ -813,268 +767,5 @@ impl Driver {
         tokio::task::spawn_blocking(move || {
             let _ = tx.send(Msg::Posted(transport, signalling::post_offer(&req)));
         });
-    }
-
-    /// Gathers relays for transport `t` off the runtime: the app's, then the gateway's
-    /// (fetched once per half credential lifetime), resolved.
-    fn gather(&mut self, t: u32) {
-        let Some(tr) = self.transports.get_mut(&t) else {
-            return;
-        };
-        if tr.gathering {
-            return;
-        }
-        tr.gathering = true;
-        let setup = self.s.relays.clone();
-        if self.relay_user.is_empty() {
-            self.relay_user = setup
-                .user
-                .clone()
-                .unwrap_or_else(|| format!("u-{:010x}", rand::random::<u64>() >> 24));
-        }
-        let cached = self
-            .relay_cache
-            .as_ref()
-            .filter(|(_, until)| Instant::now() < *until)
-            .map(|(servers, _)| servers.clone());
-        let (base, token, stream) = (
-            self.s.base.clone(),
-            self.s.token.clone(),
-            self.s.stream.clone(),
-        );
-        let user = self.relay_user.clone();
-        let tx = self.tx.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut servers = setup.ice_servers.clone();
-            let (mut fetched, mut error) = (None, None);
-            if setup.fetch() {
-                match cached {
-                    Some(c) => servers.extend(c),
-                    None => match relay::fetch_credentials(&base, token.as_deref(), &user, &stream)
-                    {
-                        Ok((list, ttl)) => {
-                            servers.extend(list.iter().cloned());
-                            fetched = Some((list, ttl));
-                        }
-                        Err(e) => error = Some(e),
-                    },
-                }
-            }
-            let (candidates, skipped) = relay::resolve(&servers);
-            let _ = tx.send(Msg::Relays(
-                t,
-                Gathered {
-                    candidates,
-                    fetched,
-                    error,
-                    skipped,
-                },
-            ));
-        });
-    }
-
-    fn relays_gathered(&mut self, t: u32, g: Gathered, now: Instant) {
-        if let Some((servers, ttl)) = g.fetched {
-            self.relay_cache = Some((servers, now + ttl / 2));
-        }
-        if let Some(e) = &g.error {
-            self.turn_error("turn-unavailable", e);
-        }
-        let seed = self.s.seed ^ u64::from(t).wrapping_mul(0xa076_1d64_78bd_642f);
-        let Some(tr) = self.transports.get_mut(&t) else {
-            return;
-        };
-        tr.gathering = false;
-        match Relay::start(g.candidates, seed, now) {
-            Some(r) => {
-                tr.relay = Some(r);
-                tr.flush_relay();
-            }
-            None => {
-                let e = g.error.unwrap_or_else(|| {
-                    RelayError::NoRelay(if g.skipped.is_empty() {
-                        "none configured".into()
-                    } else {
-                        g.skipped.join("; ")
-                    })
-                });
-                self.relay_gave_up(t, e, false);
-            }
-        }
-    }
-
-    /// Transport `t`'s relay: allocated (the POST goes), failed over, exhausted or lost.
-    fn relay_progress(&mut self, t: u32, now: Instant) {
-        let Some(tr) = self.transports.get_mut(&t) else {
-            return;
-        };
-        let Some(r) = tr.relay.as_mut() else {
-            return;
-        };
-        match r.progress(now) {
-            Progress::Pending => {}
-            Progress::Allocated => {
-                // An earlier transport's relay failure no longer says why the session ends.
-                self.s
-                    .shared
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .relay_error = None;
-                // Datagrams the peer made while allocating (none before its answer).
-                while let Some((to, d)) = tr.peer.poll_transmit() {
-                    tr.send(now, to, &d);
-                }
-                if let Some(req) = tr.waiting.take() {
-                    self.post(t, req);
-                }
-            }
-            Progress::Exhausted(e) => {
-                tr.relay = None;
-                self.relay_gave_up(t, e, true);
-            }
-            Progress::Lost(e) => {
-                tr.relay = None;
-                tr.direct = !tr.relay_only;
-                self.turn_error("turn-lost", &e);
-                self.input(Input::Lost {
-                    transport: t,
-                    cause: LossCause::Ice,
-                });
-            }
-        }
-    }
-
-    /// No relay for transport `t`: relay only, its POST fails with why (and the session
-    /// remembers it for [`crate::SdkError::Relay`]); else it goes on directly.
-    fn relay_gave_up(&mut self, t: u32, e: RelayError, report: bool) {
-        let relay_only = self.s.relays.relay_only;
-        if report || !matches!(e, RelayError::Credentials { .. }) {
-            self.turn_error("turn-unavailable", &e);
-        }
-        let Some(tr) = self.transports.get_mut(&t) else {
-            return;
-        };
-        let waiting = tr.waiting.take();
-        if relay_only {
-            self.s
-                .shared
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .relay_error = Some(e.clone());
-            if waiting.is_some() {
-                self.input(Input::PostFailed {
-                    transport: t,
-                    status: e.status(),
-                    reason: e.to_string(),
-                });
-            }
-            return;
-        }
-        tr.direct = true;
-        if let Some(req) = waiting {
-            self.post(t, req);
-        }
-    }
-
-    /// An SDK error event about relays (as the browser SDK's `turn-unavailable`).
-    fn turn_error(&self, code: &str, e: &RelayError) {
-        tracing::warn!(code, error = %e, "TURN");
-        let status = match e {
-            RelayError::Credentials { status, .. } => *status,
-            _ => 0,
-        };
-        let _ = self.s.events.send(Event::Error {
-            code: code.into(),
-            status,
-            message: e.to_string(),
-        });
-    }
-
-    fn close_transport(&mut self, t: u32) {
-        if let Some(mut tr) = self.transports.remove(&t) {
-            let now = Instant::now();
-            tr.peer.close();
-            while let Some((to, d)) = tr.peer.poll_transmit() {
-                tr.send(now, to, &d);
-            }
-            // Dropping it deallocates its relay.
-        }
-        if self.current == Some(t) {
-            self.current = None;
-        }
-    }
-
-    /// A new transport: a socket, a peer, its offer.
-    async fn open(&mut self, t: u32) -> Option<String> {
-        let socket = ferry_rtc::udp::bind(([0, 0, 0, 0], 0).into()).ok()?;
-        let local = socket.local_addr().ok()?;
-        let now = Instant::now();
-        let seed = self.s.seed.wrapping_add(u64::from(t) * 0x9e37_79b9);
-        let mut cfg = PeerConfig::new(self.s.media.role, seed, local, now);
-        if let Some((wall, epoch)) = self.s.media.clocks {
-            cfg.wall = wall;
-            cfg.latency_epoch = epoch;
-        }
-        cfg.video_bitrate_bps = self.s.media.bitrate_bps;
-        cfg.media = if self.s.media.synthetic {
-            MediaSource::Synthetic
-        } else {
-            MediaSource::External
-        };
-        let mut secret = [0u8; 32];
-        secret[..8].copy_from_slice(&seed.to_le_bytes());
-        secret[8] = 0x5d;
-        let cert = cert::generate(secret).ok()?;
-        let mut peer = Peer::new(cfg, Arc::new(cert), now);
-        let offer = peer.create_offer();
-        let socket = Arc::new(socket);
-        let reader = tokio::spawn(read_socket(t, socket.clone(), self.tx.clone()));
-        self.transports.insert(
-            t,
-            Transport {
-                peer,
-                socket,
-                reader,
-                offer: offer.clone(),
-                answered: false,
-                connected: false,
-                restarting: false,
-                frames: 0,
-                heard: (0, now),
-                probing: false,
-                window: None,
-                relay: None,
-                gathering: false,
-                waiting: None,
-                direct: false,
-                relay_only: self.s.relays.relay_only,
-            },
-        );
-        Some(offer)
-    }
-
-    fn flush(&mut self) {
-        let now = Instant::now();
-        for tr in self.transports.values_mut() {
-            while let Some((to, d)) = tr.peer.poll_transmit() {
-                tr.send(now, to, &d);
-            }
-            tr.flush_relay();
-        }
-    }
-}
-
-async fn read_socket(t: u32, socket: Arc<UdpSocket>, tx: mpsc::UnboundedSender<Msg>) {
-    let mut buf = vec![0u8; 2048];
-    loop {
-        match socket.recv_from(&mut buf).await {
-            Ok((n, from)) => {
-                if tx.send(Msg::Datagram(t, from, buf[..n].to_vec())).is_err() {
-                    return;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
-            Err(_) => return,
-        }
     }
 }
