@@ -404,7 +404,10 @@ pub struct TurnDrainRequest {
 pub struct TurnRelayRequest {
     /// `turn:host:port[?transport=udp|tcp][;zone=Z][;isp=I][;weight=W]` (or `turns:`), as in
     /// `FERRY_TURN_URIS`.
-    #[cfg_attr(feature = "openapi", schema(min_length = 6, max_length = 512))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 6, max_length = 512, pattern = "^turns?:[^\\s,]+$")
+    )]
     pub uri: String,
 }
 

@@ -742,11 +742,18 @@ async fn remove_turn_relay(State(s): State<Arc<Scheduler>>, Path(id): Path<Strin
 async fn start_turn_drain(
     State(s): State<Arc<Scheduler>>,
     Path(id): Path<String>,
-    req: Option<Json<TurnDrainRequest>>,
+    raw: axum::body::Bytes,
 ) -> Response {
-    let deadline_s = req
-        .and_then(|Json(r)| r.deadline_s)
-        .unwrap_or(TURN_DRAIN_DEADLINE_S);
+    // The body is optional: none (or only whitespace) means the defaults.
+    let req = if raw.iter().all(u8::is_ascii_whitespace) {
+        TurnDrainRequest::default()
+    } else {
+        match serde_json::from_slice::<Option<TurnDrainRequest>>(&raw) {
+            Ok(r) => r.unwrap_or_default(),
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad JSON body: {e}")),
+        }
+    };
+    let deadline_s = req.deadline_s.unwrap_or(TURN_DRAIN_DEADLINE_S);
     if !(1..=86_400).contains(&deadline_s) {
         return error(
             StatusCode::BAD_REQUEST,

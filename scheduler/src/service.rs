@@ -239,6 +239,9 @@ impl Scheduler {
         &self,
         spec: &str,
     ) -> Result<ferry_proto::api::TurnRelayView, TurnApiError> {
+        if self.turn.get().is_none() {
+            return Err(TurnApiError::NoFleet);
+        }
         let parsed = ferry_proto::turn::TurnServerSpec::parse(spec)
             .map_err(|e| TurnApiError::BadRelay(e.to_string()))?;
         let id = crate::turn::TurnFleet::id_of(&parsed.uri);

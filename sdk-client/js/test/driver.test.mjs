@@ -560,3 +560,42 @@ test('a draining relay the transport uses: fresh relays, an ICE restart, relay-m
   route = () => respond(200);
   await session.close();
 });
+
+test('relay only: one relay at a time, and the next backup after the path is lost', async () => {
+  const relays = {
+    ice_servers: ['10.0.0.9', '10.0.0.8', '10.0.0.7'].map((h) => ({
+      urls: [`turn:${h}:3478?transport=udp`],
+      username: '4600:u2',
+      credential: 'c2',
+    })),
+    ttl: 3600,
+  };
+  const answer = created('node-a', 's6', 't6');
+  route = (req) => {
+    if (req.url.endsWith('/v1/turn/credentials')) return respond(200, JSON.stringify(relays));
+    if (req.url.endsWith('/healthz')) return respond(200, 'ok');
+    if (req.method === 'PATCH') {
+      FakePC.all[0].pair = { id: 'CP3', address: '10.0.0.1', port: 4000, responses: 1 };
+      // A player is through at its next frame.
+      FakePC.all[0].framesDecoded += 30;
+      return respond(200, 'a=ice-ufrag:nu\r\na=ice-pwd:npwd\r\na=candidate:1 1 udp 1 10.0.0.1 4000 typ host\r\n');
+    }
+    return answer(req);
+  };
+  const client = new FerryClient({ baseUrl: 'http://gw' });
+  const playing = client.play('cam', { relayOnly: true, user: 'u2', config: { backoffBase: 10 } });
+  await until(() => FakePC.all[0]?.remoteDescription, 'the answer');
+  const pc = FakePC.all[0];
+  assert.deepEqual(pc.config.iceServers.map((s) => s.urls[0]), ['turn:10.0.0.9:3478?transport=udp']);
+  pc.set('connected', 'connected');
+  const session = await within(playing, 'connected');
+  // ICE goes: the restart that recovers it runs through the first backup, the gateway not asked again.
+  const reconnected = new Promise((resolve) => session.on('reconnected', resolve));
+  pc.set('disconnected', 'disconnected');
+  await within(reconnected, 'reconnected');
+  assert.ok(requests.some((q) => q.method === 'PATCH'), 'an ICE restart');
+  assert.deepEqual(pc.config.iceServers.map((s) => s.urls[0]), ['turn:10.0.0.8:3478?transport=udp']);
+  assert.equal(posts().filter((r) => r.url.endsWith('/v1/turn/credentials')).length, 1, 'from the cached list');
+  route = () => respond(200);
+  await session.close();
+});
