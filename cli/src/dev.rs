@@ -36,6 +36,10 @@ pub struct DevArgs {
     /// Media UDP address of the nodes' sockets (port 0 picks one each).
     #[arg(long, default_value = "127.0.0.1:0")]
     udp: SocketAddr,
+    /// Hot streams: once the publisher's node serves this many viewers of a stream, further
+    /// viewers go to the other node (relayed). 0: all on the publisher's node.
+    #[arg(long, env = "FERRY_HOT_STREAM_VIEWERS", default_value_t = 0)]
+    hot_stream_viewers: u64,
     /// The edge's UDP address: what clients' ICE candidates point at.
     #[arg(long, default_value = "127.0.0.1:3478")]
     edge: SocketAddr,
@@ -130,6 +134,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             },
             lease_ttl_s: 5,
             advertise: None,
+            hot_stream_viewers: args.hot_stream_viewers,
             tokens: token_keys,
             tls: args.tls.clone(),
             turn: args.turn.clone(),

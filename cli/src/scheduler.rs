@@ -57,6 +57,20 @@ pub struct SchedulerArgs {
     /// writes to the leader's); default `http://` + the listen address.
     #[arg(long, env = "FERRY_ADVERTISE")]
     pub advertise: Option<String>,
+    /// Hot streams: once a stream's publisher's node serves this many of its viewers, further
+    /// viewers go to other nodes (relayed from it). 0: all on the publisher's node.
+    #[arg(long, env = "FERRY_HOT_STREAM_VIEWERS", default_value_t = 0)]
+    pub hot_stream_viewers: u64,
+}
+
+impl SchedulerArgs {
+    /// The cluster core's settings these flags give.
+    fn cluster_config(&self) -> ClusterConfig {
+        ClusterConfig {
+            hot_stream_viewers: self.hot_stream_viewers,
+            ..ClusterConfig::default()
+        }
+    }
 }
 
 /// Where the scheduler keeps the cluster state.
@@ -157,7 +171,7 @@ pub async fn start_scheduler(
                 Some(p) if p.as_os_str() != "none" => Box::new(FileStore::new(p.clone())),
                 _ => Box::new(MemoryStore::default()),
             };
-            Scheduler::open(ClusterConfig::default(), store, token, migrations)
+            Scheduler::open(args.cluster_config(), store, token, migrations)
                 .context("opening the scheduler state")?
         }
         StoreKind::Etcd => open_etcd(&args, addr, token, migrations).await?,
@@ -219,7 +233,7 @@ async fn open_etcd(
         None => format!("http://{addr}"),
     };
     anyhow::ensure!(args.lease_ttl_s >= 1, "--lease-ttl-s must be at least 1");
-    let cluster = ClusterConfig::default();
+    let cluster = args.cluster_config();
     let cfg = EtcdConfig {
         endpoints: args.etcd_endpoints.clone(),
         prefix: args.etcd_prefix.trim_end_matches('/').to_owned(),

@@ -317,6 +317,24 @@ pub struct Requirements {
     pub room: Option<String>,
 }
 
+/// A stream in `GET /v1/streams`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct StreamView {
+    /// Stream name.
+    pub stream: String,
+    /// The publisher's node, if it has one.
+    pub origin: Option<String>,
+    /// Viewers in all.
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
+    pub viewers: u64,
+    /// Viewers per node.
+    pub viewers_by_node: std::collections::BTreeMap<String, u64>,
+    /// Hot: its origin serves as many viewers as `--hot-stream-viewers` allows, further ones
+    /// go to other nodes (relayed from the origin).
+    pub hot: bool,
+}
+
 /// `POST /v1/turn/credentials`: TURN relays for a user.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]

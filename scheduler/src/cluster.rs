@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ferry_proto::api::{
     CutoverMode, DrainStatus, Heartbeat, MigrationRequest, MigrationState, MigrationView,
     NodeState, NodeView, PlacementKind, PlacementRequest, PlacementResponse, RouteEntry, RouteNode,
-    RoutingTable, SessionKind, SessionView, TicketUse, TurnDrain,
+    RoutingTable, SessionKind, SessionView, StreamView, TicketUse, TurnDrain,
 };
 use ferry_proto::{MigrationId, NodeId, SessionId, StreamId};
 use serde::{Deserialize, Serialize};
@@ -54,6 +54,11 @@ pub struct ClusterConfig {
     /// Who declares a silent node down.
     #[serde(default)]
     pub liveness: Liveness,
+    /// Hot streams: once a stream's origin (its publisher's node) serves this many of its
+    /// viewers, further viewers go to other nodes by bounded-load consistent hashing keyed by
+    /// the stream (fed by the cascade relay from the origin). 0: every viewer on the origin.
+    #[serde(default)]
+    pub hot_stream_viewers: u64,
 }
 
 /// Who declares a node down when it stops.
@@ -76,6 +81,7 @@ impl Default for ClusterConfig {
             scoring: scoring::ControllerConfig::default(),
             drain: DrainBudget::default(),
             liveness: Liveness::Heartbeats,
+            hot_stream_viewers: 0,
         }
     }
 }
@@ -760,7 +766,8 @@ impl Cluster {
                         .is_some_and(|n| n.state != NodeState::Down)
                 })
         {
-            let node = publisher.node.clone();
+            let origin = publisher.node.clone();
+            let node = self.hot_spill(&stream, &origin).unwrap_or(origin);
             self.metrics.placements += 1;
             return Ok(self.response(node, Vec::new()));
         }
@@ -789,6 +796,90 @@ impl Cluster {
                 Err(ClusterError::Unavailable(e.to_string()))
             }
         }
+    }
+
+    /// Viewers of `stream` per node.
+    fn viewers_by_node(&self, stream: &StreamId) -> BTreeMap<NodeId, u64> {
+        let mut by_node = BTreeMap::new();
+        for s in self.sessions.values() {
+            if s.stream == *stream && s.kind == SessionKind::View {
+                *by_node.entry(s.node.clone()).or_insert(0) += 1;
+            }
+        }
+        by_node
+    }
+
+    /// Where a new viewer of hot `stream` goes instead of its `origin`: the stream's node by
+    /// bounded-load consistent hashing (keyed by the stream, so its spilled viewers gather on
+    /// few nodes and few relay links), not the origin; `None` while the origin serves fewer
+    /// than [`ClusterConfig::hot_stream_viewers`] of them (or none is set).
+    fn hot_spill(&self, stream: &StreamId, origin: &NodeId) -> Option<NodeId> {
+        let limit = self.config.hot_stream_viewers;
+        if limit == 0
+            || self
+                .viewers_by_node(stream)
+                .get(origin)
+                .copied()
+                .unwrap_or(0)
+                < limit
+        {
+            return None;
+        }
+        let loads = self.loads();
+        let total: u64 = loads.values().sum::<u64>() + 1;
+        let load = |id: &NodeId| loads.get(id).copied().unwrap_or(0);
+        let p = self
+            .placement
+            .place(
+                stream.as_str().as_bytes(),
+                &Requirements::default(),
+                &load,
+                total,
+            )
+            .ok()?;
+        std::iter::once(p.node)
+            .chain(p.backups)
+            .find(|n| n != origin)
+    }
+
+    /// `GET /v1/streams`: each stream with a publisher or viewers — its origin, viewers per
+    /// node, and whether it is hot (its viewers spilled beyond the origin).
+    pub fn streams(&self) -> Vec<StreamView> {
+        let mut names: BTreeSet<StreamId> = BTreeSet::new();
+        for s in self.sessions.values() {
+            names.insert(s.stream.clone());
+        }
+        names
+            .into_iter()
+            .map(|stream| {
+                let origin = self
+                    .sessions
+                    .values()
+                    .find(|s| s.stream == stream && s.kind == SessionKind::Publish)
+                    .map(|s| s.node.clone());
+                let by_node = self.viewers_by_node(&stream);
+                let viewers = by_node.values().sum();
+                let spilled = by_node
+                    .keys()
+                    .any(|n| origin.as_ref().is_some_and(|o| o != n));
+                let limit = self.config.hot_stream_viewers;
+                let on_origin = origin
+                    .as_ref()
+                    .and_then(|o| by_node.get(o))
+                    .copied()
+                    .unwrap_or(0);
+                StreamView {
+                    stream: stream.to_string(),
+                    origin: origin.map(|o| o.to_string()),
+                    viewers,
+                    viewers_by_node: by_node
+                        .into_iter()
+                        .map(|(n, c)| (n.to_string(), c))
+                        .collect(),
+                    hot: limit > 0 && (spilled || on_origin >= limit),
+                }
+            })
+            .collect()
     }
 
     fn room_hosts(&self, room: &str) -> Vec<String> {
@@ -1211,6 +1302,83 @@ mod tests {
         // Its next heartbeat (a new lease) brings it back.
         beat(&mut c, t0 + Duration::from_secs(61), &a);
         assert_eq!(c.node_state(&a), Some(NodeState::Active));
+    }
+
+    fn beat_with(c: &mut Cluster, now: Instant, id: &NodeId, sessions: &[(&str, SessionKind)]) {
+        let hb = Heartbeat {
+            http: format!("http://{id}.test"),
+            media: "127.0.0.1:1".into(),
+            sessions: sessions
+                .iter()
+                .map(|(s, kind)| ferry_proto::api::SessionReport {
+                    id: SessionId::new(*s).unwrap(),
+                    stream: StreamId::new("live").unwrap(),
+                    kind: *kind,
+                    state: "connected".into(),
+                })
+                .collect(),
+            ..Heartbeat::default()
+        };
+        c.heartbeat(now, id, hb).unwrap();
+    }
+
+    fn view_of(c: &mut Cluster) -> NodeId {
+        c.place(&PlacementRequest {
+            key: "live".into(),
+            kind: PlacementKind::View,
+            requirements: Default::default(),
+        })
+        .unwrap()
+        .node
+    }
+
+    #[test]
+    fn viewers_of_a_hot_stream_spill_from_its_origin_to_one_other_node() {
+        let t0 = Instant::now();
+        let ids: Vec<NodeId> = ["a", "b", "c"]
+            .iter()
+            .map(|n| NodeId::new(*n).unwrap())
+            .collect();
+        let run = |limit: u64, viewers_on_a: usize| {
+            let mut c = Cluster::new(
+                ClusterConfig {
+                    hot_stream_viewers: limit,
+                    ..ClusterConfig::default()
+                },
+                t0,
+            )
+            .unwrap();
+            let mut on_a = vec![("pub", SessionKind::Publish)];
+            let names: Vec<String> = (0..viewers_on_a).map(|i| format!("v{i}")).collect();
+            on_a.extend(names.iter().map(|n| (n.as_str(), SessionKind::View)));
+            beat_with(&mut c, t0, &ids[0], &on_a);
+            beat_with(&mut c, t0, &ids[1], &[]);
+            beat_with(&mut c, t0, &ids[2], &[]);
+            // Past their ramp-in: pinned weights.
+            for id in &ids {
+                c.set_weight(id, Some(1.0)).unwrap();
+            }
+            c
+        };
+        // Off: every viewer on the origin, however many.
+        let mut c = run(0, 50);
+        assert_eq!(view_of(&mut c), ids[0]);
+        assert!(c.streams().iter().all(|s| !s.hot));
+        // Below the limit: the origin.
+        let mut c = run(3, 2);
+        assert_eq!(view_of(&mut c), ids[0]);
+        // At it: another node, the same one for every further viewer (one relay link).
+        let mut c = run(3, 3);
+        let spill = view_of(&mut c);
+        assert_ne!(spill, ids[0]);
+        for _ in 0..5 {
+            assert_eq!(view_of(&mut c), spill);
+        }
+        let s = c.streams();
+        assert_eq!(s.len(), 1);
+        assert!(s[0].hot);
+        assert_eq!(s[0].origin.as_deref(), Some("a"));
+        assert_eq!(s[0].viewers, 3);
     }
 
     #[test]

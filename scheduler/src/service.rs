@@ -832,6 +832,11 @@ impl Scheduler {
         );
         let _ = writeln!(
             s,
+            "# HELP ferry_scheduler_hot_streams Streams whose viewers spill beyond their origin node (--hot-stream-viewers).\n# TYPE ferry_scheduler_hot_streams gauge\nferry_scheduler_hot_streams {}",
+            c.streams().iter().filter(|v| v.hot).count()
+        );
+        let _ = writeln!(
+            s,
             "# HELP ferry_scheduler_placement_skew Most loaded active node's sessions over the average of the active nodes (1 = even, 0 = no sessions).\n# TYPE ferry_scheduler_placement_skew gauge\nferry_scheduler_placement_skew {}",
             c.placement_skew()
         );

@@ -1,0 +1,102 @@
+//! Hot streams across nodes (issue 10, scope 4; first slice): with `--hot-stream-viewers 1`, the
+//! first viewer of a stream plays on its publisher's node and the next goes to the other node of
+//! `ferry dev`, which relays the stream from the origin (the cascade relay); both decode, and
+//! `GET /v1/streams` shows the stream hot with its viewers per node.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use ferry_sdk::codec::Codec;
+use ferry_sdk::{FerryClient, Media, PlayOptions, PublishOptions, Session};
+use ferry_tests::cluster::{start_dev_env, wait_registered};
+use ferry_tests::http;
+use serde_json::Value;
+
+fn synthetic() -> Media {
+    Media::Synthetic {
+        bitrate_bps: 400_000,
+    }
+}
+
+async fn frames_over(viewer: &Session, n: u64, within: Duration) -> Result<u64> {
+    let deadline = Instant::now() + within;
+    loop {
+        let f = viewer.stats().await?.frames;
+        if f > n {
+            return Ok(f);
+        }
+        ensure!(Instant::now() < deadline, "the viewer has {f} frames");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `GET /v1/streams`' entry for `stream` once `ok` holds for it (heartbeats report sessions
+/// every second).
+async fn stream_view(gateway: &str, stream: &str, ok: impl Fn(&Value) -> bool) -> Result<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = http(&format!("{gateway}/v1/streams"), "GET", &[], b"")?;
+        ensure!(r.status == 200, "{} {}", r.status, r.body);
+        let list: Value = serde_json::from_str(&r.body)?;
+        let v = list
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["stream"] == stream))
+            .cloned()
+            .unwrap_or_default();
+        if ok(&v) {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("GET /v1/streams: {list}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewers_of_a_hot_stream_spill_to_the_other_node_and_play_relayed() -> Result<()> {
+    let dev = start_dev_env(false, &["--hot-stream-viewers", "1"], &[])?;
+    wait_registered(&dev.gateway, 2).await?;
+    let client = FerryClient::new(&dev.gateway).with_token(&dev.token);
+    let mut p = PublishOptions::new(Codec::Vp8, false);
+    p.media = synthetic();
+    let publisher = client.publish("hot", p).await.context("publish")?;
+    let origin = publisher.node().context("the publisher's node")?;
+    stream_view(&dev.gateway, "hot", |v| v["origin"] == origin.as_str()).await?;
+
+    let view = PlayOptions {
+        media: synthetic(),
+        ..PlayOptions::default()
+    };
+    let first = client.play("hot", view.clone()).await.context("viewer 1")?;
+    ensure!(
+        first.node().as_deref() == Some(origin.as_str()),
+        "the first viewer is on {:?}, not the origin {origin}",
+        first.node()
+    );
+    let v = stream_view(&dev.gateway, "hot", |v| v["viewers"] == 1).await?;
+    ensure!(v["hot"] == true, "at the limit the stream is hot: {v}");
+
+    let second = client.play("hot", view).await.context("viewer 2")?;
+    let spilled = second.node().context("viewer 2's node")?;
+    ensure!(
+        spilled != origin,
+        "the second viewer is on the origin {origin} too"
+    );
+    let f1 = frames_over(&first, 30, Duration::from_secs(10)).await?;
+    let f2 = frames_over(&second, 30, Duration::from_secs(10)).await?;
+    let v = stream_view(&dev.gateway, "hot", |v| v["viewers"] == 2).await?;
+    ensure!(
+        v["viewers_by_node"][origin.as_str()] == 1 && v["viewers_by_node"][spilled.as_str()] == 1,
+        "{v}"
+    );
+    let metrics = http(&format!("{}/metrics", dev.gateway), "GET", &[], b"")?.body;
+    ensure!(
+        metrics.contains("ferry_scheduler_hot_streams 1"),
+        "no hot stream in the metrics"
+    );
+    println!(
+        "hot stream: origin {origin}, viewer 1 there ({f1} frames), viewer 2 on {spilled} relayed ({f2} frames)"
+    );
+    Ok(())
+}
