@@ -365,16 +365,20 @@ pub enum IceClientEvent {
     ErrorResponse { code: u16 },
 }
 
-/// Minimal controlling full agent for test peers and the load generator: one local and one remote
-/// candidate, aggressive nomination (USE-CANDIDATE on every check), checks every
-/// [`CHECK_INTERVAL`] until connected, then every [`CONSENT_INTERVAL`]. Transaction ids derive
-/// from the caller's seed, so runs are reproducible.
+/// Minimal full agent for test peers and the load generator: one local and one remote
+/// candidate, checks every [`CHECK_INTERVAL`] until connected, then every [`CONSENT_INTERVAL`].
+/// Controlling by default, with aggressive nomination (USE-CANDIDATE on every check); after
+/// [`IceClient::controlled`] (the remote agent made the offer) its checks carry ICE-CONTROLLED and
+/// the remote nominates. Either way it answers the remote's checks ([`IceClient::handle_request`]),
+/// as a full remote agent (libnice) only uses a pair its own check succeeded on. Transaction ids
+/// derive from the caller's seed, so runs are reproducible.
 #[derive(Debug, Clone)]
 pub struct IceClient {
     local: IceCredentials,
     remote: IceCredentials,
     remote_addr: SocketAddr,
     tie_breaker: u64,
+    controlling: bool,
     seed: u64,
     counter: u64,
     /// `"{remote.ufrag}:{local.ufrag}"`, built once.
@@ -401,6 +405,7 @@ impl IceClient {
             remote,
             remote_addr,
             tie_breaker,
+            controlling: true,
             seed,
             counter: 0,
             username,
@@ -426,19 +431,74 @@ impl IceClient {
         };
         self.next_send = now.checked_add(interval);
         let txid = self.next_transaction_id();
-        let len = stun::write_binding_request(
-            buf,
-            &txid,
-            &self.username,
-            CLIENT_PRIORITY,
-            Some(self.tie_breaker),
-            true,
-            self.remote.pwd.as_bytes(),
-        )
+        let key = self.remote.pwd.as_bytes();
+        let len = if self.controlling {
+            stun::write_binding_request(
+                buf,
+                &txid,
+                &self.username,
+                CLIENT_PRIORITY,
+                Some(self.tie_breaker),
+                true,
+                key,
+            )
+        } else {
+            (|| {
+                let mut w = StunWriter::new(buf, Class::Request, stun::Method::Binding, &txid)?;
+                w.username(&self.username)?
+                    .priority(CLIENT_PRIORITY)?
+                    .ice_controlled(self.tie_breaker)?
+                    .message_integrity(key)?
+                    .fingerprint()?;
+                Ok::<_, StunError>(w.finish())
+            })()
+        }
         .ok()?;
         self.pending[self.pending_next] = Some(txid);
         self.pending_next = (self.pending_next + 1) % PENDING;
         Some((len, self.remote_addr))
+    }
+
+    /// The remote agent controls (it made the offer): checks carry ICE-CONTROLLED and never
+    /// USE-CANDIDATE.
+    pub fn controlled(mut self) -> Self {
+        self.controlling = false;
+        self
+    }
+
+    /// Whether our checks claim the controlling role.
+    pub fn is_controlling(&self) -> bool {
+        self.controlling
+    }
+
+    /// Answers a check of the remote agent that arrived from `from`: a Binding request whose
+    /// USERNAME is `"{local.ufrag}:{remote.ufrag}"` and whose MESSAGE-INTEGRITY verifies with our
+    /// password gets a success response (XOR-MAPPED-ADDRESS `from`) written into `out`
+    /// ([`stun::MAX_MESSAGE_LEN`] always fits); returns its length. Anything else (not a request,
+    /// bad FINGERPRINT, other credentials) is ignored: an unauthenticated request gets no answer
+    /// here, as our one pair needs none.
+    pub fn handle_request(
+        &self,
+        from: SocketAddr,
+        msg: &StunMessage,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        if msg.class() != Class::Request || msg.method() != stun::Method::Binding {
+            return None;
+        }
+        if msg.has_fingerprint() && !msg.verify_fingerprint() {
+            return None;
+        }
+        let username = msg.username()?;
+        let ours = username
+            .strip_prefix(self.local.ufrag.as_str())
+            .and_then(|rest| rest.strip_prefix(':'))
+            .is_some_and(|rest| rest == self.remote.ufrag);
+        let key = self.local.pwd.as_bytes();
+        if !ours || !msg.verify_integrity(key) {
+            return None;
+        }
+        stun::write_binding_success(out, msg.transaction_id(), from, key).ok()
     }
 
     /// Handles a response; anything that is not an answer to one of our recent checks, or that

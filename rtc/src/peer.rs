@@ -40,7 +40,10 @@ mod offer;
 mod payload;
 mod recv;
 mod send;
+mod source;
 mod stats;
+#[cfg(test)]
+mod tests_accept;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -65,6 +68,7 @@ pub use config::{MediaSource, PeerConfig, PeerRole};
 pub use payload::{STAMP_LEN, Stamp, is_frame_start, read_stamp};
 pub use recv::{MAX_QUEUED_FRAMES, NO_NACK_MAX_WAIT, PLI_INTERVAL, RR_INTERVAL, ReceivedFrame};
 pub use send::{FORCED_KEYFRAME_GAP, MAX_RTP_PACKET, SR_INTERVAL};
+pub use source::{RtpSource, SOURCE_AUDIO_PT, SOURCE_VIDEO_PT, SourcePacket};
 pub use stats::{LatencyStats, PeerStats, RecvStreamStats, SendStreamStats, SeqRanges};
 
 use offer::{Answer, OfferLine, OfferPlan};
@@ -78,6 +82,10 @@ pub enum PeerError {
     /// The answer is not usable (unparseable, no credentials, fingerprint or candidate, ...).
     #[error("bad answer: {0}")]
     BadAnswer(String),
+    /// The server's offer is not usable (unparseable, no credentials, fingerprint, candidate or
+    /// codec of ours, ...), or we are not a viewer.
+    #[error("bad offer: {0}")]
+    BadOffer(String),
     /// An answer was already applied.
     #[error("an answer was already applied")]
     AlreadyAnswered,
@@ -122,6 +130,8 @@ pub struct Peer {
     remote: Option<SocketAddr>,
     known_remotes: Vec<SocketAddr>,
     ice: Option<IceClient>,
+    /// The server offered ([`Peer::accept_offer`]): it controls ICE.
+    ice_controlled: bool,
     /// A fresh [`IceClient`] sends at once; it has no deadline until polled.
     ice_kick: bool,
     dtls: Option<DtlsTransport>,
@@ -282,6 +292,7 @@ impl Peer {
             remote: None,
             known_remotes: Vec::new(),
             ice: None,
+            ice_controlled: false,
             ice_kick: false,
             dtls: None,
             srtp_tx: None,
@@ -333,6 +344,39 @@ impl Peer {
             return Err(PeerError::AlreadyAnswered);
         }
         let a = offer::read_answer(&self.plan, answer)?;
+        self.start_remote(now, a);
+        Ok(())
+    }
+
+    /// Answers a server's offer instead of offering, for servers that always offer (Janus's
+    /// streaming plugin): viewers only. Each offered audio/video m-line is answered recvonly
+    /// with the first of its payload types we support (Opus, VP8, H.264, with RTX when
+    /// configured), or rejected. We take the DTLS client role (`a=setup:active`) unless the
+    /// offer insists on it, leave the controlling ICE role to the server, answer its checks,
+    /// check its first UDP candidate ourselves, and give our one host candidate,
+    /// `config.local_addr`. Returns the answer SDP.
+    pub fn accept_offer(&mut self, now: Instant, offer: &str) -> Result<String, PeerError> {
+        if self.answer.is_some() {
+            return Err(PeerError::AlreadyAnswered);
+        }
+        if self.config.role != PeerRole::Viewer {
+            return Err(PeerError::BadOffer("only a viewer answers an offer".into()));
+        }
+        let mut plan = self.plan.clone();
+        plan.lines = offer::lines_for_offer(offer, self.config.rtx)?;
+        let a = offer::read_offer(&plan, offer)?;
+        self.plan = plan;
+        let fp = cert::format_fingerprint(&self.fingerprint());
+        let sdp = self
+            .plan
+            .write_answer(offer, &a, &self.local_ice, &fp, self.config.local_addr);
+        self.ice_controlled = true;
+        self.start_remote(now, a);
+        Ok(sdp)
+    }
+
+    /// Starts ICE (and DTLS when we are its server) towards what the remote description said.
+    fn start_remote(&mut self, now: Instant, a: Answer) {
         self.last_now = now;
         let remote = a.candidates[0];
         self.remote = Some(remote);
@@ -345,7 +389,6 @@ impl Peer {
         self.configure_media(&a);
         self.answer = Some(a);
         self.handle_timeout(now);
-        Ok(())
     }
 
     fn configure_media(&mut self, a: &Answer) {
@@ -413,13 +456,18 @@ impl Peer {
             return;
         };
         let seed = self.rng.next_u64();
-        self.ice = Some(IceClient::new(
+        let ice = IceClient::new(
             self.local_ice.clone(),
             remote_ice,
             remote,
             self.tie_breaker,
             seed,
-        ));
+        );
+        self.ice = Some(if self.ice_controlled {
+            ice.controlled()
+        } else {
+            ice
+        });
         self.ice_kick = true;
     }
 
@@ -433,7 +481,7 @@ impl Peer {
         }
         // RFC 7983 demultiplexing by the first byte.
         match data.first().copied() {
-            Some(0..=3) if stun::is_stun(data) => self.on_stun(now, data),
+            Some(0..=3) if stun::is_stun(data) => self.on_stun(now, from, data),
             Some(20..=63) => match self.dtls.as_mut() {
                 Some(dtls) => {
                     dtls.handle_packet(now, data);
@@ -447,11 +495,19 @@ impl Peer {
         self.flush();
     }
 
-    fn on_stun(&mut self, now: Instant, data: &[u8]) {
+    fn on_stun(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
         let (Ok(msg), Some(ice)) = (StunMessage::parse(data), self.ice.as_mut()) else {
             self.stats.datagrams_dropped += 1;
             return;
         };
+        if msg.class() == stun::Class::Request {
+            let mut buf = [0u8; stun::MAX_MESSAGE_LEN];
+            match ice.handle_request(from, &msg, &mut buf) {
+                Some(n) => self.out.push_back((from, buf[..n].to_vec())),
+                None => self.stats.ice_errors += 1,
+            }
+            return;
+        }
         match ice.handle_response(now, &msg) {
             Some(IceClientEvent::Connected { .. }) => self.on_ice_connected(now),
             Some(IceClientEvent::ErrorResponse { .. }) => self.stats.ice_errors += 1,

@@ -11,12 +11,17 @@
 //! call — so a fan-out to a hundred subscribers costs two system calls, not a hundred: the one
 //! UDP loop of the node, the edge and the bench peers uses [`try_recv_batch`] and
 //! [`send_batch`].
+//!
+//! The kernel stamps every datagram it queues for us (`SO_TIMESTAMPNS`): how long a datagram
+//! waited in the receive buffer ([`RecvBatch::waited`]) is the node's queueing delay, which an
+//! overloaded node keeps bounded by shedding work (`ferry_sfu::node::overload`).
 
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
 
-use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage};
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage};
+use nix::sys::time::TimeSpec;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
@@ -37,6 +42,12 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     let _ = socket.set_recv_buffer_size(BUFFER_BYTES);
     let _ = socket.set_send_buffer_size(BUFFER_BYTES);
     socket.set_nonblocking(true)?;
+    // Best effort too: without stamps the node cannot see its queueing delay, and still works.
+    let _ = nix::sys::socket::setsockopt(
+        &socket,
+        nix::sys::socket::sockopt::ReceiveTimestampns,
+        &true,
+    );
     socket.bind(&addr.into())?;
     UdpSocket::from_std(socket.into())
 }
@@ -59,12 +70,15 @@ fn nix_io(e: nix::errno::Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(e as i32)
 }
 
-/// Buffers for [`try_recv_batch`]: up to [`BATCH`] datagrams with their lengths and senders.
+/// Buffers for [`try_recv_batch`]: up to [`BATCH`] datagrams with their lengths, senders and
+/// kernel receive times.
 #[derive(Debug)]
 pub struct RecvBatch {
     bufs: Vec<Vec<u8>>,
     lens: Vec<usize>,
     from: Vec<SocketAddr>,
+    /// When the kernel queued each datagram (`CLOCK_REALTIME`), if the socket stamps them.
+    stamps: Vec<Option<std::time::SystemTime>>,
 }
 
 impl Default for RecvBatch {
@@ -73,6 +87,7 @@ impl Default for RecvBatch {
             bufs: vec![vec![0u8; MAX_DATAGRAM]; BATCH],
             lens: Vec::with_capacity(BATCH),
             from: Vec::with_capacity(BATCH),
+            stamps: Vec::with_capacity(BATCH),
         }
     }
 }
@@ -92,6 +107,30 @@ impl RecvBatch {
     pub fn get_mut(&mut self, i: usize) -> (&mut [u8], SocketAddr) {
         (&mut self.bufs[i][..self.lens[i]], self.from[i])
     }
+
+    /// How long datagram `i` waited in the socket's receive buffer before `now` (zero when
+    /// the socket does not stamp datagrams or the clock stepped back).
+    pub fn waited(&self, i: usize, now: std::time::SystemTime) -> std::time::Duration {
+        self.stamps
+            .get(i)
+            .copied()
+            .flatten()
+            .and_then(|t| now.duration_since(t).ok())
+            .unwrap_or_default()
+    }
+}
+
+fn stamp(m: &nix::sys::socket::RecvMsg<'_, '_, SockaddrStorage>) -> Option<std::time::SystemTime> {
+    m.cmsgs().ok()?.find_map(|c| match c {
+        ControlMessageOwned::ScmTimestampns(ts) => {
+            let (s, ns) = (
+                u64::try_from(ts.tv_sec()).ok()?,
+                u32::try_from(ts.tv_nsec()).ok()?,
+            );
+            Some(std::time::UNIX_EPOCH + std::time::Duration::new(s, ns))
+        }
+        _ => None,
+    })
 }
 
 /// Receives what is waiting, up to [`BATCH`] datagrams in one `recvmmsg`, without waiting:
@@ -100,10 +139,17 @@ impl RecvBatch {
 pub fn try_recv_batch(socket: &UdpSocket, batch: &mut RecvBatch) -> std::io::Result<usize> {
     batch.lens.clear();
     batch.from.clear();
+    batch.stamps.clear();
     let fd = socket.as_raw_fd();
-    let RecvBatch { bufs, lens, from } = batch;
+    let RecvBatch {
+        bufs,
+        lens,
+        from,
+        stamps,
+    } = batch;
     socket.try_io(Interest::READABLE, || {
-        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
+        let mut headers =
+            MultiHeaders::<SockaddrStorage>::preallocate(BATCH, Some(nix::cmsg_space!(TimeSpec)));
         let mut slices: Vec<[IoSliceMut<'_>; 1]> = bufs
             .iter_mut()
             .map(|b| [IoSliceMut::new(&mut b[..])])
@@ -120,6 +166,7 @@ pub fn try_recv_batch(socket: &UdpSocket, batch: &mut RecvBatch) -> std::io::Res
             if let Some(a) = m.address.as_ref().and_then(to_std) {
                 lens.push(m.bytes);
                 from.push(a);
+                stamps.push(stamp(&m));
             }
         }
         Ok(lens.len())
@@ -261,6 +308,31 @@ mod tests {
         let mut want = data.clone();
         want.sort();
         assert_eq!(got, want);
+    }
+
+    #[tokio::test]
+    async fn the_kernel_stamps_how_long_a_datagram_waited() {
+        let a = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let b = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let to = b.local_addr().expect("b");
+        assert_eq!(send_batch(&a, &[(b"x", to), (b"y", to)]).await, 0);
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let mut batch = RecvBatch::default();
+        let mut waited = Vec::new();
+        while waited.len() < 2 {
+            b.readable().await.expect("readable");
+            let Ok(k) = try_recv_batch(&b, &mut batch) else {
+                continue;
+            };
+            let now = std::time::SystemTime::now();
+            waited.extend((0..k).map(|i| batch.waited(i, now)));
+            // Out of range: nothing waited.
+            assert_eq!(batch.waited(9, now), std::time::Duration::ZERO);
+        }
+        for w in waited {
+            assert!(w >= std::time::Duration::from_millis(29), "{w:?}");
+            assert!(w < std::time::Duration::from_secs(60), "{w:?}");
+        }
     }
 
     #[tokio::test]

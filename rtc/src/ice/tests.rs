@@ -180,6 +180,106 @@ fn client_ignores_forged_and_unsolicited_responses() {
 }
 
 #[test]
+fn controlled_client_claims_the_controlled_role_and_never_nominates() {
+    let t0 = Instant::now();
+    let mut cl = IceClient::new(client(), server(), addr(B), 0xabcd, 3).controlled();
+    assert!(!cl.is_controlling());
+    let mut buf = [0u8; MAX_MESSAGE_LEN];
+    let (n, to) = cl.poll_transmit(t0, &mut buf).unwrap();
+    assert_eq!(to, addr(B));
+    let check = StunMessage::parse(&buf[..n]).unwrap();
+    assert_eq!(check.username(), Some("srvU:cliU"));
+    assert_eq!(check.priority(), Some(CLIENT_PRIORITY));
+    assert_eq!(check.ice_controlled(), Some(0xabcd));
+    assert_eq!(check.ice_controlling(), None);
+    assert!(!check.use_candidate());
+    assert!(check.verify_fingerprint());
+    assert!(check.verify_integrity(server().pwd.as_bytes()));
+    // The remote's success response connects it as it does a controlling client.
+    let mut out = [0u8; MAX_MESSAGE_LEN];
+    let m = stun::write_binding_success(
+        &mut out,
+        check.transaction_id(),
+        addr(A),
+        server().pwd.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(
+        cl.handle_response(t0, &StunMessage::parse(&out[..m]).unwrap()),
+        Some(IceClientEvent::Connected { mapped: addr(A) })
+    );
+}
+
+/// A check the remote (controlling, full) agent sends us: USERNAME `ours:theirs`, keyed with
+/// our password.
+fn remote_check(username: &str, pwd: &str) -> Vec<u8> {
+    check(username, pwd, true)
+}
+
+#[test]
+fn client_answers_the_remote_agents_authenticated_checks() {
+    let cl = IceClient::new(client(), server(), addr(B), 1, 2).controlled();
+    let mut out = [0u8; MAX_MESSAGE_LEN];
+    let req = remote_check("cliU:srvU", "client-password-0123456");
+    let msg = StunMessage::parse(&req).unwrap();
+    let n = cl.handle_request(addr(B), &msg, &mut out).unwrap();
+    let resp = StunMessage::parse(&out[..n]).unwrap();
+    assert_eq!(resp.class(), Class::Success);
+    assert_eq!(resp.method(), Method::Binding);
+    assert_eq!(resp.transaction_id(), &TXID);
+    assert_eq!(resp.xor_mapped_address(), Some(addr(B)));
+    assert!(resp.verify_integrity(client().pwd.as_bytes()));
+    assert!(resp.verify_fingerprint());
+    // A controlling client answers too.
+    let ctl = IceClient::new(client(), server(), addr(B), 1, 2);
+    assert_eq!(ctl.handle_request(addr(A), &msg, &mut out), Some(n));
+    assert_eq!(
+        StunMessage::parse(&out[..n]).unwrap().xor_mapped_address(),
+        Some(addr(A))
+    );
+}
+
+#[test]
+fn client_ignores_checks_it_cannot_authenticate() {
+    let cl = IceClient::new(client(), server(), addr(B), 1, 2).controlled();
+    let mut out = [0u8; MAX_MESSAGE_LEN];
+    let ignored = |data: &[u8], out: &mut [u8]| {
+        cl.handle_request(addr(B), &StunMessage::parse(data).unwrap(), out)
+    };
+    // Wrong password, reversed or foreign username.
+    assert_eq!(
+        ignored(
+            &remote_check("cliU:srvU", "wrong-password-000000000"),
+            &mut out
+        ),
+        None
+    );
+    assert_eq!(
+        ignored(
+            &remote_check("srvU:cliU", "client-password-0123456"),
+            &mut out
+        ),
+        None
+    );
+    assert_eq!(
+        ignored(
+            &remote_check("cliU:other", "client-password-0123456"),
+            &mut out
+        ),
+        None
+    );
+    // A response is not a check.
+    let n = stun::write_binding_success(&mut out, &TXID, addr(A), client().pwd.as_bytes()).unwrap();
+    let resp = out[..n].to_vec();
+    assert_eq!(ignored(&resp, &mut out), None);
+    // A corrupted FINGERPRINT.
+    let mut bad = remote_check("cliU:srvU", "client-password-0123456");
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert_eq!(ignored(&bad, &mut out), None);
+}
+
+#[test]
 fn client_transaction_ids_follow_the_seed() {
     let t0 = Instant::now();
     let ids = |seed| {

@@ -18,6 +18,9 @@ pub(super) const PT_VP8: u8 = 96;
 pub(super) const PT_VP8_RTX: u8 = 97;
 pub(super) const PT_H264: u8 = 102;
 pub(super) const PT_H264_RTX: u8 = 103;
+/// Priority of the one host candidate of an answer (RFC 8445 §5.1.2.1: type preference 126,
+/// local preference 65535, component 1).
+const HOST_PRIORITY: u32 = (126 << 24) | (65535 << 8) | 255;
 const H264_FMTP: &str = "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f";
 
 /// One m-line we offer.
@@ -57,6 +60,116 @@ impl OfferPlan {
         );
         for line in &self.lines {
             self.write_line(&mut s, line, ice, fingerprint);
+        }
+        s
+    }
+
+    /// Writes our answer to `offer` (read into `a` against lines from [`lines_for_offer`]):
+    /// an accepted line receives its one codec and that codec's RTX, with the header
+    /// extensions and feedback of the offer we use; a rejected one gets port 0. `host` is our
+    /// one candidate.
+    pub fn write_answer(
+        &self,
+        offer: &str,
+        a: &Answer,
+        ice: &IceCredentials,
+        fingerprint: &str,
+        host: SocketAddr,
+    ) -> String {
+        let offered = SessionDescription::parse(offer).ok();
+        let mut s = String::with_capacity(2048);
+        let bundle: Vec<&str> = a
+            .lines
+            .iter()
+            .filter(|l| l.accepted)
+            .map(|l| l.mid.as_str())
+            .collect();
+        let _ = write!(
+            s,
+            "v=0\r\no=- {} 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE {}\r\n\
+             a=msid-semantic: WMS\r\n",
+            self.session_id,
+            bundle.join(" ")
+        );
+        let setup = match a.dtls_role {
+            DtlsRole::Client => "active",
+            DtlsRole::Server => "passive",
+        };
+        let ip = if host.is_ipv4() { "IP4" } else { "IP6" };
+        for (ours, l) in self.lines.iter().zip(&a.lines) {
+            if !l.accepted {
+                let m = offered
+                    .as_ref()
+                    .and_then(|o| o.media_by_mid(&ours.mid))
+                    .map(|m| m.media());
+                let (kind, proto, fmt) = m
+                    .map_or(("audio", "UDP/TLS/RTP/SAVPF", "0".into()), |m| {
+                        (m.kind.as_str(), m.proto.as_str(), m.formats.join(" "))
+                    });
+                let _ = write!(
+                    s,
+                    "m={kind} 0 {proto} {fmt}\r\nc=IN {ip} 0.0.0.0\r\na=mid:{}\r\n",
+                    l.mid
+                );
+                continue;
+            }
+            let kind = if l.video { "video" } else { "audio" };
+            let pts: Vec<String> = std::iter::once(l.pt)
+                .chain(l.rtx_pt)
+                .map(|pt| pt.to_string())
+                .collect();
+            let _ = write!(
+                s,
+                "m={kind} 9 UDP/TLS/RTP/SAVPF {}\r\nc=IN {ip} 0.0.0.0\r\n\
+                 a=ice-ufrag:{}\r\na=ice-pwd:{}\r\na=fingerprint:sha-256 {fingerprint}\r\n\
+                 a=setup:{setup}\r\na=mid:{}\r\n",
+                pts.join(" "),
+                ice.ufrag,
+                ice.pwd,
+                l.mid
+            );
+            let exts = [
+                (l.ext_audio_level, EXT_AUDIO_LEVEL),
+                (l.ext_abs_send_time, EXT_ABS_SEND_TIME),
+                (l.ext_mid, EXT_MID),
+            ];
+            for (id, uri) in exts {
+                if let Some(id) = id {
+                    let _ = write!(s, "a=extmap:{id} {uri}\r\n");
+                }
+            }
+            s.push_str("a=recvonly\r\na=rtcp-mux\r\n");
+            let _ = write!(
+                s,
+                "a=rtpmap:{} {}/{}{}\r\n",
+                l.pt,
+                l.codec.encoding_name(),
+                l.codec.clock_rate(),
+                if l.codec == Codec::Opus { "/2" } else { "" }
+            );
+            let fbs = [(l.fir, "ccm fir"), (l.nack, "nack"), (l.pli, "nack pli")];
+            for (on, fb) in fbs {
+                if on {
+                    let _ = write!(s, "a=rtcp-fb:{} {fb}\r\n", l.pt);
+                }
+            }
+            if l.codec == Codec::H264 {
+                let _ = write!(s, "a=fmtp:{} {H264_FMTP}\r\n", l.pt);
+            }
+            if let Some(rtx) = l.rtx_pt {
+                let _ = write!(
+                    s,
+                    "a=rtpmap:{rtx} rtx/90000\r\na=fmtp:{rtx} apt={}\r\n",
+                    l.pt
+                );
+            }
+            let _ = write!(
+                s,
+                "a=candidate:1 1 udp {} {} {} typ host\r\na=end-of-candidates\r\n",
+                HOST_PRIORITY,
+                host.ip(),
+                host.port()
+            );
         }
         s
     }
@@ -166,25 +279,71 @@ fn bad(reason: impl Into<String>) -> PeerError {
 
 /// Reads the server's answer against our offer.
 pub(super) fn read_answer(plan: &OfferPlan, answer: &str) -> Result<Answer, PeerError> {
-    let sdp = SessionDescription::parse(answer).map_err(|e| bad(e.to_string()))?;
+    read_remote(plan, answer, false).map_err(PeerError::BadAnswer)
+}
+
+/// Reads a server's offer against the lines [`lines_for_offer`] made of it, as if it were an
+/// answer: its credentials, fingerprint, candidates and, per line, the first payload type we
+/// support. We take the DTLS client role unless the offer insists on being it.
+pub(super) fn read_offer(plan: &OfferPlan, offer: &str) -> Result<Answer, PeerError> {
+    read_remote(plan, offer, true).map_err(PeerError::BadOffer)
+}
+
+/// Our lines for answering a server's offer: one per offered m-line, in its order, receiving
+/// the offered codecs we support (none: the line is rejected), with RTX when `rtx`.
+pub(super) fn lines_for_offer(offer: &str, rtx: bool) -> Result<Vec<OfferLine>, PeerError> {
+    let sdp = SessionDescription::parse(offer).map_err(|e| PeerError::BadOffer(e.to_string()))?;
+    let mut lines = Vec::new();
+    for m in sdp.media_views() {
+        let Some(mid) = m.mid() else {
+            return Err(PeerError::BadOffer("an m-line has no a=mid".into()));
+        };
+        let video = m.kind == MediaKind::Video;
+        let media = matches!(m.kind, MediaKind::Audio | MediaKind::Video);
+        let codecs = m
+            .payload_types()
+            .into_iter()
+            .filter(|_| media)
+            .filter_map(|pt| {
+                let codec = Codec::from_encoding_name(&m.rtpmap(pt)?.encoding)?;
+                (codec.is_video() == video).then(|| (codec, pt, m.rtx_for(pt).filter(|_| rtx)))
+            })
+            .collect();
+        lines.push(OfferLine {
+            mid: mid.to_owned(),
+            video,
+            send: false,
+            codecs,
+            ssrc: None,
+        });
+    }
+    Ok(lines)
+}
+
+fn read_remote(plan: &OfferPlan, text: &str, offer: bool) -> Result<Answer, String> {
+    let what = if offer { "offer" } else { "answer" };
+    let sdp = SessionDescription::parse(text).map_err(|e| e.to_string())?;
     let first = sdp
         .media_views()
         .find(|m| m.port != 0)
-        .ok_or_else(|| bad("answer accepts no m-line"))?;
+        .ok_or_else(|| format!("{what} accepts no m-line"))?;
     let (Some(ufrag), Some(pwd)) = (first.ice_ufrag(), first.ice_pwd()) else {
-        return Err(bad("answer has no a=ice-ufrag/a=ice-pwd"));
+        return Err(format!("{what} has no a=ice-ufrag/a=ice-pwd"));
     };
     let fingerprint = first
         .fingerprints()
         .into_iter()
         .find(|f| f.algorithm.eq_ignore_ascii_case("sha-256") && f.bytes.len() == 32)
-        .ok_or_else(|| bad("answer has no sha-256 fingerprint"))?
+        .ok_or_else(|| format!("{what} has no sha-256 fingerprint"))?
         .bytes;
-    // RFC 5763 §5: an answer is active or passive; active is the default.
-    let dtls_role = match first.setup() {
-        Some(Setup::Active) | None => DtlsRole::Server,
-        Some(Setup::Passive) => DtlsRole::Client,
-        Some(other) => return Err(bad(format!("answer has a=setup:{other:?}"))),
+    // RFC 5763 §5: an answer is active or passive; active is the default. An offer is actpass
+    // (we answer active, as browsers do) or, rarely, insists on one role.
+    let dtls_role = match (offer, first.setup()) {
+        (false, Some(Setup::Active) | None) | (true, Some(Setup::Active)) => DtlsRole::Server,
+        (false, Some(Setup::Passive)) | (true, Some(Setup::Passive | Setup::ActPass) | None) => {
+            DtlsRole::Client
+        }
+        (_, Some(other)) => return Err(format!("{what} has a=setup:{other:?}")),
     };
     let candidates: Vec<SocketAddr> = sdp
         .media_views()
@@ -198,7 +357,7 @@ pub(super) fn read_answer(plan: &OfferPlan, answer: &str) -> Result<Answer, Peer
             v
         });
     if candidates.is_empty() {
-        return Err(bad("answer has no UDP host candidate"));
+        return Err(format!("{what} has no UDP host candidate"));
     }
     let mut lines = Vec::new();
     for ours in &plan.lines {
@@ -209,7 +368,7 @@ pub(super) fn read_answer(plan: &OfferPlan, answer: &str) -> Result<Answer, Peer
         lines.push(line);
     }
     if !lines.iter().any(|l| l.accepted) {
-        return Err(bad("answer accepts none of our m-lines"));
+        return Err(format!("{what} accepts none of our m-lines"));
     }
     Ok(Answer {
         ice: IceCredentials {
@@ -241,13 +400,14 @@ fn rejected(ours: &OfferLine) -> AnswerLine {
     }
 }
 
-fn answer_line(ours: &OfferLine, m: &MediaView<'_>) -> Result<AnswerLine, PeerError> {
+fn answer_line(ours: &OfferLine, m: &MediaView<'_>) -> Result<AnswerLine, String> {
     let mut line = rejected(ours);
-    if m.port == 0 {
+    // No codec of ours: an offered line we reject.
+    if m.port == 0 || ours.codecs.is_empty() {
         return Ok(line);
     }
     if (m.kind == MediaKind::Video) != ours.video {
-        return Err(bad(format!("m-line {} changed its media kind", ours.mid)));
+        return Err(format!("m-line {} changed its media kind", ours.mid));
     }
     // The first payload type of ours the answer lists is the one in use.
     let Some((codec, pt)) = m.payload_types().into_iter().find_map(|pt| {
@@ -256,10 +416,10 @@ fn answer_line(ours: &OfferLine, m: &MediaView<'_>) -> Result<AnswerLine, PeerEr
             .find(|(_, p, _)| *p == pt)
             .map(|(c, p, _)| (*c, *p))
     }) else {
-        return Err(bad(format!(
+        return Err(format!(
             "m-line {} answers no payload type we offered",
             ours.mid
-        )));
+        ));
     };
     let fbs = m.rtcp_fbs(pt);
     let has = |kind: &str, param: Option<&str>| {
@@ -338,4 +498,157 @@ pub(super) fn read_restart_answer(
         },
         candidates,
     ))
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The shape of Janus 1.1.2's streaming-plugin offer (one Opus, one VP8 mountpoint stream).
+    pub(crate) const JANUS_OFFER: &str = "v=0\r\no=- 1796152406442017 1 IN IP4 127.0.0.1\r\n\
+        s=Mountpoint 1\r\nt=0 0\r\na=group:BUNDLE 0 1\r\na=ice-options:trickle\r\n\
+        a=fingerprint:sha-256 3E:D3:4D:4D:4D:9B:08:70:88:C9:39:4A:ED:4A:0C:A7:90:5E:F1:8A:0A:06:8D:D8:59:81:C4:00:12:6A:E1:F2\r\n\
+        a=extmap-allow-mixed\r\na=msid-semantic: WMS *\r\n\
+        m=audio 9 UDP/TLS/RTP/SAVPF 111\r\nc=IN IP4 127.0.0.1\r\na=sendonly\r\na=mid:0\r\n\
+        a=rtcp-mux\r\na=ice-ufrag:3EiH\r\na=ice-pwd:PK7FmPKcRphi4aUH1lnuvA\r\n\
+        a=ice-options:trickle\r\na=setup:actpass\r\na=rtpmap:111 opus/48000/2\r\n\
+        a=rtcp-fb:111 transport-cc\r\na=extmap:4 urn:ietf:params:rtp-hdrext:sdes:mid\r\n\
+        a=msid:janus janus0\r\na=ssrc:3108810833 cname:janus\r\n\
+        a=candidate:1 1 udp 2015363839 10.203.0.2 39896 typ host\r\na=end-of-candidates\r\n\
+        m=video 9 UDP/TLS/RTP/SAVPF 96 97\r\nc=IN IP4 127.0.0.1\r\na=sendonly\r\na=mid:1\r\n\
+        a=rtcp-mux\r\na=ice-ufrag:3EiH\r\na=ice-pwd:PK7FmPKcRphi4aUH1lnuvA\r\n\
+        a=ice-options:trickle\r\na=setup:actpass\r\na=rtpmap:96 VP8/90000\r\n\
+        a=rtcp-fb:96 ccm fir\r\na=rtcp-fb:96 nack\r\na=rtcp-fb:96 nack pli\r\n\
+        a=rtcp-fb:96 goog-remb\r\na=rtcp-fb:96 transport-cc\r\n\
+        a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time\r\n\
+        a=extmap:4 urn:ietf:params:rtp-hdrext:sdes:mid\r\na=rtpmap:97 rtx/90000\r\n\
+        a=fmtp:97 apt=96\r\na=ssrc-group:FID 3252071694 3513330664\r\na=msid:janus janus1\r\n\
+        a=ssrc:3252071694 cname:janus\r\na=ssrc:3513330664 cname:janus\r\n\
+        a=candidate:1 1 udp 2015363839 10.203.0.2 39896 typ host\r\na=end-of-candidates\r\n\
+        m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\nc=IN IP4 127.0.0.1\r\na=mid:2\r\n";
+
+    fn plan(lines: Vec<OfferLine>) -> OfferPlan {
+        OfferPlan {
+            session_id: 7,
+            stream: "s".into(),
+            cname: "c".into(),
+            lines,
+        }
+    }
+
+    #[test]
+    fn a_janus_offer_is_read_as_the_answer_we_need() {
+        let lines = lines_for_offer(JANUS_OFFER, true).unwrap();
+        let summary: Vec<_> = lines
+            .iter()
+            .map(|l| (l.mid.as_str(), l.video, l.send, l.codecs.clone()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("0", false, false, vec![(Codec::Opus, 111, None)]),
+                ("1", true, false, vec![(Codec::Vp8, 96, Some(97))]),
+                ("2", false, false, vec![]),
+            ]
+        );
+        let without_rtx = lines_for_offer(JANUS_OFFER, false).unwrap();
+        assert_eq!(without_rtx[1].codecs, [(Codec::Vp8, 96, None)]);
+
+        let a = read_offer(&plan(lines), JANUS_OFFER).unwrap();
+        assert_eq!(a.ice.ufrag, "3EiH");
+        assert_eq!(a.ice.pwd, "PK7FmPKcRphi4aUH1lnuvA");
+        assert_eq!(a.fingerprint.len(), 32);
+        assert_eq!(a.fingerprint[0], 0x3E);
+        // actpass: we answer active, the DTLS client.
+        assert_eq!(a.dtls_role, DtlsRole::Client);
+        assert_eq!(a.candidates, ["10.203.0.2:39896".parse().unwrap()]);
+        let accepted: Vec<_> = a.lines.iter().map(|l| l.accepted).collect();
+        assert_eq!(accepted, [true, true, false]);
+        let v = &a.lines[1];
+        assert_eq!((v.codec, v.pt, v.rtx_pt), (Codec::Vp8, 96, Some(97)));
+        assert!(v.nack && v.pli && v.fir);
+        assert_eq!((v.ext_mid, v.ext_abs_send_time), (Some(4), Some(2)));
+        assert_eq!(v.ssrcs, [(3_252_071_694, Some(3_513_330_664))]);
+        assert_eq!(a.lines[0].ssrcs, [(3_108_810_833, None)]);
+    }
+
+    #[test]
+    fn the_answer_receives_one_codec_per_line_and_rejects_the_rest() {
+        let p = plan(lines_for_offer(JANUS_OFFER, true).unwrap());
+        let a = read_offer(&p, JANUS_OFFER).unwrap();
+        let ice = IceCredentials {
+            ufrag: "ufrg".into(),
+            pwd: "p".repeat(24),
+        };
+        let host: SocketAddr = "10.203.0.1:40000".parse().unwrap();
+        let fp = crate::cert::format_fingerprint(&[0xAB; 32]);
+        let sdp = p.write_answer(JANUS_OFFER, &a, &ice, &fp, host);
+        let parsed = SessionDescription::parse(&sdp).unwrap();
+        assert_eq!(parsed.group_bundle(), Some(vec!["0".into(), "1".into()]));
+        let m: Vec<_> = parsed.media_views().collect();
+        assert_eq!(m.len(), 3);
+        assert_eq!((m[0].port, m[0].payload_types()), (9, vec![111]));
+        assert_eq!((m[1].port, m[1].payload_types()), (9, vec![96, 97]));
+        assert_eq!(m[2].port, 0);
+        assert_eq!(m[2].kind, MediaKind::Application);
+        assert_eq!(m[2].mid(), Some("2"));
+        for v in &m[..2] {
+            assert_eq!(v.setup(), Some(Setup::Active));
+            assert_eq!(v.ice_ufrag(), Some("ufrg"));
+            assert_eq!(v.direction(), crate::sdp::Direction::RecvOnly);
+            let c = &v.candidates()[0];
+            assert_eq!((c.address.as_str(), c.port), ("10.203.0.1", 40000));
+            assert!(v.end_of_candidates());
+        }
+        assert_eq!(m[1].rtx_for(96), Some(97));
+        let fbs: Vec<_> = m[1]
+            .rtcp_fbs(96)
+            .into_iter()
+            .map(|f| (f.kind, f.param))
+            .collect();
+        assert_eq!(
+            fbs,
+            [
+                ("ccm".into(), Some("fir".into())),
+                ("nack".into(), None),
+                ("nack".into(), Some("pli".into()))
+            ]
+        );
+        let exts: Vec<_> = m[1].extmaps().into_iter().map(|e| e.id).collect();
+        assert_eq!(exts, [2, 4]);
+    }
+
+    #[test]
+    fn offers_we_cannot_answer_are_bad_offers() {
+        let no_codec = JANUS_OFFER
+            .replace("opus/48000/2", "PCMU/8000")
+            .replace("VP8/90000", "VP9/90000");
+        let p = plan(lines_for_offer(&no_codec, true).unwrap());
+        assert!(matches!(
+            read_offer(&p, &no_codec),
+            Err(PeerError::BadOffer(r)) if r == "offer accepts none of our m-lines"
+        ));
+        let no_candidate = JANUS_OFFER.replace("a=candidate:1 1 udp", "a=candidate:1 1 tcp");
+        let p = plan(lines_for_offer(&no_candidate, true).unwrap());
+        assert!(matches!(
+            read_offer(&p, &no_candidate),
+            Err(PeerError::BadOffer(r)) if r == "offer has no UDP host candidate"
+        ));
+        assert!(matches!(
+            lines_for_offer(&JANUS_OFFER.replace("a=mid:1\r\n", ""), true),
+            Err(PeerError::BadOffer(_))
+        ));
+        let holdconn = JANUS_OFFER.replace("a=setup:actpass", "a=setup:holdconn");
+        let p = plan(lines_for_offer(&holdconn, true).unwrap());
+        assert!(matches!(
+            read_offer(&p, &holdconn),
+            Err(PeerError::BadOffer(_))
+        ));
+        // An offer that insists on being the DTLS client makes us its server.
+        let active = JANUS_OFFER.replace("a=setup:actpass", "a=setup:active");
+        let p = plan(lines_for_offer(&active, true).unwrap());
+        assert_eq!(read_offer(&p, &active).unwrap().dtls_role, DtlsRole::Server);
+    }
 }

@@ -320,7 +320,7 @@ pub struct PeerStats {
     /// Packets the sender encrypted under an (SSRC, index) it had used for a
     /// different plaintext (a two-time pad: must stay 0).
     pub srtp_index_reuse: u64,
-    /// ICE error responses received.
+    /// ICE error responses received, and checks of the server we could not authenticate.
     pub ice_errors: u64,
     /// Publisher: streams sent.
     pub sent: Vec<SendStreamStats>,
