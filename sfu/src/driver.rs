@@ -574,6 +574,8 @@ async fn run(
                     };
                     let now = Instant::now();
                     for i in 0..k {
+                        // How long it waited in the socket: the overload controller's input.
+                        node.note_ingress_lag(now, batch.waited(i, std::time::SystemTime::now()));
                         let (data, from) = batch.get_mut(i);
                         node.handle_datagram(now, from, data);
                         // Send what each datagram produced before handling the next: a
@@ -762,6 +764,7 @@ fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Comma
         }
         Command::Metrics(r) => {
             let mut text = node.metrics().to_prometheus();
+            text.push_str(&node.overload_prometheus());
             if let Some(c) = &cluster {
                 text.push_str(&c.book.to_prometheus());
             }

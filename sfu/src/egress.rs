@@ -31,6 +31,14 @@ pub struct OutgoingTrack {
     pub octets_sent: u64,
     /// Packets retransmitted.
     pub retransmitted: u64,
+    /// Skipping video until a keyframe because the node is overloaded.
+    pub shed: bool,
+    /// Extended timestamp of the last source packet forwarded (a new one starts a frame).
+    pub last_src_ts: Option<u64>,
+    /// The GOP of its source this viewer is served in while the node sheds.
+    pub served_gop: u64,
+    /// The last GOP it was served in (those that waited longest go first).
+    pub last_served_gop: u64,
 }
 
 impl OutgoingTrack {
@@ -51,6 +59,10 @@ impl OutgoingTrack {
             packets_sent: 0,
             octets_sent: 0,
             retransmitted: 0,
+            shed: false,
+            last_src_ts: None,
+            served_gop: 0,
+            last_served_gop: 0,
         }
     }
 
@@ -223,6 +235,10 @@ impl OutgoingTrack {
             packets_sent: s.packets_sent,
             octets_sent: s.octets_sent,
             retransmitted: s.retransmitted,
+            shed: false,
+            last_src_ts: None,
+            served_gop: 0,
+            last_served_gop: 0,
         }
     }
 }

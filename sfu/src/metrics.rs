@@ -57,6 +57,12 @@ metrics! {
     rtp_forwarded,
     /// Packets a munger dropped while waiting for a keyframe.
     dropped_waiting_keyframe,
+    /// Video packets not sent to viewers that an overloaded node shed (whole frames).
+    dropped_overload,
+    /// Times a viewer began skipping video (until a keyframe) because the node was overloaded.
+    overload_sheds,
+    /// Keyframe requests sent so that the set of shed viewers rotates.
+    overload_keyframe_requests,
     /// NACKed sequence numbers received from viewers.
     nacks_received,
     /// Packets retransmitted to viewers.

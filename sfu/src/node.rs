@@ -35,6 +35,7 @@ use crate::time::WallClock;
 mod forward;
 mod idempotency;
 mod migration;
+pub mod overload;
 mod relaying;
 mod signalling;
 mod ticket;
@@ -88,6 +89,8 @@ pub struct NodeConfig {
     /// The edge this node's clients reach it through (`None`: directly). The
     /// candidates are then the edge's public address.
     pub edge: Option<SocketAddr>,
+    /// Shedding video viewers' frames when the node cannot keep up ([`overload`]).
+    pub overload: overload::OverloadConfig,
 }
 
 impl NodeConfig {
@@ -113,6 +116,7 @@ impl NodeConfig {
             cluster_key: None,
             cluster_addr: None,
             edge: None,
+            overload: overload::OverloadConfig::default(),
         }
     }
 }
@@ -129,6 +133,11 @@ struct StreamEntry {
     /// Its publisher went away without ending the stream (its client may reconnect with its
     /// ticket): viewers and relays wait until then.
     orphaned_until: Option<Instant>,
+    /// Keyframes of its video seen so far: the GOP number that decides which viewers an
+    /// overloaded node sheds ([`overload`]).
+    gop: u64,
+    /// While viewers are shed: when to ask for the next keyframe (the shed set rotates).
+    next_rotation: Option<Instant>,
 }
 
 impl StreamEntry {
@@ -187,6 +196,8 @@ pub struct Node {
     /// Sessions resumed with a ticket while their old transport still works: new key → old
     /// key. The old one carries on until the new one carries media (make before break).
     replacing: HashMap<usize, usize>,
+    /// Queueing delay → share of video viewers shed.
+    overload: overload::Overload,
 }
 
 fn random_token(rng: &mut ChaCha20Rng, len: usize) -> String {
@@ -207,6 +218,7 @@ impl Node {
             remb_max_bps: config.remb_max_bps,
         };
         Self {
+            overload: overload::Overload::new(config.overload),
             rng: ChaCha20Rng::from_seed(config.seed),
             dtls_shared: (!config.deterministic_dtls).then(|| dtls::engine_config(None)),
             fingerprint: crate::cert::fingerprint(&cert.certificate),
@@ -281,6 +293,37 @@ impl Node {
     /// Counters, for the driver's own.
     pub fn metrics_mut(&mut self) -> &mut NodeMetrics {
         &mut self.out.metrics
+    }
+
+    /// The datagram about to be handled at `now` waited `lag` in the socket's receive buffer
+    /// (the kernel's stamp): the overload controller's input.
+    pub fn note_ingress_lag(&mut self, now: Instant, lag: Duration) {
+        self.overload.note(now, lag);
+    }
+
+    /// Retunes the overload controller (a zero target turns shedding off).
+    pub fn set_overload_config(&mut self, cfg: overload::OverloadConfig) {
+        self.config.overload = cfg;
+        self.overload = overload::Overload::new(cfg);
+    }
+
+    /// The overload controller (its shed ratio and last measured delay).
+    pub fn overload(&self) -> &overload::Overload {
+        &self.overload
+    }
+
+    /// `/metrics` gauges of the overload controller.
+    pub fn overload_prometheus(&self) -> String {
+        format!(
+            "# HELP ferry_node_ingress_lag_seconds Largest time a datagram waited in the media socket's receive buffer over the last window.\n\
+             # TYPE ferry_node_ingress_lag_seconds gauge\n\
+             ferry_node_ingress_lag_seconds {}\n\
+             # HELP ferry_node_shed_ratio Share of video viewers that skip the current group of pictures because the node is overloaded.\n\
+             # TYPE ferry_node_shed_ratio gauge\n\
+             ferry_node_shed_ratio {}\n",
+            self.overload.lag().as_secs_f64(),
+            self.overload.ratio()
+        )
     }
 
     /// Next datagram to send.

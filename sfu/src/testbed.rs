@@ -26,6 +26,23 @@ pub struct TestNode {
     pub node: Node,
     /// Events it emitted.
     pub events: Vec<Event>,
+    /// A finite CPU, if set ([`Testbed::set_cpu`]).
+    pub cpu: Option<Cpu>,
+}
+
+/// A node's CPU in the simulation: handling a datagram costs `per_datagram` plus
+/// `per_transmit` for each datagram it sends; what arrives while the CPU is busy waits in a
+/// receive queue (the socket's buffer), and the node is told how long each datagram waited.
+#[derive(Debug)]
+pub struct Cpu {
+    /// Cost of handling one datagram.
+    pub per_datagram: Duration,
+    /// Cost of each datagram sent.
+    pub per_transmit: Duration,
+    busy_until: Instant,
+    queue: std::collections::VecDeque<(Instant, crate::sim::Delivery)>,
+    /// (when handled, how long it waited) of every datagram handled.
+    pub waited: Vec<(Instant, Duration)>,
 }
 
 /// An edge in the testbed.
@@ -52,6 +69,8 @@ pub struct Testbed {
     pub peers: Vec<Peer>,
     /// Edges.
     pub edges: Vec<TestEdge>,
+    /// Video bitrate of the publishers created from now on (default 1 Mbit/s).
+    pub video_bitrate_bps: u32,
     seed: u64,
 }
 
@@ -76,6 +95,7 @@ impl Testbed {
             nodes: Vec::new(),
             peers: Vec::new(),
             edges: Vec::new(),
+            video_bitrate_bps: 1_000_000,
             seed,
         }
     }
@@ -137,8 +157,23 @@ impl Testbed {
             addr,
             node,
             events: Vec::new(),
+            cpu: None,
         });
         Ok(self.nodes.len() - 1)
+    }
+
+    /// Gives the node at `addr` a finite CPU ([`Cpu`]).
+    pub fn set_cpu(&mut self, addr: SocketAddr, per_datagram: Duration, per_transmit: Duration) {
+        let now = self.now();
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.addr == addr) {
+            n.cpu = Some(Cpu {
+                per_datagram,
+                per_transmit,
+                busy_until: now,
+                queue: Default::default(),
+                waited: Vec::new(),
+            });
+        }
     }
 
     /// The node at `addr`.
@@ -157,6 +192,7 @@ impl Testbed {
         let mut cfg = PeerConfig::new(role, seed, addr, self.wall.base);
         cfg.wall = self.wall;
         cfg.latency_epoch = self.wall.base;
+        cfg.video_bitrate_bps = self.video_bitrate_bps;
         let cert = crate::cert::generate(secret(seed, 0x10))
             .map_err(|e| SignalError::Unsupported(e.to_string()))?;
         Ok(Peer::new(cfg, Arc::new(cert), self.now()))
@@ -282,6 +318,12 @@ impl Testbed {
                 .chain(self.nodes.iter().filter_map(|n| n.node.poll_timeout()))
                 .chain(self.edges.iter().filter_map(|e| e.edge.poll_timeout()))
                 .chain(self.net.next_delivery())
+                .chain(self.nodes.iter().filter_map(|n| {
+                    n.cpu
+                        .as_ref()
+                        .filter(|c| !c.queue.is_empty())
+                        .map(|c| c.busy_until)
+                }))
                 .min();
             let Some(next) = next.filter(|t| *t <= until) else {
                 break;
@@ -290,6 +332,10 @@ impl Testbed {
             let now = self.now();
             while let Some(mut d) = self.net.poll_delivery(now) {
                 if let Some(n) = self.nodes.iter_mut().find(|n| n.addr == d.to) {
+                    if let Some(cpu) = n.cpu.as_mut() {
+                        cpu.queue.push_back((now, d));
+                        continue;
+                    }
                     n.node.handle_datagram(now, d.from, &mut d.data);
                     while let Some(t) = n.node.poll_transmit() {
                         self.net.send(now, n.addr, t.to, t.data);
@@ -305,6 +351,25 @@ impl Testbed {
                     .find(|p| p.config().local_addr == d.to)
                 {
                     p.handle_datagram(now, d.from, &mut d.data);
+                }
+            }
+            // Nodes with a finite CPU handle what waited, one datagram per free CPU slot.
+            for n in &mut self.nodes {
+                let Some(cpu) = n.cpu.as_mut() else { continue };
+                while cpu.busy_until <= now {
+                    let Some((at, mut d)) = cpu.queue.pop_front() else {
+                        break;
+                    };
+                    let waited = now.saturating_duration_since(at);
+                    cpu.waited.push((now, waited));
+                    n.node.note_ingress_lag(now, waited);
+                    n.node.handle_datagram(now, d.from, &mut d.data);
+                    let mut sent = 0u32;
+                    while let Some(t) = n.node.poll_transmit() {
+                        self.net.send(now, n.addr, t.to, t.data);
+                        sent += 1;
+                    }
+                    cpu.busy_until = now + cpu.per_datagram + cpu.per_transmit * sent;
                 }
             }
             for p in &mut self.peers {

@@ -107,9 +107,25 @@ impl Node {
     ) -> bool {
         let mut want_keyframe = false;
         let mut took_over = Vec::new();
-        let Some(entry) = self.streams.get(stream) else {
+        let Some(entry) = self.streams.get_mut(stream) else {
             return false;
         };
+        // Video keyframes (every audio packet "starts a keyframe").
+        if src.keyframe_start && src.clock_rate == 90_000 {
+            entry.gop += 1;
+            if self.overload.ratio() > 0.0 {
+                choose_served(
+                    &self.overload,
+                    &mut self.sessions,
+                    &entry.viewers,
+                    line,
+                    entry.gop,
+                );
+            }
+        }
+        let gop = entry.gop;
+        // Whether this is a video packet, and whether an overloaded node skipped a viewer.
+        let (mut video, mut shed_any) = (false, false);
         for &vk in &entry.viewers {
             let Some(v) = self.sessions[vk].as_mut() else {
                 continue;
@@ -129,10 +145,42 @@ impl Node {
             if v.video_paused && t.line.video {
                 continue;
             }
+            if t.line.video {
+                video = true;
+                // Overload: whole frames only — a viewer leaves at a frame's first packet and
+                // comes back at a keyframe (its munger re-bases, so it sees no gap to NACK).
+                // Who is served is decided at keyframes, for the whole GOP ([`choose_served`]);
+                // in between, more viewers leave only while the delay is far above target.
+                let out = self.overload.ratio() > 0.0 && t.served_gop != gop;
+                let leaves = if src.keyframe_start {
+                    out
+                } else {
+                    self.overload.urgent() && self.overload.sheds(vk, gop)
+                };
+                if t.shed && (out || !src.keyframe_start) {
+                    // A shed viewer comes back at a keyframe only (no request of its own: the
+                    // rotation below asks for them).
+                    self.out.metrics.dropped_overload += 1;
+                    shed_any = true;
+                    continue;
+                }
+                if t.shed {
+                    t.shed = false;
+                } else if leaves && t.last_src_ts != Some(src.ext_ts) {
+                    t.shed = true;
+                    t.restart_at_keyframe();
+                    self.out.metrics.overload_sheds += 1;
+                    self.out.metrics.dropped_overload += 1;
+                    shed_any = true;
+                    continue;
+                }
+            }
             let take_over = t.line.video || !takes_video;
             let mut buf = self.out.buffer();
+            let src_ts = src.ext_ts;
             match t.forward(now, pkt, src, &mut buf) {
                 Ok(n) => {
+                    t.last_src_ts = Some(src_ts);
                     if v.send_rtp(&mut self.out, buf, n) {
                         self.out.metrics.rtp_forwarded += 1;
                         if take_over && self.replacing.contains_key(&vk) {
@@ -146,6 +194,23 @@ impl Node {
                         self.out.metrics.dropped_waiting_keyframe += 1;
                         want_keyframe = true;
                     }
+                }
+            }
+        }
+        // While viewers are shed, a keyframe every `rotate_every` rotates the shed set.
+        if video && let Some(entry) = self.streams.get_mut(stream) {
+            if !shed_any {
+                entry.next_rotation = None;
+            } else {
+                let every = self.overload.config().rotate_every;
+                match entry.next_rotation {
+                    None => entry.next_rotation = Some(now + every),
+                    Some(t) if now >= t => {
+                        entry.next_rotation = Some(now + every);
+                        self.out.metrics.overload_keyframe_requests += 1;
+                        want_keyframe = true;
+                    }
+                    Some(_) => {}
                 }
             }
         }
@@ -336,6 +401,45 @@ impl Node {
                     self.out.metrics.retransmissions_missed += 1;
                 }
             }
+        }
+    }
+}
+
+/// An overloaded node at a keyframe of track `line`: marks the viewers served for GOP `gop`,
+/// (1 − shed ratio) of them, those that waited longest first (ties by a hash of the viewer
+/// and the GOP), so that every viewer gets whole GOPs in turn. The count is rounded up or down
+/// at random in proportion, so that a stream with one viewer is shed at the ratio too.
+fn choose_served(
+    overload: &super::overload::Overload,
+    sessions: &mut [Option<crate::session::Session>],
+    viewers: &[usize],
+    line: usize,
+    gop: u64,
+) {
+    let mut waiting: Vec<(u64, u64, usize)> = viewers
+        .iter()
+        .filter_map(|&vk| {
+            let v = sessions[vk].as_ref()?;
+            let Role::Viewer(tracks) = &v.role else {
+                return None;
+            };
+            let t = tracks
+                .iter()
+                .find(|t| t.source() == Some(line) && t.line.video)?;
+            Some((t.last_served_gop, super::overload::hash(vk as u64, gop), vk))
+        })
+        .collect();
+    waiting.sort_unstable();
+    let want = (1.0 - overload.ratio()) * waiting.len() as f64;
+    let round_up =
+        super::overload::unit(super::overload::hash(gop, line as u64)) < want - want.floor();
+    let served = want.floor() as usize + usize::from(round_up);
+    for &(_, _, vk) in waiting.iter().take(served) {
+        if let Some(Role::Viewer(tracks)) = sessions[vk].as_mut().map(|v| &mut v.role)
+            && let Some(t) = tracks.iter_mut().find(|t| t.source() == Some(line))
+        {
+            t.served_gop = gop;
+            t.last_served_gop = gop;
         }
     }
 }
