@@ -5,7 +5,10 @@
 //! subscribers through a real `ferry node` process over loopback UDP, and
 //! runs the same fan-out through a raw UDP relay (`ferry bench relay`: no
 //! WebRTC, the same `recvmmsg` / `sendmmsg` batching as the node) as the
-//! baseline. CPU and memory are read from each process's `/proc` entry.
+//! baseline, and through Janus 1.1's streaming plugin (`bench_janus`, when `janus` is
+//! installed). CPU and memory are read from each process's `/proc` entry; the forwarding
+//! process runs pinned to CPU 0 and the benchmark on the others. `--saturate` searches for the
+//! highest fan-out each sustains and runs Ferry at twice its own (overload).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -44,6 +47,9 @@ pub enum BenchCommand {
     /// The TURN fleet under scale events (relays join, drain, are removed, a zone is lost):
     /// users moved against the minimum, load spread (simulated, the scheduler's own code).
     Turn(TurnArgs),
+    /// The fan-out of `forward` through Janus 1.1's streaming plugin (the Debian `janus`
+    /// package), in a network namespace of its own.
+    Janus(crate::bench_janus::JanusArgs),
     /// The raw-UDP fan-out baseline (started by `forward`).
     #[command(hide = true)]
     Relay {
@@ -68,6 +74,19 @@ pub struct ForwardArgs {
     /// Where the JSON goes.
     #[arg(long, default_value = "target/bench/forward.json")]
     out: PathBuf,
+    /// Also find saturation: raise the subscriber count (from the first of `--subscribers`,
+    /// ×1.5 a step) until more than 0.1 % of the packets the fan-out owes go undelivered or
+    /// the p99 latency passes 50 ms, for Ferry and for the raw relay; then run Ferry at twice
+    /// its saturation count (overload: delivered latency, viewers still decoding).
+    #[arg(long)]
+    saturate: bool,
+    /// Upper bound of the saturation search.
+    #[arg(long, default_value_t = 4000)]
+    max_subscribers: usize,
+    /// Pin the forwarding process to CPU 0 and this benchmark (publisher, subscribers) to the
+    /// others (`sched_setaffinity`), so they do not share a core. Needs ≥ 2 CPUs.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pin: bool,
 }
 
 pub async fn run(cmd: BenchCommand) -> Result<()> {
@@ -79,6 +98,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Recovery(args) => crate::bench_recovery::recovery(args).await,
         BenchCommand::Ha(args) => crate::bench_ha::ha(args).await,
         BenchCommand::Turn(args) => turn(args),
+        BenchCommand::Janus(args) => crate::bench_janus::janus(args).await,
         BenchCommand::Relay { udp } => relay(udp).await,
     }
 }
@@ -138,7 +158,36 @@ impl Drop for ChildProc {
     }
 }
 
-fn clock_ticks() -> f64 {
+/// Pins every thread of process `pid` to `cpus` (`sched_setaffinity`; threads created later
+/// inherit it from their creator).
+pub(crate) fn pin_process(pid: u32, cpus: &[usize]) -> Result<()> {
+    use nix::sched::{CpuSet, sched_setaffinity};
+    use nix::unistd::Pid;
+    let mut set = CpuSet::new();
+    for &c in cpus {
+        set.set(c).with_context(|| format!("CPU {c}"))?;
+    }
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Some(tid) = task?.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        // A thread may end between the listing and the call.
+        if let Err(e) = sched_setaffinity(Pid::from_raw(tid), &set)
+            && e != nix::errno::Errno::ESRCH
+        {
+            bail!("pinning thread {tid} of process {pid} to CPUs {cpus:?}: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// CPUs this process may run on, as it started (before [`pin_process`] narrowed it).
+fn cpu_count() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
+pub(crate) fn clock_ticks() -> f64 {
     Command::new("getconf")
         .arg("CLK_TCK")
         .output()
@@ -149,7 +198,7 @@ fn clock_ticks() -> f64 {
 }
 
 /// User + system CPU seconds of a process.
-fn cpu_seconds(pid: u32, ticks: f64) -> Result<f64> {
+pub(crate) fn cpu_seconds(pid: u32, ticks: f64) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let rest = stat.rsplit_once(')').context("stat")?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -173,13 +222,13 @@ fn rss_bytes(pid: u32) -> Result<u64> {
 /// Frame rate of the synthetic publisher (the test peer's default).
 const FPS: f64 = 30.0;
 
-enum PeerCmd {
+pub(crate) enum PeerCmd {
     Stats(oneshot::Sender<PeerStats>),
     Stop,
 }
 
 /// Drives one test peer on its own UDP socket.
-async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::Receiver<PeerCmd>) {
+pub(crate) async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::Receiver<PeerCmd>) {
     let mut buf = vec![0u8; 2048];
     loop {
         while let Some((to, data)) = peer.poll_transmit() {
@@ -217,7 +266,7 @@ async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::Receiver<Pe
 /// A bare synthetic peer of the fan-out benchmark (no signalling beyond its POST, nothing to
 /// follow); the benchmarks that move sessions use SDK sessions (`bench_peer`).
 pub(crate) struct PeerHandle {
-    tx: mpsc::Sender<PeerCmd>,
+    pub(crate) tx: mpsc::Sender<PeerCmd>,
 }
 
 impl PeerHandle {
@@ -240,13 +289,19 @@ impl Drop for PeerHandle {
 
 /// `ferry_process_heap_bytes` from a node's `/metrics`.
 async fn heap_bytes(http: &str) -> Result<u64> {
+    Ok(node_metric(http, "ferry_process_heap_bytes").await? as u64)
+}
+
+/// One unlabelled sample of a node's `/metrics`.
+async fn node_metric(http: &str, name: &str) -> Result<f64> {
     let url = format!("{http}/metrics");
-    tokio::task::spawn_blocking(move || -> Result<u64> {
+    let prefix = format!("{name} ");
+    tokio::task::spawn_blocking(move || -> Result<f64> {
         let text = ureq::get(&url).call()?.body_mut().read_to_string()?;
         text.lines()
-            .find_map(|l| l.strip_prefix("ferry_process_heap_bytes "))
+            .find_map(|l| l.strip_prefix(&prefix))
             .and_then(|v| v.trim().parse().ok())
-            .context("no ferry_process_heap_bytes")
+            .with_context(|| format!("no {prefix}in /metrics"))
     })
     .await?
 }
@@ -311,18 +366,18 @@ pub(crate) async fn start_peer(
 }
 
 #[derive(Debug, Clone, Serialize)]
-struct Side {
+pub(crate) struct Side {
     /// Media packets the subscribers received per second.
-    out_pps: f64,
+    pub(crate) out_pps: f64,
     /// CPU the forwarding process used, in cores.
-    cpu_cores: f64,
+    pub(crate) cpu_cores: f64,
     /// `out_pps / cpu_cores`.
-    pps_per_core: f64,
-    latency_p50_us: Option<u64>,
-    latency_p99_us: Option<u64>,
-    latency_max_us: Option<u64>,
+    pub(crate) pps_per_core: f64,
+    pub(crate) latency_p50_us: Option<u64>,
+    pub(crate) latency_p99_us: Option<u64>,
+    pub(crate) latency_max_us: Option<u64>,
     /// Packets the subscribers were missing at the end.
-    missing: u64,
+    pub(crate) missing: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -334,8 +389,12 @@ struct Row {
     packet_bytes: f64,
     ferry: Side,
     raw: Side,
+    /// Janus 1.1 (streaming plugin, in a network namespace), when installed.
+    janus: Option<Side>,
     /// Ferry's packets per core as a fraction of the raw relay's.
     ferry_over_raw: f64,
+    /// Ferry's packets per core over Janus's.
+    ferry_over_janus: Option<f64>,
     /// Node heap added per subscriber session (live heap delta / N).
     heap_per_subscriber_bytes: f64,
     /// Node resident memory added per subscriber session (RSS delta / N;
@@ -344,7 +403,7 @@ struct Row {
     nack_cache_packets: usize,
 }
 
-fn side(out: u64, dur: f64, cpu: f64, lat: &LatencyStats, missing: u64) -> Side {
+pub(crate) fn side(out: u64, dur: f64, cpu: f64, lat: &LatencyStats, missing: u64) -> Side {
     let out_pps = out as f64 / dur;
     let cpu_cores = cpu / dur;
     Side {
@@ -368,6 +427,13 @@ struct FerryRun {
     packet_bytes: f64,
     rss_per_subscriber: f64,
     heap_per_subscriber: f64,
+    /// Viewers that completed video frames during the measurement.
+    viewers_decoding: usize,
+    /// Viewers that received a keyframe during the measurement.
+    viewers_with_keyframe: usize,
+    /// The node's counters at the end: video packets shed, shed ratio.
+    dropped_overload: f64,
+    shed_ratio: f64,
 }
 
 async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<FerryRun> {
@@ -384,6 +450,10 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
         &token,
     ])?;
     let http = node.after("http")?;
+    if args.pin && cpu_count() >= 2 {
+        pin_process(node.pid(), &[0])?;
+        pin_process(std::process::id(), &(1..cpu_count()).collect::<Vec<_>>())?;
+    }
     let now = Instant::now();
     let clocks = Clocks {
         wall: WallClock {
@@ -429,17 +499,9 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
             .await?,
         );
     }
-    wait_for(Duration::from_secs(60), || async {
-        for v in &viewers {
-            let s = v.stats().await?;
-            if !s.connected || s.video().map(|r| r.packets).sum::<u64>() == 0 {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    })
-    .await
-    .context("viewers did not all start playing")?;
+    wait_for(Duration::from_secs(60), || all_playing(&viewers))
+        .await
+        .context("viewers did not all start playing")?;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let received = |stats: &[PeerStats]| -> u64 {
@@ -474,6 +536,16 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
             missing += r.received.missing();
         }
     }
+    let video = |s: &PeerStats| -> (u64, u64) {
+        s.video().fold((0, 0), |(f, k), r| {
+            (f + r.frames_completed, k + r.keyframes)
+        })
+    };
+    let progress: Vec<((u64, u64), (u64, u64))> = s0
+        .iter()
+        .zip(&s1)
+        .map(|(a, b)| (video(a), video(b)))
+        .collect();
     let pkts = p1.0.saturating_sub(p0.0);
     Ok(FerryRun {
         side: side(
@@ -487,10 +559,25 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
         packet_bytes: p1.1.saturating_sub(p0.1) as f64 / pkts.max(1) as f64,
         rss_per_subscriber: rss1.saturating_sub(rss0) as f64 / n as f64,
         heap_per_subscriber: heap1.saturating_sub(heap0) as f64 / n as f64,
+        viewers_decoding: progress.iter().filter(|(a, b)| b.0 > a.0).count(),
+        viewers_with_keyframe: progress.iter().filter(|(a, b)| b.1 > a.1).count(),
+        dropped_overload: node_metric(&http, "ferry_node_dropped_overload_total").await?,
+        shed_ratio: node_metric(&http, "ferry_node_shed_ratio").await?,
     })
 }
 
-async fn all_stats(peers: &[PeerHandle]) -> Result<Vec<PeerStats>> {
+/// Every viewer is connected and has video packets.
+pub(crate) async fn all_playing(viewers: &[PeerHandle]) -> Result<bool> {
+    for v in viewers {
+        let s = v.stats().await?;
+        if !s.connected || s.video().map(|r| r.packets).sum::<u64>() == 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+pub(crate) async fn all_stats(peers: &[PeerHandle]) -> Result<Vec<PeerStats>> {
     let mut out = Vec::with_capacity(peers.len());
     for p in peers {
         out.push(p.stats().await?);
@@ -555,6 +642,10 @@ async fn measure_raw(
 ) -> Result<Side> {
     let relay_proc = ChildProc::spawn(&["bench", "relay", "--udp", "127.0.0.1:0"])?;
     let relay: SocketAddr = relay_proc.after("udp")?.parse()?;
+    if args.pin && cpu_count() >= 2 {
+        pin_process(relay_proc.pid(), &[0])?;
+        pin_process(std::process::id(), &(1..cpu_count()).collect::<Vec<_>>())?;
+    }
     let epoch = Instant::now();
     let mut subs = Vec::new();
     for _ in 0..n {
@@ -623,9 +714,10 @@ async fn measure_raw(
 
 async fn forward(args: ForwardArgs) -> Result<()> {
     let ticks = clock_ticks();
+    cpu_count();
     let mut rows = Vec::new();
     println!(
-        "{:>5} | {:>10} {:>6} {:>10} | {:>10} {:>6} {:>10} | {:>6} | {:>8} {:>8} | {:>8} {:>8} | {:>8} {:>8} | {:>7}",
+        "{:>5} | {:>10} {:>6} {:>10} | {:>10} {:>6} {:>10} | {:>6} | {:>10} {:>6} | {:>8} {:>8} | {:>8} {:>8} | {:>8} {:>8} | {:>7}",
         "subs",
         "ferry pps",
         "cores",
@@ -633,7 +725,9 @@ async fn forward(args: ForwardArgs) -> Result<()> {
         "raw pps",
         "cores",
         "pps/core",
-        "ratio",
+        "f/raw",
+        "janus p/c",
+        "f/jan",
         "p50 µs",
         "p99 µs",
         "raw p50",
@@ -660,6 +754,13 @@ async fn forward(args: ForwardArgs) -> Result<()> {
         } else {
             0.0
         };
+        let pin_janus = (args.pin && cpu_count() >= 2).then_some(0);
+        let janus = crate::bench_janus::measure_janus(n, args.bitrate, args.duration, pin_janus)
+            .await
+            .with_context(|| format!("janus run, {n} subscribers"))?;
+        let over_janus = janus
+            .as_ref()
+            .map(|j| ferry.side.pps_per_core / j.pps_per_core.max(1.0));
         let row = Row {
             subscribers: n,
             duration_s: args.duration,
@@ -668,14 +769,16 @@ async fn forward(args: ForwardArgs) -> Result<()> {
             packet_bytes: ferry.packet_bytes,
             ferry: ferry.side.clone(),
             raw: raw.clone(),
+            janus: janus.clone(),
             ferry_over_raw: ratio,
+            ferry_over_janus: over_janus,
             rss_per_subscriber_bytes: ferry.rss_per_subscriber,
             heap_per_subscriber_bytes: ferry.heap_per_subscriber,
             nack_cache_packets: 1000,
         };
         let f = &row.ferry;
         println!(
-            "{:>5} | {:>10.0} {:>6.2} {:>10.0} | {:>10.0} {:>6.2} {:>10.0} | {:>6.2} | {:>8} {:>8} | {:>8} {:>8} | {:>8.1} {:>8.1} | {:>7}",
+            "{:>5} | {:>10.0} {:>6.2} {:>10.0} | {:>10.0} {:>6.2} {:>10.0} | {:>6.2} | {:>10} {:>6} | {:>8} {:>8} | {:>8} {:>8} | {:>8.1} {:>8.1} | {:>7}",
             n,
             f.out_pps,
             f.cpu_cores,
@@ -684,6 +787,10 @@ async fn forward(args: ForwardArgs) -> Result<()> {
             raw.cpu_cores,
             raw.pps_per_core,
             ratio,
+            janus
+                .as_ref()
+                .map_or("-".into(), |j| format!("{:.0}", j.pps_per_core)),
+            over_janus.map_or("-".into(), |r| format!("{r:.2}")),
             f.latency_p50_us.unwrap_or(0),
             f.latency_p99_us.unwrap_or(0),
             raw.latency_p50_us.unwrap_or(0),
@@ -694,12 +801,193 @@ async fn forward(args: ForwardArgs) -> Result<()> {
         );
         rows.push(row);
     }
+    let saturation = if args.saturate {
+        Some(saturate(&args, ticks).await?)
+    } else {
+        None
+    };
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&args.out, serde_json::to_string_pretty(&rows)?)?;
+    let json = serde_json::json!({ "rows": rows, "saturation": saturation });
+    std::fs::write(&args.out, serde_json::to_string_pretty(&json)?)?;
     println!("wrote {}", args.out.display());
     Ok(())
+}
+
+/// One step of the saturation search.
+#[derive(Debug, Clone, Serialize)]
+struct SatStep {
+    subscribers: usize,
+    /// Packets the fan-out owes per second: the publisher's rate × subscribers.
+    demand_pps: f64,
+    /// Media packets the subscribers received per second.
+    out_pps: f64,
+    /// 1 − out / demand.
+    undelivered: f64,
+    latency_p99_us: Option<u64>,
+    cpu_cores: f64,
+    pps_per_core: f64,
+    /// Within 0.1 % undelivered and 50 ms p99.
+    sustained: bool,
+}
+
+impl SatStep {
+    fn new(n: usize, publisher_pps: f64, side: &Side) -> Self {
+        let demand_pps = publisher_pps * n as f64;
+        let undelivered = (1.0 - side.out_pps / demand_pps.max(1.0)).max(0.0);
+        SatStep {
+            subscribers: n,
+            demand_pps,
+            out_pps: side.out_pps,
+            undelivered,
+            latency_p99_us: side.latency_p99_us,
+            cpu_cores: side.cpu_cores,
+            pps_per_core: side.pps_per_core,
+            sustained: undelivered <= 0.001 && side.latency_p99_us.is_some_and(|p| p <= 50_000),
+        }
+    }
+
+    fn print(&self, who: &str) {
+        println!(
+            "{who:>6} {:>6} subs | demand {:>9.0} pps | out {:>9.0} pps | undelivered {:>6.2} % | p99 {:>8} µs | {:>4.2} cores | {:>9.0} pps/core | {}",
+            self.subscribers,
+            self.demand_pps,
+            self.out_pps,
+            self.undelivered * 100.0,
+            self.latency_p99_us.unwrap_or(0),
+            self.cpu_cores,
+            self.pps_per_core,
+            if self.sustained {
+                "sustained"
+            } else {
+                "saturated"
+            }
+        );
+    }
+}
+
+/// Ferry at twice its saturation count.
+#[derive(Debug, Clone, Serialize)]
+struct OverloadRun {
+    subscribers: usize,
+    demand_pps: f64,
+    out_pps: f64,
+    latency_p50_us: Option<u64>,
+    latency_p99_us: Option<u64>,
+    latency_max_us: Option<u64>,
+    viewers_decoding: usize,
+    viewers_with_keyframe: usize,
+    dropped_overload_packets: f64,
+    shed_ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Saturation {
+    pinned: bool,
+    ferry_steps: Vec<SatStep>,
+    raw_steps: Vec<SatStep>,
+    /// The highest sustained step of each.
+    ferry: Option<SatStep>,
+    raw: Option<SatStep>,
+    /// Ferry's sustained packets out per core over the raw relay's.
+    ferry_over_raw: Option<f64>,
+    overload: Option<OverloadRun>,
+}
+
+/// Raises the subscriber count ×1.5 a step until a step is not sustained (or the bound);
+/// returns every step.
+async fn search<F, Fut>(start: usize, max: usize, who: &str, mut step: F) -> Result<Vec<SatStep>>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<SatStep>>,
+{
+    let mut steps = Vec::new();
+    let mut n = start.max(1);
+    loop {
+        let s = step(n).await?;
+        s.print(who);
+        let go_on = s.sustained && n < max;
+        steps.push(s);
+        if !go_on {
+            return Ok(steps);
+        }
+        n = ((n as f64 * 1.5).ceil() as usize).min(max);
+    }
+}
+
+async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
+    let start = args.subscribers.first().copied().unwrap_or(50);
+    println!(
+        "saturation search (pinned: {})",
+        args.pin && cpu_count() >= 2
+    );
+    let publisher = std::cell::Cell::new((0.0, 0.0));
+    let ferry_steps = search(start, args.max_subscribers, "ferry", |n| {
+        let publisher = &publisher;
+        async move {
+            let r = measure_ferry(n, args, ticks).await?;
+            publisher.set((r.publisher_pps, r.packet_bytes));
+            Ok(SatStep::new(n, r.publisher_pps, &r.side))
+        }
+    })
+    .await?;
+    let (pps, size) = publisher.get();
+    let raw_steps = search(start, args.max_subscribers, "raw", |n| async move {
+        let side = measure_raw(n, pps, size as usize, args, ticks).await?;
+        Ok(SatStep::new(n, pps, &side))
+    })
+    .await?;
+    let best = |steps: &[SatStep]| steps.iter().rev().find(|s| s.sustained).cloned();
+    let (ferry, raw) = (best(&ferry_steps), best(&raw_steps));
+    let ferry_over_raw = ferry
+        .as_ref()
+        .zip(raw.as_ref())
+        .map(|(f, r)| f.pps_per_core / r.pps_per_core.max(1.0));
+    let overload = match &ferry {
+        Some(f) => {
+            let n = f.subscribers * 2;
+            let r = measure_ferry(n, args, ticks).await?;
+            let o = OverloadRun {
+                subscribers: n,
+                demand_pps: r.publisher_pps * n as f64,
+                out_pps: r.side.out_pps,
+                latency_p50_us: r.side.latency_p50_us,
+                latency_p99_us: r.side.latency_p99_us,
+                latency_max_us: r.side.latency_max_us,
+                viewers_decoding: r.viewers_decoding,
+                viewers_with_keyframe: r.viewers_with_keyframe,
+                dropped_overload_packets: r.dropped_overload,
+                shed_ratio: r.shed_ratio,
+            };
+            println!(
+                "overload {n} subs (2× saturation) | demand {:.0} pps | out {:.0} pps | p50 {} µs p99 {} µs max {} µs | {}/{n} viewers decoding, {}/{n} got a keyframe | shed {:.0} packets, ratio {:.2}",
+                o.demand_pps,
+                o.out_pps,
+                o.latency_p50_us.unwrap_or(0),
+                o.latency_p99_us.unwrap_or(0),
+                o.latency_max_us.unwrap_or(0),
+                o.viewers_decoding,
+                o.viewers_with_keyframe,
+                o.dropped_overload_packets,
+                o.shed_ratio
+            );
+            Some(o)
+        }
+        None => None,
+    };
+    if let Some(r) = ferry_over_raw {
+        println!("at saturation: ferry / raw = {r:.2} (packets out per core)");
+    }
+    Ok(Saturation {
+        pinned: args.pin && cpu_count() >= 2,
+        ferry_steps,
+        raw_steps,
+        ferry,
+        raw,
+        ferry_over_raw,
+        overload,
+    })
 }
 
 /// The raw baseline: datagram `SUB` subscribes its sender; every other

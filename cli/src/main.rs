@@ -15,6 +15,7 @@ mod alloc;
 mod bench;
 mod bench_etcd;
 mod bench_ha;
+mod bench_janus;
 mod bench_migrate;
 mod bench_peer;
 mod bench_recovery;
