@@ -144,6 +144,9 @@ pub struct Cluster {
     turn_drains: BTreeMap<String, TurnDrain>,
     /// TURN relays added (their spec) or removed (`None`) through the API, by relay id.
     turn_registry: BTreeMap<String, Option<String>>,
+    /// Viewers placed on a node since its last heartbeat, per stream: counted with the
+    /// reported ones, so that a burst of viewers inside one heartbeat spills too.
+    placed_views: BTreeMap<(StreamId, NodeId), u64>,
     metrics: ClusterMetrics,
 }
 
@@ -240,6 +243,7 @@ impl Cluster {
             tickets: BTreeMap::new(),
             turn_drains: BTreeMap::new(),
             turn_registry: BTreeMap::new(),
+            placed_views: BTreeMap::new(),
             metrics: ClusterMetrics::default(),
         })
     }
@@ -423,7 +427,9 @@ impl Cluster {
             changed = true;
         }
         record.last_seen = Some(now);
-        // Its sessions: the node is the authority on what it holds.
+        // Its sessions: the node is the authority on what it holds (the viewers placed there
+        // since its last heartbeat are in the report now, or never came).
+        self.placed_views.retain(|(_, node), _| node != id);
         let reported: BTreeSet<&SessionId> = hb.sessions.iter().map(|s| &s.id).collect();
         let before = self.sessions.len();
         self.sessions
@@ -768,6 +774,7 @@ impl Cluster {
         {
             let origin = publisher.node.clone();
             let node = self.hot_spill(&stream, &origin).unwrap_or(origin);
+            *self.placed_views.entry((stream, node.clone())).or_insert(0) += 1;
             self.metrics.placements += 1;
             return Ok(self.response(node, Vec::new()));
         }
@@ -798,7 +805,7 @@ impl Cluster {
         }
     }
 
-    /// Viewers of `stream` per node.
+    /// Viewers of `stream` per node (as the nodes reported them).
     fn viewers_by_node(&self, stream: &StreamId) -> BTreeMap<NodeId, u64> {
         let mut by_node = BTreeMap::new();
         for s in self.sessions.values() {
@@ -809,37 +816,43 @@ impl Cluster {
         by_node
     }
 
+    /// `stream`'s nodes in placement order (bounded-load consistent hashing keyed by the
+    /// stream: its node, then its backups), so that a stream's sessions gather on few nodes.
+    fn stream_nodes(&self, stream: &StreamId) -> Vec<NodeId> {
+        let loads = self.loads();
+        let total: u64 = loads.values().sum::<u64>() + 1;
+        let load = |id: &NodeId| loads.get(id).copied().unwrap_or(0);
+        match self.placement.place(
+            stream.as_str().as_bytes(),
+            &Requirements::default(),
+            &load,
+            total,
+        ) {
+            Ok(p) => std::iter::once(p.node).chain(p.backups).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// Where a new viewer of hot `stream` goes instead of its `origin`: the stream's node by
     /// bounded-load consistent hashing (keyed by the stream, so its spilled viewers gather on
     /// few nodes and few relay links), not the origin; `None` while the origin serves fewer
     /// than [`ClusterConfig::hot_stream_viewers`] of them (or none is set).
     fn hot_spill(&self, stream: &StreamId, origin: &NodeId) -> Option<NodeId> {
         let limit = self.config.hot_stream_viewers;
-        if limit == 0
-            || self
-                .viewers_by_node(stream)
-                .get(origin)
-                .copied()
-                .unwrap_or(0)
-                < limit
-        {
+        let reported = self
+            .viewers_by_node(stream)
+            .get(origin)
+            .copied()
+            .unwrap_or(0);
+        let placed = self
+            .placed_views
+            .get(&(stream.clone(), origin.clone()))
+            .copied()
+            .unwrap_or(0);
+        if limit == 0 || reported + placed < limit {
             return None;
         }
-        let loads = self.loads();
-        let total: u64 = loads.values().sum::<u64>() + 1;
-        let load = |id: &NodeId| loads.get(id).copied().unwrap_or(0);
-        let p = self
-            .placement
-            .place(
-                stream.as_str().as_bytes(),
-                &Requirements::default(),
-                &load,
-                total,
-            )
-            .ok()?;
-        std::iter::once(p.node)
-            .chain(p.backups)
-            .find(|n| n != origin)
+        self.stream_nodes(stream).into_iter().find(|n| n != origin)
     }
 
     /// `GET /v1/streams`: each stream with a publisher or viewers — its origin, viewers per
@@ -1127,18 +1140,8 @@ impl Cluster {
         let loads = self.loads();
         let load = |id: &NodeId| loads.get(id).copied().unwrap_or(0);
         let placed = self.sessions.get(session).and_then(|s| {
-            let total = loads.values().sum::<u64>() + 1;
-            let p = self
-                .placement
-                .place(
-                    s.stream.as_str().as_bytes(),
-                    &Requirements::default(),
-                    &load,
-                    total,
-                )
-                .ok()?;
-            std::iter::once(p.node)
-                .chain(p.backups)
+            self.stream_nodes(&s.stream)
+                .into_iter()
                 .find(|id| active(id))
         });
         placed.or_else(|| {
@@ -1379,6 +1382,29 @@ mod tests {
         assert!(s[0].hot);
         assert_eq!(s[0].origin.as_deref(), Some("a"));
         assert_eq!(s[0].viewers, 3);
+        // A burst inside one heartbeat: the viewers placed on the origin since its last
+        // heartbeat count, so the fourth of four at once spills at a limit of 3.
+        let mut c = run(3, 0);
+        let burst: Vec<NodeId> = (0..4).map(|_| view_of(&mut c)).collect();
+        assert_eq!(
+            &burst[..3],
+            &[ids[0].clone(), ids[0].clone(), ids[0].clone()]
+        );
+        assert_ne!(burst[3], ids[0]);
+        // The origin's heartbeat reports what came (two of the three): the count starts over
+        // from the report.
+        beat_with(
+            &mut c,
+            t0,
+            &ids[0],
+            &[
+                ("pub", SessionKind::Publish),
+                ("v0", SessionKind::View),
+                ("v1", SessionKind::View),
+            ],
+        );
+        assert_eq!(view_of(&mut c), ids[0]);
+        assert_ne!(view_of(&mut c), ids[0]);
     }
 
     #[test]

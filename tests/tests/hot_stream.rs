@@ -1,7 +1,9 @@
-//! Hot streams across nodes (issue 10, scope 4; first slice): with `--hot-stream-viewers 1`, the
-//! first viewer of a stream plays on its publisher's node and the next goes to the other node of
-//! `ferry dev`, which relays the stream from the origin (the cascade relay); both decode, and
-//! `GET /v1/streams` shows the stream hot with its viewers per node.
+//! Hot streams across nodes (issue 10, scope 4): with `--hot-stream-viewers 1`, the first viewer
+//! of a stream plays on its publisher's node and the next go to the other node of `ferry dev`,
+//! which relays the stream from the origin (the cascade relay); all decode, and
+//! `GET /v1/streams` shows the stream hot with its viewers per node. With Rust SDK viewers one
+//! at a time, and with three Chromium viewers opened at once (the scheduler counts the viewers
+//! it placed since a node's last heartbeat, so a burst spills too).
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +11,7 @@ use anyhow::{Context, Result, bail, ensure};
 use ferry_sdk::codec::Codec;
 use ferry_sdk::{FerryClient, Media, PlayOptions, PublishOptions, Session};
 use ferry_tests::cluster::{start_dev_env, wait_registered};
-use ferry_tests::http;
+use ferry_tests::{Browser, Collector, http, num};
 use serde_json::Value;
 
 fn synthetic() -> Media {
@@ -97,6 +99,69 @@ async fn viewers_of_a_hot_stream_spill_to_the_other_node_and_play_relayed() -> R
     );
     println!(
         "hot stream: origin {origin}, viewer 1 there ({f1} frames), viewer 2 on {spilled} relayed ({f2} frames)"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_viewers_of_a_hot_stream_opened_at_once_play_on_both_nodes() -> Result<()> {
+    let dev = start_dev_env(false, &["--hot-stream-viewers", "1"], &[])?;
+    wait_registered(&dev.gateway, 2).await?;
+    let collector = Collector::start()?;
+    let page = |page: &str, id: &str| {
+        Browser::open(&collector.page_url(
+            page,
+            &[
+                ("sdk", &dev.gateway),
+                ("base", &dev.gateway),
+                ("stream", "hot-chromium"),
+                ("codec", "vp8"),
+                ("id", id),
+                ("token", &dev.token),
+            ],
+        ))
+    };
+    let _a = page("sdk-publish.html", "A")?;
+    collector
+        .wait_until(Duration::from_secs(45), |r| {
+            r.get("A").is_some_and(|a| a["phase"] == "publishing")
+        })
+        .await
+        .context("the publisher did not connect")?;
+    let v = stream_view(&dev.gateway, "hot-chromium", |v| v["origin"].is_string()).await?;
+    let origin = v["origin"].as_str().context("origin")?.to_owned();
+    let viewers = ["B", "C", "D"];
+    let _pages = viewers
+        .iter()
+        .map(|id| page("sdk-play.html", id))
+        .collect::<Result<Vec<_>>>()?;
+    let reports = collector
+        .wait_until(Duration::from_secs(60), |r| {
+            viewers
+                .iter()
+                .all(|id| r.get(*id).is_some_and(|b| num(b, "/frames/count") > 30.0))
+        })
+        .await
+        .context("the viewers did not all play")?;
+    let v = stream_view(&dev.gateway, "hot-chromium", |v| v["viewers"] == 3).await?;
+    let on_origin = v["viewers_by_node"][origin.as_str()].as_u64().unwrap_or(0);
+    ensure!(v["hot"] == true, "{v}");
+    ensure!(
+        on_origin == 1,
+        "the origin {origin} serves {on_origin} viewers, its share is 1: {v}"
+    );
+    for id in viewers {
+        let r = &reports[id];
+        ensure!(
+            r["sdkErrors"].as_array().is_some_and(Vec::is_empty),
+            "{id}: {}",
+            r["sdkErrors"]
+        );
+    }
+    println!(
+        "hot stream in Chromium: origin {origin} serves 1, the other node {}; frames {:?}",
+        v["viewers_by_node"],
+        viewers.map(|id| num(&reports[id], "/frames/count"))
     );
     Ok(())
 }
