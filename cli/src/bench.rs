@@ -36,6 +36,10 @@ pub enum BenchCommand {
     /// Live migration of N sessions between two nodes behind an edge:
     /// blackout at the receiver, migration time, state moved.
     Migrate(crate::bench_migrate::MigrateArgs),
+    /// Viewers of one stream beyond its origin's share: where the scheduler puts them (bounded
+    /// load over the nodes, fed by the cascade relay), what each node carries, and what the
+    /// viewers receive.
+    HotStream(crate::bench_hot::HotStreamArgs),
     /// Drain a node with N sessions: time to empty it, packets lost.
     Drain(crate::bench_migrate::DrainArgs),
     /// SIGKILL the node of an SDK viewer, then of an SDK publisher: time until media plays
@@ -94,6 +98,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Forward(args) => forward(args).await,
         BenchCommand::Placement(args) => placement(args),
         BenchCommand::Migrate(args) => crate::bench_migrate::migrate(args).await,
+        BenchCommand::HotStream(args) => crate::bench_hot::hot_stream(args).await,
         BenchCommand::Drain(args) => crate::bench_migrate::drain(args).await,
         BenchCommand::Recovery(args) => crate::bench_recovery::recovery(args).await,
         BenchCommand::Ha(args) => crate::bench_ha::ha(args).await,
@@ -146,7 +151,7 @@ impl ChildProc {
             .with_context(|| format!("no {key} in {:?}", self.words))
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }

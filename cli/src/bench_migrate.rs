@@ -159,6 +159,17 @@ impl Cluster {
         nodes: usize,
         ha: Option<&HaSchedulers>,
     ) -> Result<Cluster> {
+        Self::start_opts(max_sessions, edge, nodes, ha, &[]).await
+    }
+
+    /// [`Cluster::start_with`], the scheduler started with `scheduler_extra` flags too.
+    pub(crate) async fn start_opts(
+        max_sessions: usize,
+        edge: bool,
+        nodes: usize,
+        ha: Option<&HaSchedulers>,
+        scheduler_extra: &[&str],
+    ) -> Result<Cluster> {
         ensure!(nodes <= NODE_IDS.len(), "at most {} nodes", NODE_IDS.len());
         let dir = std::env::temp_dir().join(format!("ferry-bench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -168,15 +179,19 @@ impl Cluster {
         let state = format!("{d}/scheduler.json");
         let mut schedulers = Vec::new();
         match ha {
-            None => schedulers.push(ChildProc::spawn(&[
-                "scheduler",
-                "--http",
-                "127.0.0.1:0",
-                "--state-file",
-                &state,
-                "--token",
-                &token,
-            ])?),
+            None => {
+                let mut argv = vec![
+                    "scheduler",
+                    "--http",
+                    "127.0.0.1:0",
+                    "--state-file",
+                    &state,
+                    "--token",
+                    &token,
+                ];
+                argv.extend_from_slice(scheduler_extra);
+                schedulers.push(ChildProc::spawn(&argv)?)
+            }
             Some(ha) => {
                 let prefix = bench_etcd_prefix();
                 let ttl = ha.lease_ttl_s.to_string();
@@ -280,6 +295,11 @@ impl Cluster {
         Ok(())
     }
 
+    /// The process id of node `i`, while it runs.
+    pub(crate) fn node_pid(&self, i: usize) -> Option<u32> {
+        self.nodes.get(i)?.as_ref().map(ChildProc::pid)
+    }
+
     /// SIGKILLs node `i`.
     pub(crate) fn kill_node(&mut self, i: usize) {
         // Dropping the process kills it (SIGKILL) and reaps it.
@@ -375,7 +395,7 @@ pub(crate) async fn start_media(
     let publisher = bench_peer::start(
         &c.gateway,
         &c.token,
-        &c.node_http[pub_node],
+        Some(&c.node_http[pub_node]),
         stream,
         Some(Codec::Vp8),
         1,
@@ -404,7 +424,7 @@ pub(crate) async fn start_media(
             bench_peer::start(
                 &gateway,
                 &token,
-                &node,
+                Some(&node),
                 &stream,
                 None,
                 100 + i as u64,

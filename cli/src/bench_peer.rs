@@ -23,12 +23,12 @@ pub(crate) struct SdkPeer {
 }
 
 /// Publisher (`Some(codec)`) or player through `gateway` with access token `token`, its first
-/// offer to `node` (an HTTP base URL).
+/// offer to `node` (an HTTP base URL), or where the gateway places it (`None`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn start(
     gateway: &str,
     token: &str,
-    node: &str,
+    node: Option<&str>,
     stream: &str,
     publish: Option<Codec>,
     seed: u64,
@@ -37,7 +37,7 @@ pub(crate) async fn start(
 ) -> Result<SdkPeer> {
     let client = FerryClient::new(gateway).with_token(token);
     let kind = if publish.is_some() { "whip" } else { "whep" };
-    let endpoint = Some(format!("{node}/{kind}/{stream}"));
+    let endpoint = node.map(|node| format!("{node}/{kind}/{stream}"));
     let clocks = Some((clocks.wall, clocks.epoch));
     let media = Media::Synthetic {
         bitrate_bps: bitrate,
@@ -73,7 +73,7 @@ pub(crate) async fn start(
                 .await
         }
     }
-    .with_context(|| format!("{kind} {stream} at {node}"))?;
+    .with_context(|| format!("{kind} {stream} at {}", node.unwrap_or(gateway)))?;
     let ice_restarts = Arc::new(AtomicU64::new(0));
     let (tx, reconnected) = mpsc::unbounded_channel();
     let mut events = session.take_events();

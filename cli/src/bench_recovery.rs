@@ -78,7 +78,7 @@ async fn pair(
     let publisher = bench_peer::start(
         &c.gateway,
         &c.token,
-        &c.node_http[pub_node],
+        Some(&c.node_http[pub_node]),
         stream,
         Some(Codec::Vp8),
         seed,
@@ -96,7 +96,7 @@ async fn pair(
         match bench_peer::start(
             &c.gateway,
             &c.token,
-            &c.node_http[view_node],
+            Some(&c.node_http[view_node]),
             stream,
             None,
             seed + 1,

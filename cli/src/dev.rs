@@ -50,6 +50,10 @@ pub struct DevArgs {
     /// next (default: a fresh directory per run, removed at exit).
     #[arg(long)]
     state_dir: Option<std::path::PathBuf>,
+    /// Where recordings without a target go (`DIR/{node}/{id}`; default: `recordings/` under
+    /// the state directory — removed at exit without --state-dir).
+    #[arg(long)]
+    recordings_dir: Option<std::path::PathBuf>,
     /// Where the scheduler keeps the cluster state (`etcd` needs `--features etcd`).
     #[arg(long, env = "FERRY_STORE", value_enum, default_value_t = StoreKind::Embedded)]
     store: StoreKind,
@@ -185,6 +189,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             extra_routes: Some(crate::sdk_files::routes()),
             tokens: node_tokens.clone(),
             tls: node_tls.clone(),
+            recordings_dir: Some(
+                args.recordings_dir
+                    .clone()
+                    .unwrap_or_else(|| state_dir.join("recordings"))
+                    .join(name),
+            ),
         })
         .await
         .with_context(|| format!("starting {name}"))?;

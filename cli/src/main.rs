@@ -15,6 +15,7 @@ mod alloc;
 mod bench;
 mod bench_etcd;
 mod bench_ha;
+mod bench_hot;
 mod bench_janus;
 mod bench_migrate;
 mod bench_peer;
@@ -25,6 +26,7 @@ mod gpu;
 mod migrate;
 mod ops;
 mod ops_turn;
+mod record;
 mod scheduler;
 mod sdk_files;
 mod telemetry;
@@ -72,6 +74,9 @@ enum Command {
     /// The TURN relays: list, drain, undrain.
     #[command(subcommand)]
     Turn(ops_turn::TurnCommand),
+    /// Recordings on a node: start, list, stop.
+    #[command(subcommand)]
+    Record(record::RecordCommand),
 }
 
 #[derive(clap::Args, Debug)]
@@ -134,6 +139,10 @@ struct NodeArgs {
     /// Where the migration transport (QUIC, mutual TLS) listens.
     #[arg(long, default_value = "127.0.0.1:0")]
     migration_listen: SocketAddr,
+    /// Where recordings without a target go (`DIR/{id}`; default: `recordings/` under
+    /// --cluster-dir, else a target is required).
+    #[arg(long)]
+    recordings_dir: Option<std::path::PathBuf>,
     #[command(flatten)]
     tokens: access::TokenKeyArgs,
     #[command(flatten)]
@@ -183,6 +192,7 @@ fn main() -> anyhow::Result<()> {
         Command::Drain(_) => "drain".to_owned(),
         Command::Undrain(_) => "undrain".to_owned(),
         Command::Turn(_) => "turn".to_owned(),
+        Command::Record(_) => "record".to_owned(),
     };
     let _telemetry = telemetry::init(&instance)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -202,6 +212,7 @@ fn main() -> anyhow::Result<()> {
             Command::Drain(args) => ops::run("drain", move |o| ops::drain(&args, o)).await,
             Command::Undrain(args) => ops::run("undrain", move |o| ops::undrain(&args, o)).await,
             Command::Turn(cmd) => ops::run("turn", move |o| ops_turn::run(&cmd, o)).await,
+            Command::Record(cmd) => ops::run("record", move |o| record::run(&cmd, o)).await,
         }
     })
 }
@@ -305,6 +316,10 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         extra_routes: Some(sdk_files::routes()),
         tokens: std::sync::Arc::new(keys.verifier.with_operator_token(token.clone())),
         tls: tls.clone(),
+        recordings_dir: args
+            .recordings_dir
+            .clone()
+            .or_else(|| args.cluster_dir.as_ref().map(|d| d.join("recordings"))),
     })
     .await
     .context("starting node")?;

@@ -113,6 +113,10 @@ typed_id!(
     /// One migration of one session.
     MigrationId
 );
+typed_id!(
+    /// One recording of one stream.
+    RecordingId
+);
 
 #[cfg(test)]
 mod tests {

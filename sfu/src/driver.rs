@@ -21,6 +21,7 @@ use crate::cluster::{
     ClusterOptions, Directory, MigrationApiError, MigrationBook, SessionEvents, SharedDirectory,
 };
 use crate::node::Node;
+use crate::recording_writer::{RecordingApiError, RecordingView, Writers};
 use crate::signal::{PatchOutcome, SessionAnswer, SessionInfo, SessionKind, SignalError};
 use ferry_proto::api::TicketClaims;
 
@@ -54,7 +55,17 @@ enum Command {
     MigrationStatus(MigrationId, MigrationReply<MigrationView>),
     Directory(Box<Directory>),
     SubscribeRelay(StreamId, SocketAddr),
+    StartRecording(StreamId, Option<String>, RecordingReply<RecordingView>),
+    /// Stops a recording; the answer comes once its last objects are stored.
+    StopRecording(
+        ferry_proto::RecordingId,
+        RecordingReply<oneshot::Receiver<RecordingView>>,
+    ),
+    Recordings(RecordingReply<Vec<RecordingView>>),
+    Recording(ferry_proto::RecordingId, RecordingReply<RecordingView>),
 }
+
+type RecordingReply<T> = oneshot::Sender<Result<T, RecordingApiError>>;
 
 type MigrationReply<T> = oneshot::Sender<Result<T, MigrationApiError>>;
 
@@ -439,6 +450,56 @@ impl NodeHandle {
             .await
     }
 
+    async fn recording_call<T>(
+        &self,
+        make: impl FnOnce(RecordingReply<T>) -> Command,
+    ) -> Result<T, RecordingApiError> {
+        let unavailable = || RecordingApiError::new(503, "node is shutting down");
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(make(tx)).await.map_err(|_| unavailable())?;
+        rx.await.map_err(|_| unavailable())?
+    }
+
+    /// Starts recording `stream` into `target` (default: under the node's recordings
+    /// directory).
+    pub async fn start_recording(
+        &self,
+        stream: StreamId,
+        target: Option<String>,
+    ) -> Result<RecordingView, RecordingApiError> {
+        self.recording_call(|r| Command::StartRecording(stream, target, r))
+            .await
+    }
+
+    /// Stops a recording; answers once its playlist with `EXT-X-ENDLIST` is stored (or after
+    /// `wait`, with the view as it stands).
+    pub async fn stop_recording(
+        &self,
+        id: ferry_proto::RecordingId,
+        wait: std::time::Duration,
+    ) -> Result<RecordingView, RecordingApiError> {
+        let done = self
+            .recording_call(|r| Command::StopRecording(id.clone(), r))
+            .await?;
+        match tokio::time::timeout(wait, done).await {
+            Ok(Ok(v)) => Ok(v),
+            _ => self.recording(id).await,
+        }
+    }
+
+    /// The node's recordings.
+    pub async fn recordings(&self) -> Result<Vec<RecordingView>, RecordingApiError> {
+        self.recording_call(Command::Recordings).await
+    }
+
+    /// One recording.
+    pub async fn recording(
+        &self,
+        id: ferry_proto::RecordingId,
+    ) -> Result<RecordingView, RecordingApiError> {
+        self.recording_call(|r| Command::Recording(id, r)).await
+    }
+
     /// Trickle or ICE restart.
     pub async fn patch(
         &self,
@@ -531,7 +592,12 @@ async fn run(
 ) {
     let mut batch = crate::udp::RecvBatch::default();
     let mut out = Vec::with_capacity(crate::udp::BATCH);
+    let mut writers = Writers::default();
     loop {
+        // Recording objects go to their writer tasks (never awaited here).
+        while let Some(o) = node.poll_recording() {
+            writers.handle(o);
+        }
         if let Some(c) = cluster.as_mut() {
             ferry_migrator::driver::flush(&mut c.migrator, &c.transport);
             while let Some(e) = c.migrator.poll_event() {
@@ -590,7 +656,7 @@ async fn run(
             }
             cmd = rx.recv() => {
                 let Some(cmd) = cmd else { break };
-                command(&mut node, cluster.as_mut(), cmd);
+                command(&mut node, cluster.as_mut(), &mut writers, cmd);
             }
             input = migrator_input(&mut cluster) => {
                 if let (Ok(input), Some(c)) = (input, cluster.as_mut()) {
@@ -708,7 +774,12 @@ fn migrate(
         .ok_or_else(|| MigrationApiError::new(500, "migration not recorded"))
 }
 
-fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Command) {
+fn command(
+    node: &mut Node,
+    mut cluster: Option<&mut ClusterRuntime>,
+    writers: &mut Writers,
+    cmd: Command,
+) {
     let now = Instant::now();
     // A dropped reply only means the HTTP client went away.
     match cmd {
@@ -765,6 +836,7 @@ fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Comma
         Command::Metrics(r) => {
             let mut text = node.metrics().to_prometheus();
             text.push_str(&node.overload_prometheus());
+            text.push_str(&writers.prometheus(node.active_recordings()));
             if let Some(c) = &cluster {
                 text.push_str(&c.book.to_prometheus());
             }
@@ -803,7 +875,52 @@ fn command(node: &mut Node, mut cluster: Option<&mut ClusterRuntime>, cmd: Comma
             node.repoint_relays(now, &d.origins, &d.down);
         }
         Command::SubscribeRelay(stream, origin) => node.subscribe_relay(now, &stream, origin),
+        Command::StartRecording(stream, target, r) => {
+            let _ = r.send(start_recording(node, writers, now, &stream, target));
+        }
+        Command::StopRecording(id, r) => {
+            let _ = r.send(match node.stop_recording(now, &id) {
+                Ok(info) => {
+                    let (tx, rx) = oneshot::channel();
+                    writers.on_end(info, tx);
+                    Ok(rx)
+                }
+                Err(e) => Err(e.into()),
+            });
+        }
+        Command::Recordings(r) => {
+            let list = node.recordings();
+            writers.retain(&list);
+            let _ = r.send(Ok(list.iter().map(|i| writers.view(i)).collect()));
+        }
+        Command::Recording(id, r) => {
+            let _ = r.send(match node.recording(&id) {
+                Some(info) => Ok(writers.view(&info)),
+                None => Err(RecordingApiError::new(
+                    404,
+                    format!("no recording {id} on this node"),
+                )),
+            });
+        }
     }
+}
+
+/// Starts a recording in the core and opens its storage (a target that cannot be opened takes
+/// the recording back: 400).
+fn start_recording(
+    node: &mut Node,
+    writers: &mut Writers,
+    now: Instant,
+    stream: &StreamId,
+    target: Option<String>,
+) -> Result<RecordingView, RecordingApiError> {
+    let info = node.start_recording(now, stream, target)?;
+    if let Err(e) = writers.open(&info) {
+        node.discard_recording(&info.id);
+        return Err(e);
+    }
+    tracing::info!(recording = %info.id, %stream, target = %info.target, "recording started");
+    Ok(writers.view(&info))
 }
 
 /// A session this node does not have but that migrated away from it is answered with where it
@@ -870,6 +987,8 @@ pub struct NodeOptions {
     pub tokens: Arc<ferry_proto::auth::Verifier>,
     /// Serve HTTPS with this certificate (and advertise `https://` URLs).
     pub tls: Option<Arc<crate::tls::ServerTls>>,
+    /// Where recordings without a target go (`{dir}/{id}`); `None`: a target is required.
+    pub recordings_dir: Option<std::path::PathBuf>,
 }
 
 /// A node started by [`start`].
@@ -950,7 +1069,12 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
             moved: MovedSessions::default(),
         });
     }
-    let node = Node::new(config, Arc::new(cert), now);
+    let mut node = Node::new(config, Arc::new(cert), now);
+    node.set_recordings_dir(
+        opts.recordings_dir
+            .as_ref()
+            .map(|d| d.to_string_lossy().into_owned()),
+    );
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(run(node, Arc::new(socket), rx, runtime, events.clone()));
     let handle = NodeHandle {

@@ -17,6 +17,7 @@ use tower_http::cors::{Any, CorsLayer};
 use tracing::Instrument;
 
 mod forward;
+mod recordings;
 mod turn;
 
 use crate::driver::NodeHandle;
@@ -162,6 +163,14 @@ pub fn router(
         .route(
             "/v1/migrations/{id}",
             axum::routing::put(put_migration).get(get_migration),
+        )
+        .route(
+            "/v1/recordings",
+            post(recordings::create).get(recordings::list),
+        )
+        .route(
+            "/v1/recordings/{id}",
+            get(recordings::show).delete(recordings::stop),
         )
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(cors)

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod munger;
 pub mod negotiate;
 pub mod node;
+pub mod recording_writer;
 pub mod relay;
 pub mod scheduler_link;
 pub mod session;

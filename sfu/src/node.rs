@@ -36,6 +36,7 @@ mod forward;
 mod idempotency;
 mod migration;
 pub mod overload;
+mod recording;
 mod relaying;
 mod signalling;
 mod ticket;
@@ -43,6 +44,7 @@ mod tunnelling;
 
 pub use idempotency::{IDEMPOTENCY_TTL, MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN};
 pub use migration::MigrateError;
+pub use recording::{RecordingError, RecordingInfo, RecordingOutput, RecordingPhase};
 pub use ticket::{TICKET_TTL, TicketError, sign_ticket};
 use tunnelling::{Forward, Held, Ingress};
 
@@ -198,6 +200,8 @@ pub struct Node {
     replacing: HashMap<usize, usize>,
     /// Queueing delay → share of video viewers shed.
     overload: overload::Overload,
+    /// Recordings of streams live here.
+    recordings: recording::Recordings,
 }
 
 fn random_token(rng: &mut ChaCha20Rng, len: usize) -> String {
@@ -248,6 +252,7 @@ impl Node {
             idempotent: idempotency::Cache::default(),
             last_now: now,
             replacing: HashMap::new(),
+            recordings: recording::Recordings::default(),
         }
     }
 
@@ -710,6 +715,9 @@ impl Node {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         if let Some(t) = self.orphan_tick(now) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        if let Some(t) = self.recording_tick(now) {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         self.next_timeout = next;

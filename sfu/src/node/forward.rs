@@ -105,6 +105,7 @@ impl Node {
         pkt: &[u8],
         src: &SourcePacket,
     ) -> bool {
+        self.record(now, stream, line, pkt);
         let mut want_keyframe = false;
         let mut took_over = Vec::new();
         let Some(entry) = self.streams.get_mut(stream) else {
@@ -256,6 +257,7 @@ impl Node {
         let stream = s.stream.clone();
         let mut nacks: Vec<(usize, u16)> = Vec::new();
         let mut keyframes: Vec<usize> = Vec::new();
+        let mut reports = Vec::new();
         for p in RtcpIter::new(data) {
             let p = match p {
                 Ok(p) => p,
@@ -266,6 +268,7 @@ impl Node {
             };
             match (&mut s.role, p) {
                 (Role::Publisher(tracks), RtcpPacket::SenderReport(sr)) => {
+                    reports.push(sr.info);
                     for t in tracks.iter_mut() {
                         if t.handle_sender_report(now, sr.info.ssrc, sr.info.ntp, sr.info.rtp_ts) {
                             break;
@@ -296,6 +299,9 @@ impl Node {
                 }
                 _ => {}
             }
+        }
+        for sr in &reports {
+            self.record_sender_report(&stream, sr);
         }
         self.out.metrics.keyframe_requests_received += keyframes.len() as u64;
         for line in keyframes {

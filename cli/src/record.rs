@@ -1,0 +1,156 @@
+//! `ferry record …`: recordings on a node (its `/v1/recordings` API, with the operator token) —
+//! `ferry record start --node URL --stream S [--target T]`, `ferry record list --node URL`,
+//! `ferry record stop --node URL ID` (answers once the playlist with `EXT-X-ENDLIST` is stored).
+//! Exit status as the other operator commands: 0 done, 2 an error.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use ferry_sfu::scheduler_link::SchedulerLink;
+use serde_json::Value;
+
+use crate::ops::{HTTP_TIMEOUT, expect, table, text};
+
+/// How long `stop` waits for the node to store the recording's end.
+const STOP_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// Which node and how to talk to it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodeApiArgs {
+    /// The node's base URL (its HTTP API).
+    #[arg(long, env = "FERRY_NODE", default_value = "http://127.0.0.1:8081")]
+    node: String,
+    /// API bearer token (default: $FERRY_API_TOKEN).
+    #[arg(long, env = "FERRY_API_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// CA certificates (PEM) to trust for an `https://` node.
+    #[arg(long, env = "FERRY_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl NodeApiArgs {
+    fn link(&self) -> Result<SchedulerLink> {
+        let token = self.token.clone().unwrap_or_default();
+        if token.is_empty() {
+            bail!("an API token is needed: --token or $FERRY_API_TOKEN");
+        }
+        // The same HTTP client as the scheduler's: one base URL, bearer token.
+        let mut link = SchedulerLink::new(&self.node, &token);
+        if link.urls.len() != 1 {
+            bail!("--node names one URL");
+        }
+        link.tls = ferry_sfu::tls::client_tls(self.tls_ca.as_deref()).context("--tls-ca")?;
+        Ok(link)
+    }
+}
+
+/// `ferry record`.
+#[derive(clap::Subcommand, Debug)]
+pub enum RecordCommand {
+    /// Start recording a stream live on the node.
+    Start {
+        #[command(flatten)]
+        api: NodeApiArgs,
+        /// The stream to record.
+        #[arg(long)]
+        stream: String,
+        /// Where: a directory, file:///dir or s3://bucket/prefix (default: the node's
+        /// recordings directory).
+        #[arg(long)]
+        target: Option<String>,
+    },
+    /// The node's recordings.
+    List {
+        #[command(flatten)]
+        api: NodeApiArgs,
+    },
+    /// Stop a recording (its playlist gets EXT-X-ENDLIST).
+    Stop {
+        #[command(flatten)]
+        api: NodeApiArgs,
+        /// The recording's id.
+        id: String,
+    },
+}
+
+fn rows(list: &[Value]) -> Vec<Vec<String>> {
+    list.iter()
+        .map(|r| {
+            vec![
+                text(&r["id"]),
+                text(&r["stream"]),
+                text(&r["state"]),
+                text(&r["segments"]),
+                text(&r["bytes"]),
+                text(&r["target"]),
+            ]
+        })
+        .collect()
+}
+
+const HEADER: [&str; 6] = [
+    "RECORDING",
+    "STREAM",
+    "STATE",
+    "SEGMENTS",
+    "BYTES",
+    "TARGET",
+];
+
+fn print(out: &mut dyn Write, json: bool, list: &[Value]) -> Result<()> {
+    if json {
+        let v = if list.len() == 1 {
+            list[0].clone()
+        } else {
+            Value::Array(list.to_vec())
+        };
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(());
+    }
+    table(out, &HEADER, &rows(list))
+}
+
+/// Runs `ferry record …`.
+pub fn run(cmd: &RecordCommand, out: &mut dyn Write) -> Result<i32> {
+    match cmd {
+        RecordCommand::Start {
+            api,
+            stream,
+            target,
+        } => {
+            let mut body = serde_json::json!({ "stream": stream });
+            if let Some(t) = target {
+                body["target"] = Value::String(t.clone());
+            }
+            let v = expect(
+                api.link()?
+                    .call("/v1/recordings", Some(&body), HTTP_TIMEOUT)?,
+                &[201],
+            )?;
+            print(out, api.json, &[v])?;
+        }
+        RecordCommand::List { api } => {
+            let link = api.link()?;
+            let v = expect(link.call("/v1/recordings", None, HTTP_TIMEOUT)?, &[200])?;
+            let list = v.as_array().cloned().unwrap_or_default();
+            if api.json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+            } else {
+                table(out, &HEADER, &rows(&list))?;
+            }
+        }
+        RecordCommand::Stop { api, id } => {
+            if ferry_proto::RecordingId::new(id.as_str()).is_err() {
+                bail!("{id:?} is not a recording id");
+            }
+            let path = format!("/v1/recordings/{id}");
+            let v = expect(api.link()?.delete(&path, STOP_TIMEOUT)?, &[200])?;
+            print(out, api.json, &[v])?;
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,538 @@
+//! Recordings on the node: a `ferry_record::Recorder` per recording, fed the plain RTP of the
+//! stream's source (local publisher or relay) where the node fans it out. The core decides; the
+//! objects to store leave through [`Node::poll_recording`] and the driver puts them (one writer
+//! task per recording, in order).
+//!
+//! Only the tracks the publisher sends are configured (its first accepted H.264/VP8 line and its
+//! first accepted Opus line): a recorder waiting for video that never comes writes nothing.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use ferry_proto::{RecordingId, StreamId};
+use ferry_record::{Output, Recorder, RecorderConfig, RecorderState, TrackConfig};
+
+use super::Node;
+use crate::codec::Codec;
+use crate::negotiate::MediaLine;
+use crate::rtcp::SenderReportData;
+use crate::rtp::RtpHeader;
+
+/// How long a simulcast layer (an SSRC of the recorded line) must be silent before the recorder
+/// follows another one.
+const SSRC_SILENCE: Duration = Duration::from_secs(1);
+
+/// How often a recording asks the publisher for a keyframe: segments are cut at keyframes only
+/// (2–6 s), and browsers send them rarely unless asked.
+const KEYFRAME_INTERVAL: Duration = Duration::from_secs(4);
+
+/// Recordings a node keeps listing after they ended.
+const MAX_ENDED: usize = 1000;
+
+/// Where a recording is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordingPhase {
+    /// Taking media.
+    Recording,
+    /// Stopped: its last objects (the playlist with `EXT-X-ENDLIST`) are out.
+    Stopped,
+    /// Handed over or exported (it goes on elsewhere).
+    Moved,
+}
+
+impl RecordingPhase {
+    /// The name used in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordingPhase::Recording => "recording",
+            RecordingPhase::Stopped => "stopped",
+            RecordingPhase::Moved => "moved",
+        }
+    }
+}
+
+/// A recording as the core sees it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RecordingInfo {
+    /// Its id.
+    pub id: RecordingId,
+    /// The stream it records.
+    pub stream: StreamId,
+    /// Where its objects go (directory, `file://` or `s3://bucket/prefix`).
+    pub target: String,
+    /// Where it is.
+    pub state: RecordingPhase,
+    /// Segments closed so far.
+    pub segments: u64,
+    /// Segment bytes muxed so far.
+    pub segment_bytes: u64,
+    /// Video and audio frames written.
+    pub frames: u64,
+}
+
+/// What the driver does for a recording.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordingOutput {
+    /// Store this object (in order) under the recording's target.
+    Put(RecordingId, ferry_record::Object),
+    /// Nothing more will be put for it: its writer can finish.
+    Ended(RecordingId),
+    /// It reached its hand-over point: this state continues it elsewhere.
+    Handover(RecordingId, Box<RecorderState>),
+    /// Something to log.
+    Event(RecordingId, ferry_record::Event),
+}
+
+/// Why a recording cannot start or be found.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum RecordingError {
+    /// The stream is neither published nor relayed here.
+    #[error("stream {0} is not live on this node")]
+    UnknownStream(StreamId),
+    /// The stream sends no H.264, VP8 or Opus track.
+    #[error("stream {0} has no track to record (H.264 or VP8 video, Opus audio)")]
+    NothingToRecord(StreamId),
+    /// No recording by that id.
+    #[error("no recording {0} on this node")]
+    UnknownRecording(RecordingId),
+    /// The recording ended already.
+    #[error("recording {0} has ended")]
+    Ended(RecordingId),
+    /// No target given and the node has no recordings directory.
+    #[error("no target given and this node has no recordings directory (--recordings-dir)")]
+    NoTarget,
+    /// The recorder refused its configuration.
+    #[error("recorder: {0}")]
+    Config(#[from] ferry_record::ConfigError),
+    /// A state to resume does not fit.
+    #[error("recorder state: {0}")]
+    State(#[from] ferry_record::StateError),
+}
+
+impl RecordingError {
+    /// The HTTP status it maps to.
+    pub fn status(&self) -> u16 {
+        match self {
+            RecordingError::UnknownStream(_) | RecordingError::UnknownRecording(_) => 404,
+            RecordingError::Ended(_) => 409,
+            RecordingError::NothingToRecord(_) => 422,
+            _ => 400,
+        }
+    }
+}
+
+/// One recorded line: which media line of the source, which SSRC is followed.
+#[derive(Debug, Clone, Copy)]
+struct Tap {
+    line: usize,
+    ssrc: Option<u32>,
+    last_seen: Option<Instant>,
+}
+
+impl Tap {
+    /// Whether a packet of `ssrc` is recorded (one simulcast layer at a time).
+    fn admit(&mut self, now: Instant, ssrc: u32) -> bool {
+        match (self.ssrc, self.last_seen) {
+            (Some(s), _) if s == ssrc => {}
+            (Some(_), Some(t)) if now.saturating_duration_since(t) < SSRC_SILENCE => return false,
+            _ => self.ssrc = Some(ssrc),
+        }
+        self.last_seen = Some(now);
+        true
+    }
+}
+
+#[derive(Debug)]
+struct Recording {
+    id: RecordingId,
+    stream: StreamId,
+    target: String,
+    phase: RecordingPhase,
+    recorder: Recorder,
+    video: Option<Tap>,
+    audio: Option<Tap>,
+    /// Packets the recorder refused (payload type, malformed).
+    refused: u64,
+    /// When to ask for the next keyframe.
+    next_keyframe: Instant,
+}
+
+impl Recording {
+    fn info(&self) -> RecordingInfo {
+        let st = self.recorder.stats();
+        RecordingInfo {
+            id: self.id.clone(),
+            stream: self.stream.clone(),
+            target: self.target.clone(),
+            state: self.phase,
+            segments: st.segments,
+            segment_bytes: st.segment_bytes,
+            frames: st.video_frames + st.audio_frames,
+        }
+    }
+}
+
+/// The node's recordings and what they output.
+#[derive(Debug, Default)]
+pub(super) struct Recordings {
+    list: Vec<Recording>,
+    out: VecDeque<RecordingOutput>,
+    /// Directory default targets go under (`{dir}/{id}`).
+    pub(super) dir: Option<String>,
+}
+
+impl Recordings {
+    fn get_mut(&mut self, id: &RecordingId) -> Option<&mut Recording> {
+        self.list.iter_mut().find(|r| &r.id == id)
+    }
+
+    fn drain(out: &mut VecDeque<RecordingOutput>, r: &mut Recording) {
+        while let Some(o) = r.recorder.poll_output() {
+            out.push_back(match o {
+                Output::Put(obj) => RecordingOutput::Put(r.id.clone(), obj),
+                Output::Handover(state) => {
+                    r.phase = RecordingPhase::Moved;
+                    RecordingOutput::Handover(r.id.clone(), state)
+                }
+                Output::Event(e) => RecordingOutput::Event(r.id.clone(), e),
+            });
+        }
+        if r.phase == RecordingPhase::Recording && r.recorder.is_stopped() {
+            r.phase = RecordingPhase::Moved;
+        }
+    }
+
+    /// Forgets the oldest ended recordings past [`MAX_ENDED`].
+    fn trim(&mut self) {
+        let ended = self
+            .list
+            .iter()
+            .filter(|r| r.phase != RecordingPhase::Recording)
+            .count();
+        let mut extra = ended.saturating_sub(MAX_ENDED);
+        self.list.retain(|r| {
+            if extra > 0 && r.phase != RecordingPhase::Recording {
+                extra -= 1;
+                return false;
+            }
+            true
+        });
+    }
+}
+
+/// A media line of the source and the recorder track it feeds.
+type LineTrack = (usize, TrackConfig);
+
+/// The recorder configuration for a source with `lines`: its first accepted H.264/VP8 and Opus
+/// lines (the tracks it sends).
+fn tracks(lines: &[MediaLine]) -> (Option<LineTrack>, Option<LineTrack>) {
+    let pick = |video: bool| {
+        lines.iter().enumerate().find_map(|(i, l)| {
+            let ok = l.accepted
+                && l.video == video
+                && match l.codec {
+                    Codec::H264 | Codec::Vp8 => video,
+                    Codec::Opus => !video,
+                };
+            ok.then(|| (i, TrackConfig::new(l.codec, l.pt)))
+        })
+    };
+    (pick(true), pick(false))
+}
+
+impl Node {
+    /// Sets the directory a recording without a target goes under (`{dir}/{id}`).
+    pub fn set_recordings_dir(&mut self, dir: Option<String>) {
+        self.recordings.dir = dir;
+    }
+
+    /// Starts recording `stream` (live here: published or relayed) into `target`, or
+    /// `{recordings dir}/{id}` when `None`. The driver opens the target's store.
+    pub fn start_recording(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        target: Option<String>,
+    ) -> Result<RecordingInfo, RecordingError> {
+        self.new_recording(now, stream, target, None)
+    }
+
+    /// Continues a recording from `state` (a hand-over or export of another node's recorder, or
+    /// — `after_crash` — the last state it stored before its node died: the gap is marked
+    /// `EXT-X-DISCONTINUITY`). Its target is the state's.
+    pub fn resume_recording(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        state: &RecorderState,
+        after_crash: bool,
+    ) -> Result<RecordingInfo, RecordingError> {
+        self.new_recording(
+            now,
+            stream,
+            Some(state.target.clone()),
+            Some((state, after_crash)),
+        )
+    }
+
+    fn new_recording(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        target: Option<String>,
+        resume: Option<(&RecorderState, bool)>,
+    ) -> Result<RecordingInfo, RecordingError> {
+        self.last_now = now;
+        let lines = self
+            .source_lines(stream)
+            .ok_or_else(|| RecordingError::UnknownStream(stream.clone()))?;
+        let (video, audio) = tracks(&lines);
+        if video.is_none() && audio.is_none() {
+            return Err(RecordingError::NothingToRecord(stream.clone()));
+        }
+        let id = loop {
+            let id = RecordingId::new(format!("rec-{}", super::random_token(&mut self.rng, 12)))
+                .map_err(|_| RecordingError::NoTarget)?;
+            if self.recordings.get_mut(&id).is_none() {
+                break id;
+            }
+        };
+        let target = match target {
+            Some(t) => t,
+            None => {
+                let dir = self
+                    .recordings
+                    .dir
+                    .as_deref()
+                    .ok_or(RecordingError::NoTarget)?;
+                format!("{}/{id}", dir.trim_end_matches('/'))
+            }
+        };
+        let config = RecorderConfig::new(video.map(|v| v.1), audio.map(|a| a.1), target.clone());
+        let recorder = match resume {
+            None => Recorder::new(config)?,
+            Some((state, false)) => Recorder::resume(config, state)?,
+            Some((state, true)) => Recorder::resume_after_crash(config, state)?,
+        };
+        let tap = |t: Option<(usize, TrackConfig)>| {
+            t.map(|(line, _)| Tap {
+                line,
+                ssrc: None,
+                last_seen: None,
+            })
+        };
+        let rec = Recording {
+            id,
+            stream: stream.clone(),
+            target,
+            phase: RecordingPhase::Recording,
+            recorder,
+            video: tap(video),
+            audio: tap(audio),
+            refused: 0,
+            next_keyframe: now + KEYFRAME_INTERVAL,
+        };
+        let info = rec.info();
+        self.recordings.list.push(rec);
+        self.recordings.trim();
+        // A keyframe starts the first segment at once.
+        if let Some(v) = video {
+            self.request_keyframe(now, stream, v.0);
+        }
+        Ok(info)
+    }
+
+    /// Stops a recording: its open segment and the playlist with `EXT-X-ENDLIST` are output,
+    /// then [`RecordingOutput::Ended`].
+    pub fn stop_recording(
+        &mut self,
+        now: Instant,
+        id: &RecordingId,
+    ) -> Result<RecordingInfo, RecordingError> {
+        self.last_now = now;
+        let Recordings { list, out, .. } = &mut self.recordings;
+        let r = list
+            .iter_mut()
+            .find(|r| &r.id == id)
+            .ok_or_else(|| RecordingError::UnknownRecording(id.clone()))?;
+        if r.phase != RecordingPhase::Recording {
+            return Err(RecordingError::Ended(id.clone()));
+        }
+        r.recorder.finish(now);
+        Recordings::drain(out, r);
+        r.phase = RecordingPhase::Stopped;
+        out.push_back(RecordingOutput::Ended(id.clone()));
+        Ok(r.info())
+    }
+
+    /// Drops a recording the driver could not open storage for (nothing was output yet that
+    /// matters: its objects are discarded).
+    pub fn discard_recording(&mut self, id: &RecordingId) {
+        self.recordings.list.retain(|r| &r.id != id);
+        self.recordings.out.retain(|o| match o {
+            RecordingOutput::Put(r, _)
+            | RecordingOutput::Ended(r)
+            | RecordingOutput::Handover(r, _)
+            | RecordingOutput::Event(r, _) => r != id,
+        });
+    }
+
+    /// Hands a recording over at its next video keyframe ([`RecordingOutput::Handover`]; the
+    /// migration of a recording with its stream).
+    pub fn begin_recording_handover(&mut self, id: &RecordingId) -> Result<(), RecordingError> {
+        let r = self
+            .recordings
+            .get_mut(id)
+            .ok_or_else(|| RecordingError::UnknownRecording(id.clone()))?;
+        r.recorder.begin_handover();
+        Ok(())
+    }
+
+    /// A recording's state as it stands (what a crash-resume would start from once stored).
+    pub fn recording_state(&self, id: &RecordingId) -> Option<RecorderState> {
+        self.recordings
+            .list
+            .iter()
+            .find(|r| &r.id == id)
+            .map(|r| r.recorder.state())
+    }
+
+    /// One recording.
+    pub fn recording(&self, id: &RecordingId) -> Option<RecordingInfo> {
+        self.recordings
+            .list
+            .iter()
+            .find(|r| &r.id == id)
+            .map(Recording::info)
+    }
+
+    /// Every recording this node has (ended ones too, the latest [`MAX_ENDED`]).
+    pub fn recordings(&self) -> Vec<RecordingInfo> {
+        self.recordings.list.iter().map(Recording::info).collect()
+    }
+
+    /// Recordings taking media now.
+    pub fn active_recordings(&self) -> usize {
+        self.recordings
+            .list
+            .iter()
+            .filter(|r| r.phase == RecordingPhase::Recording)
+            .count()
+    }
+
+    /// The next thing the driver does for a recording.
+    pub fn poll_recording(&mut self) -> Option<RecordingOutput> {
+        self.recordings.out.pop_front()
+    }
+
+    /// Feeds a source packet of `stream`'s line `line` to its recordings (called where the node
+    /// fans it out); asks the publisher for a keyframe when a recorder lost video.
+    pub(super) fn record(&mut self, now: Instant, stream: &StreamId, line: usize, pkt: &[u8]) {
+        if self.recordings.list.is_empty() {
+            return;
+        }
+        let Ok(h) = RtpHeader::parse(pkt) else {
+            return;
+        };
+        let mut keyframe = None;
+        let mut deadline: Option<Instant> = None;
+        let Recordings { list, out, .. } = &mut self.recordings;
+        for r in list
+            .iter_mut()
+            .filter(|r| &r.stream == stream && r.phase == RecordingPhase::Recording)
+        {
+            let tap = [r.video.as_mut(), r.audio.as_mut()]
+                .into_iter()
+                .flatten()
+                .find(|t| t.line == line);
+            let Some(tap) = tap else { continue };
+            if !tap.admit(now, h.ssrc) {
+                continue;
+            }
+            if r.recorder.handle_rtp(now, pkt).is_err() {
+                r.refused += 1;
+            }
+            if let Some(v) = r.video
+                && (r.recorder.wants_keyframe() || now >= r.next_keyframe)
+            {
+                r.next_keyframe = now + KEYFRAME_INTERVAL;
+                keyframe = Some(v.line);
+            }
+            if let Some(t) = r.recorder.poll_timeout() {
+                deadline = Some(deadline.map_or(t, |d| d.min(t)));
+            }
+            Recordings::drain(out, r);
+        }
+        if let Some(t) = deadline {
+            self.next_timeout = Some(self.next_timeout.map_or(t, |n| n.min(t)));
+        }
+        if let Some(line) = keyframe {
+            self.request_keyframe(now, stream, line);
+        }
+    }
+
+    /// Feeds a sender report of `stream`'s publisher to its recordings (audio/video alignment).
+    pub(super) fn record_sender_report(&mut self, stream: &StreamId, sr: &SenderReportData) {
+        for r in self
+            .recordings
+            .list
+            .iter_mut()
+            .filter(|r| &r.stream == stream && r.phase == RecordingPhase::Recording)
+        {
+            r.recorder.handle_sender_report(sr);
+        }
+    }
+
+    /// Drives the recorders' timers; the next one.
+    pub(super) fn recording_tick(&mut self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let Recordings { list, out, .. } = &mut self.recordings;
+        for r in list
+            .iter_mut()
+            .filter(|r| r.phase == RecordingPhase::Recording)
+        {
+            if r.recorder.poll_timeout().is_some_and(|t| t <= now) {
+                r.recorder.handle_timeout(now);
+                Recordings::drain(out, r);
+            }
+            if let Some(t) = r.recorder.poll_timeout() {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_simulcast_layer_at_a_time() {
+        let t0 = Instant::now();
+        let mut tap = Tap {
+            line: 1,
+            ssrc: None,
+            last_seen: None,
+        };
+        assert!(tap.admit(t0, 10));
+        assert!(!tap.admit(t0 + Duration::from_millis(10), 11));
+        assert!(tap.admit(t0 + Duration::from_millis(20), 10));
+        // The followed layer went quiet: the next one is taken.
+        assert!(tap.admit(t0 + Duration::from_millis(1100), 11));
+        assert!(!tap.admit(t0 + Duration::from_millis(1110), 10));
+    }
+
+    #[test]
+    fn errors_map_to_statuses() {
+        let s = StreamId::new("s").unwrap();
+        let r = RecordingId::new("r").unwrap();
+        assert_eq!(RecordingError::UnknownStream(s.clone()).status(), 404);
+        assert_eq!(RecordingError::UnknownRecording(r.clone()).status(), 404);
+        assert_eq!(RecordingError::Ended(r).status(), 409);
+        assert_eq!(RecordingError::NothingToRecord(s).status(), 422);
+        assert_eq!(RecordingError::NoTarget.status(), 400);
+    }
+}
