@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -14,6 +13,7 @@ use ferry_record::{
     Container, Output, Recorder, RecorderConfig, RecorderState, Store, TrackConfig,
 };
 use ferry_rtc::codec::Codec;
+use ferry_testkit::{Moto, Probe, ffprobe_with, probe, require_ffmpeg};
 
 fn config(video: Codec, target: &str) -> RecorderConfig {
     RecorderConfig::new(
@@ -76,7 +76,7 @@ fn check_segments(dir: &Path, container: Container) {
         bytes.extend(std::fs::read(dir.join(&name)).unwrap());
         let joined = dir.join(format!("check-{name}.{ext}"));
         std::fs::write(&joined, bytes).unwrap();
-        let p = probe(&joined);
+        let p = probe(&joined).unwrap();
         assert_eq!(p.streams.len(), 2, "{name}: {p:?}");
         assert!(
             p.packets["video"] > 0 && p.packets["audio"] > 0,
@@ -90,7 +90,7 @@ fn check_segments(dir: &Path, container: Container) {
     }
     let joined = dir.join(format!("whole.{ext}"));
     std::fs::write(&joined, whole).unwrap();
-    let p = probe(&joined);
+    let p = probe(&joined).unwrap();
     println!("{container:?}: ffprobe init + all segments: {p:?}");
     assert_eq!(
         (p.packets["video"], p.packets["audio"]),
@@ -126,7 +126,7 @@ async fn record_whole(
 }
 
 async fn records_to_hls(video: Codec, codec_name: &str) {
-    require_ffmpeg();
+    require_ffmpeg().unwrap();
     let dir = temp_dir(codec_name);
     let target = dir.to_str().unwrap();
     let store = Store::open(target).unwrap();
@@ -140,7 +140,8 @@ async fn records_to_hls(video: Codec, codec_name: &str) {
             &dir.join("index.m3u8"),
             &["-live_start_index", "0"],
             &["-show_entries", "stream=codec_type,codec_name"],
-        );
+        )
+        .unwrap();
         println!("{codec_name}: ffprobe index.m3u8 while recording: {v}");
         let names: Vec<&str> = v["streams"]
             .as_array()
@@ -166,7 +167,7 @@ async fn records_to_hls(video: Codec, codec_name: &str) {
     assert!(!text.contains("DISCONTINUITY"), "{text}");
     // A keyframe every 2 s and a 2 s minimum: five segments of 2 s.
     assert_eq!(segment_names(&text).len(), 5, "{text}");
-    let p = probe(&dir.join("index.m3u8"));
+    let p = probe(&dir.join("index.m3u8")).unwrap();
     println!("{codec_name}: ffprobe index.m3u8: {p:?}");
     check_recording(&p, codec_name, f64::from(SECONDS));
     assert_eq!((p.packets["video"], p.packets["audio"]), (300, 500));
@@ -243,7 +244,7 @@ async fn handover_between_two_recorders_has_no_gap_and_no_duplicate() {
         for (i, n) in names.iter().enumerate() {
             assert!(n.starts_with(&format!("seg-{:05}.", i + 1)), "{text}");
         }
-        let p = probe(&dir.join("index.m3u8"));
+        let p = probe(&dir.join("index.m3u8")).unwrap();
         println!("{video:?} hand-over: ffprobe index.m3u8: {p:?}");
         let name = if video == Codec::H264 { "h264" } else { "vp8" };
         check_recording(&p, name, f64::from(SECONDS));
@@ -307,75 +308,19 @@ async fn a_crashed_recording_resumes_after_a_marked_discontinuity() {
     assert_eq!(text.matches("#EXT-X-DISCONTINUITY\n").count(), 1, "{text}");
     let disc = text.find("#EXT-X-DISCONTINUITY").unwrap();
     assert!(disc > text.find("seg-00002").unwrap() && disc < text.find("seg-00003").unwrap());
-    let p = probe(&dir.join("index.m3u8"));
+    let p = probe(&dir.join("index.m3u8")).unwrap();
     println!("crash resume: uploaded {uploaded:.3} s before; ffprobe index.m3u8: {p:?}");
     check_recording(&p, "h264", uploaded + 4.0);
     assert_eq!(p.packets["video"], 120 + (uploaded * 30.0).round() as usize);
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A moto S3 server on a free loopback port, stopped on drop.
-struct Moto {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_moto() -> Moto {
-    require(
-        "moto_server",
-        &["--help"],
-        "python3 -m pip install 'moto[server]' (scripts/test installs it)",
-    );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let moto = Moto { child, port };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "moto_server did not start on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    moto
-}
-
-/// `PUT /bucket` (moto takes it unsigned).
-fn create_bucket(port: u16, bucket: &str) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
-}
-
 #[tokio::test]
 async fn records_into_a_real_s3_api_server() {
-    require_ffmpeg();
-    let moto = start_moto();
-    create_bucket(moto.port, "ferry");
-    let endpoint = format!("http://127.0.0.1:{}", moto.port);
+    require_ffmpeg().unwrap();
+    let moto = Moto::start().unwrap();
+    moto.create_bucket("ferry").unwrap();
+    let endpoint = moto.endpoint();
     let env = move |k: &str| match k {
         "AWS_ACCESS_KEY_ID" => Some("testing".to_string()),
         "AWS_SECRET_ACCESS_KEY" => Some("testing".to_string()),
@@ -404,7 +349,7 @@ async fn records_into_a_real_s3_api_server() {
     }
     let state = store.load_state().await.unwrap().unwrap();
     assert!(state.finished && state.segments.len() == 5);
-    let p = probe(&dir.join("index.m3u8"));
+    let p = probe(&dir.join("index.m3u8")).unwrap();
     println!("s3: ffprobe index.m3u8 (downloaded): {p:?}");
     check_recording(&p, "h264", f64::from(SECONDS));
     assert_eq!((p.packets["video"], p.packets["audio"]), (300, 500));

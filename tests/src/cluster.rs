@@ -1,5 +1,5 @@
 //! Talking to a running cluster from a test: the scheduler's API for nodes,
-//! sessions and migrations, and what the pages report about sessions.
+//! sessions, migrations and TURN relays, and what the pages report about sessions.
 
 use std::time::{Duration, Instant};
 
@@ -7,6 +7,7 @@ use anyhow::{Context, Result, ensure};
 use serde_json::Value;
 
 use crate::collector::num;
+use crate::coturn::Coturn;
 use crate::node::{FerryProcess, http};
 use crate::{Browser, Collector};
 
@@ -29,6 +30,46 @@ pub async fn open_publisher(
             r.get(id).is_some_and(|a| {
                 a["connectionState"] == "connected" && num(a, "/outbound/video/framesEncoded") > 0.0
             })
+        })
+        .await?;
+    Ok(page)
+}
+
+/// Opens the browser SDK's `page` (`sdk-publish.html` or `sdk-play.html`) as page `id` on
+/// `stream` of `dev`: VP8, through its gateway, with its API token, `extra` query pairs appended.
+pub fn open_sdk_page(
+    collector: &Collector,
+    dev: &Dev,
+    page: &str,
+    stream: &str,
+    id: &str,
+    extra: &[(&str, &str)],
+) -> Result<Browser> {
+    let mut query = vec![
+        ("sdk", dev.gateway.as_str()),
+        ("base", dev.gateway.as_str()),
+        ("stream", stream),
+        ("codec", "vp8"),
+        ("id", id),
+        ("token", dev.token.as_str()),
+    ];
+    query.extend_from_slice(extra);
+    Browser::open(&collector.page_url(page, &query))
+}
+
+/// [`open_sdk_page`] with `sdk-publish.html`, once the SDK says it is publishing.
+pub async fn open_sdk_publisher(
+    collector: &Collector,
+    dev: &Dev,
+    stream: &str,
+    id: &str,
+    extra: &[(&str, &str)],
+    setup: Duration,
+) -> Result<Browser> {
+    let page = open_sdk_page(collector, dev, "sdk-publish.html", stream, id, extra)?;
+    collector
+        .wait_until(setup, |r| {
+            r.get(id).is_some_and(|a| a["phase"] == "publishing")
         })
         .await?;
     Ok(page)
@@ -147,6 +188,38 @@ pub async fn wait_session_on(gateway: &str, session: &str, node: &str) -> Result
     }
 }
 
+/// The id the scheduler `gateway` gives the TURN relay `uri` (`GET /v1/turn/relays`).
+pub fn relay_id(gateway: &str, uri: &str) -> Result<String> {
+    let list = http(&format!("{gateway}/v1/turn/relays"), "GET", &[], b"")?;
+    ensure!(list.status == 200, "{} {}", list.status, list.body);
+    let list: Value = serde_json::from_str(&list.body)?;
+    Ok(list
+        .as_array()
+        .and_then(|a| a.iter().find(|r| r["uri"] == uri))
+        .and_then(|r| r["id"].as_str())
+        .with_context(|| format!("{uri} not listed: {list}"))?
+        .to_owned())
+}
+
+/// Drains the TURN relay `id` at the scheduler `gateway` with the API `token`, its users moved
+/// off within `deadline_s` (`POST /v1/turn/relays/{id}/drain`, 202).
+pub fn drain_relay(gateway: &str, token: &str, id: &str, deadline_s: u64) -> Result<()> {
+    let auth = format!("Bearer {token}");
+    let r = http(
+        &format!("{gateway}/v1/turn/relays/{id}/drain"),
+        "POST",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        serde_json::json!({ "deadline_s": deadline_s })
+            .to_string()
+            .as_bytes(),
+    )?;
+    ensure!(r.status == 202, "drain: {} {}", r.status, r.body);
+    Ok(())
+}
+
 /// `ferry dev` as a process: scheduler + edge (unless `--no-edge`) + node-a + node-b, its
 /// own state and secrets directory (removed on drop).
 #[derive(Debug)]
@@ -184,6 +257,27 @@ pub fn start_dev_with(edge: bool, extra: &[&str]) -> Result<Dev> {
 /// [`start_dev_with`] with `env` added to the process's environment.
 pub fn start_dev_env(edge: bool, extra: &[&str], env: &[(&str, &str)]) -> Result<Dev> {
     start_dev_at("127.0.0.1", edge, extra, env)
+}
+
+/// [`start_dev_env`] without the edge, once both nodes are registered.
+pub async fn start_dev_registered(extra: &[&str], env: &[(&str, &str)]) -> Result<Dev> {
+    let dev = start_dev_env(false, extra, env)?;
+    wait_registered(&dev.gateway, 2).await?;
+    Ok(dev)
+}
+
+/// [`start_dev_registered`] with `relays` as its TURN fleet, the gateway signing credentials
+/// with their `secret` (`FERRY_TURN_URIS`, `FERRY_TURN_SECRET`).
+pub async fn start_dev_with_relays(relays: &[Coturn], secret: &str) -> Result<Dev> {
+    let uris: Vec<String> = relays.iter().map(Coturn::uri).collect();
+    start_dev_registered(
+        &[],
+        &[
+            ("FERRY_TURN_URIS", &uris.join(",")),
+            ("FERRY_TURN_SECRET", secret),
+        ],
+    )
+    .await
 }
 
 /// [`start_dev_env`] with every socket (HTTP, edge, media, migrations) on `ip`: an address
@@ -257,6 +351,13 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `ferry scheduler` alone on a free port, its state in memory, with `args` and `env`.
+pub fn start_scheduler(args: &[&str], env: &[(&str, &str)]) -> Result<FerryProcess> {
+    let mut all = vec!["scheduler", "--http", "127.0.0.1:0", "--state-file", "none"];
+    all.extend_from_slice(args);
+    FerryProcess::spawn_env(&all, env)
 }
 
 /// Starts the processes; `name` keeps concurrent clusters' directories apart.

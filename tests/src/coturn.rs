@@ -98,6 +98,11 @@ impl Coturn {
         }
     }
 
+    /// `n` relays sharing `secret`.
+    pub fn start_fleet(secret: &str, n: usize) -> Result<Vec<Coturn>> {
+        (0..n).map(|_| Coturn::start(secret)).collect()
+    }
+
     /// Whether `port` is one of this relay's relay ports (a relayed candidate on it).
     pub fn relays_on(&self, port: u16) -> bool {
         (self.min_port..=self.min_port + 199).contains(&port)

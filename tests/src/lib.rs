@@ -3,6 +3,7 @@
 //! - [`Browser`] launches headless Chromium on one page (fake camera and microphone) and kills it,
 //!   helpers and all, on drop.
 //! - [`FerryNode`] runs a real `ferry node` process; [`http`] is a bare HTTP/1.1 client.
+//! - [`sdk`] drives Rust SDK sessions in process (synthetic media, frames shown).
 //! - [`Collector`] serves the test pages in `tests/pages/` and collects the JSON reports they post
 //!   every second; a test waits on them with [`Collector::wait_until`].
 //!
@@ -29,6 +30,7 @@ pub mod etcd;
 pub mod gstreamer;
 pub mod netns;
 mod node;
+pub mod sdk;
 
 pub use chromium::{Browser, CHROMIUM_ENV};
 pub use collector::{Collector, Reports, num};

@@ -9,28 +9,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use ferry_sdk::codec::Codec;
-use ferry_sdk::{FerryClient, Media, PlayOptions, PublishOptions, Session};
-use ferry_tests::cluster::{start_dev_env, wait_registered};
-use ferry_tests::{Browser, Collector, http, num};
+use ferry_sdk::{FerryClient, PlayOptions, PublishOptions};
+use ferry_tests::cluster::{open_sdk_page, open_sdk_publisher, start_dev_registered};
+use ferry_tests::sdk::{frames_over, synthetic};
+use ferry_tests::{Collector, http, num};
 use serde_json::Value;
-
-fn synthetic() -> Media {
-    Media::Synthetic {
-        bitrate_bps: 400_000,
-    }
-}
-
-async fn frames_over(viewer: &Session, n: u64, within: Duration) -> Result<u64> {
-    let deadline = Instant::now() + within;
-    loop {
-        let f = viewer.stats().await?.frames;
-        if f > n {
-            return Ok(f);
-        }
-        ensure!(Instant::now() < deadline, "the viewer has {f} frames");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// `GET /v1/streams`' entry for `stream` once `ok` holds for it (heartbeats report sessions
 /// every second).
@@ -57,8 +40,7 @@ async fn stream_view(gateway: &str, stream: &str, ok: impl Fn(&Value) -> bool) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn viewers_of_a_hot_stream_spill_to_the_other_node_and_play_relayed() -> Result<()> {
-    let dev = start_dev_env(false, &["--hot-stream-viewers", "1"], &[])?;
-    wait_registered(&dev.gateway, 2).await?;
+    let dev = start_dev_registered(&["--hot-stream-viewers", "1"], &[]).await?;
     let client = FerryClient::new(&dev.gateway).with_token(&dev.token);
     let mut p = PublishOptions::new(Codec::Vp8, false);
     p.media = synthetic();
@@ -105,35 +87,18 @@ async fn viewers_of_a_hot_stream_spill_to_the_other_node_and_play_relayed() -> R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_viewers_of_a_hot_stream_opened_at_once_play_on_both_nodes() -> Result<()> {
-    let dev = start_dev_env(false, &["--hot-stream-viewers", "1"], &[])?;
-    wait_registered(&dev.gateway, 2).await?;
+    let dev = start_dev_registered(&["--hot-stream-viewers", "1"], &[]).await?;
     let collector = Collector::start()?;
-    let page = |page: &str, id: &str| {
-        Browser::open(&collector.page_url(
-            page,
-            &[
-                ("sdk", &dev.gateway),
-                ("base", &dev.gateway),
-                ("stream", "hot-chromium"),
-                ("codec", "vp8"),
-                ("id", id),
-                ("token", &dev.token),
-            ],
-        ))
-    };
-    let _a = page("sdk-publish.html", "A")?;
-    collector
-        .wait_until(Duration::from_secs(45), |r| {
-            r.get("A").is_some_and(|a| a["phase"] == "publishing")
-        })
+    let stream = "hot-chromium";
+    let _a = open_sdk_publisher(&collector, &dev, stream, "A", &[], Duration::from_secs(45))
         .await
         .context("the publisher did not connect")?;
-    let v = stream_view(&dev.gateway, "hot-chromium", |v| v["origin"].is_string()).await?;
+    let v = stream_view(&dev.gateway, stream, |v| v["origin"].is_string()).await?;
     let origin = v["origin"].as_str().context("origin")?.to_owned();
     let viewers = ["B", "C", "D"];
     let _pages = viewers
         .iter()
-        .map(|id| page("sdk-play.html", id))
+        .map(|id| open_sdk_page(&collector, &dev, "sdk-play.html", stream, id, &[]))
         .collect::<Result<Vec<_>>>()?;
     let reports = collector
         .wait_until(Duration::from_secs(60), |r| {
@@ -143,7 +108,7 @@ async fn chromium_viewers_of_a_hot_stream_opened_at_once_play_on_both_nodes() ->
         })
         .await
         .context("the viewers did not all play")?;
-    let v = stream_view(&dev.gateway, "hot-chromium", |v| v["viewers"] == 3).await?;
+    let v = stream_view(&dev.gateway, stream, |v| v["viewers"] == 3).await?;
     let on_origin = v["viewers_by_node"][origin.as_str()].as_u64().unwrap_or(0);
     ensure!(v["hot"] == true, "{v}");
     ensure!(

@@ -9,10 +9,12 @@
 //! variables; ffprobe reads the recording back over HTTP from the bucket. Bad requests get
 //! their 4xx with a reason, and the node's `/metrics` counts what was stored.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
+use ferry_testkit::{Moto, probe, require_ffprobe};
 use ferry_tests::cluster::{Dev, open_publisher, start_dev_env};
 use ferry_tests::{Collector, ferry_bin, http};
 use serde_json::{Value, json};
@@ -31,69 +33,6 @@ for page in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=p
     for o in page.get('Contents', []):
         s3.download_file(bucket, o['Key'], os.path.join(out, o['Key'][len(prefix):]))
 ";
-
-/// Fails (never skips) when a tool is missing, saying how to install it.
-fn require(tool: &str, args: &[&str], hint: &str) -> Result<()> {
-    let ok = Command::new(tool)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    ensure!(
-        ok,
-        "`{tool}` is required by this test and was not found: {hint}"
-    );
-    Ok(())
-}
-
-/// `moto_server` on a free port, killed on drop.
-struct Moto {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_moto() -> Result<Moto> {
-    require(
-        "moto_server",
-        &["--help"],
-        "python3 -m pip install 'moto[server]' (scripts/test installs it)",
-    )?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let child = Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("spawning moto_server")?;
-    let moto = Moto { child, port };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        ensure!(
-            Instant::now() < deadline,
-            "moto_server did not start on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // `PUT /bucket`: moto takes it unsigned.
-    let r = http(&format!("http://127.0.0.1:{port}/ferry"), "PUT", &[], b"")?;
-    ensure!(
-        r.status == 200,
-        "creating the bucket: {} {}",
-        r.status,
-        r.body
-    );
-    Ok(moto)
-}
 
 fn api(dev: &Dev, method: &str, path: &str, body: &Value) -> Result<(u16, Value)> {
     let auth = format!("Bearer {}", dev.token);
@@ -130,92 +69,28 @@ fn cli(dev: &Dev, args: &[&str]) -> Result<Value> {
     serde_json::from_slice(&out.stdout).context("ferry record's output is not JSON")
 }
 
-/// What ffprobe finds in a recording: its duration, stream kinds, packets per stream.
-fn probe(playlist: &str) -> Result<(f64, Vec<String>, usize)> {
-    let out = Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-show_entries",
-            "format=duration:stream=codec_type",
-            "-of",
-            "json",
-            playlist,
-        ])
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "ffprobe {playlist}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout)?;
-    let duration: f64 = v["format"]["duration"]
-        .as_str()
-        .and_then(|d| d.parse().ok())
-        .with_context(|| format!("no duration: {v}"))?;
-    let kinds: Vec<String> = v["streams"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s["codec_type"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    // Packet timestamps, per stream, strictly increasing.
-    let out = Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-show_entries",
-            "packet=stream_index,pts",
-            "-of",
-            "csv=p=0",
-            playlist,
-        ])
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "ffprobe -show_packets {playlist}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut last: std::collections::HashMap<String, i64> = Default::default();
-    let mut packets = 0;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let mut it = line.split(',');
-        let (Some(a), Some(b)) = (it.next(), it.next()) else {
-            continue;
-        };
-        // `-show_entries` prints the fields in its own order: stream_index then pts.
-        let (stream, pts) = (a.trim().to_owned(), b.trim());
-        let Ok(pts) = pts.parse::<i64>() else {
-            bail!("packet without pts: {line:?}");
-        };
-        if let Some(prev) = last.get(&stream) {
-            ensure!(
-                pts > *prev,
-                "stream {stream}: pts {pts} after {prev} (not increasing)"
-            );
-        }
-        last.insert(stream, pts);
-        packets += 1;
-    }
-    Ok((duration, kinds, packets))
-}
-
 fn check_recording(label: &str, playlist: &str, text: &str, want_s: f64) -> Result<f64> {
     ensure!(
         text.contains("#EXT-X-ENDLIST"),
         "{label}: the playlist has no EXT-X-ENDLIST:\n{text}"
     );
-    let (duration, kinds, packets) = probe(playlist)?;
-    eprintln!("{label}: ffprobe duration {duration:.3} s, streams {kinds:?}, {packets} packets");
+    let p = probe(Path::new(playlist))?;
+    let duration = p
+        .duration
+        .with_context(|| format!("{label}: no duration: {p:?}"))?;
+    eprintln!(
+        "{label}: ffprobe duration {duration:.3} s, streams {:?}, {} packets",
+        p.streams,
+        p.packets.values().sum::<usize>()
+    );
     ensure!(
         (duration - want_s).abs() <= TOLERANCE_S,
         "{label}: duration {duration} s, want {want_s} ± {TOLERANCE_S}"
     );
     ensure!(
-        kinds.iter().any(|k| k == "video") && kinds.iter().any(|k| k == "audio"),
-        "{label}: streams {kinds:?}, want audio and video"
+        p.has("video") && p.has("audio"),
+        "{label}: streams {:?}, want audio and video",
+        p.streams
     );
     Ok(duration)
 }
@@ -262,13 +137,10 @@ fn bad_input(dev: &Dev, live: &str) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_stream_recorded_on_its_node_to_a_directory_and_to_s3() -> Result<()> {
-    require(
-        "ffprobe",
-        &["-version"],
-        "apt-get install ffmpeg (scripts/test installs it)",
-    )?;
-    let moto = start_moto()?;
-    let endpoint = format!("http://127.0.0.1:{}", moto.port);
+    require_ffprobe()?;
+    let moto = Moto::start()?;
+    moto.create_bucket("ferry")?;
+    let endpoint = moto.endpoint();
     let dev = start_dev_env(
         false,
         &[],
@@ -297,7 +169,7 @@ async fn chromium_stream_recorded_on_its_node_to_a_directory_and_to_s3() -> Resu
         "created: {v}"
     );
     ensure!(
-        std::path::Path::new(&dir).starts_with(dev.state.join("recordings").join("node-a")),
+        Path::new(&dir).starts_with(dev.state.join("recordings").join("node-a")),
         "default target {dir} is not under the state directory"
     );
     ensure!(

@@ -19,20 +19,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use ferry_sdk::codec::Codec;
 use ferry_sdk::{
-    Event, FerryClient, Media, PlayOptions, PublishOptions, RelayError, SdkError, Session,
-    TurnError,
+    Event, FerryClient, PlayOptions, PublishOptions, RelayError, SdkError, Session, TurnError,
 };
-use ferry_tests::cluster::{start_dev_env, wait_registered};
+use ferry_tests::cluster::{drain_relay, relay_id, start_dev_with_relays, start_scheduler};
 use ferry_tests::coturn::Coturn;
-use ferry_tests::{FerryProcess, http};
+use ferry_tests::sdk::{frames_over, synthetic};
 
 const SECRET: &str = "sdk-turn-test-secret";
-
-fn synthetic() -> Media {
-    Media::Synthetic {
-        bitrate_bps: 400_000,
-    }
-}
 
 /// The UDP sockets `turnserver` holds on 127.0.0.1 (`ss -uanp`).
 fn coturn_sockets() -> Result<Vec<SocketAddr>> {
@@ -62,29 +55,11 @@ async fn play(client: &FerryClient, stream: &str, opts: &PlayOptions) -> Result<
     }
 }
 
-/// Waits until the viewer completed more than `n` video frames; how many it had.
-async fn frames_over(viewer: &Session, n: u64, within: Duration) -> Result<u64> {
-    let deadline = Instant::now() + within;
-    loop {
-        let f = viewer.stats().await?.frames;
-        if f > n {
-            return Ok(f);
-        }
-        ensure!(Instant::now() < deadline, "the viewer has {f} frames");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_only_rust_sdk_sessions_play_through_coturn() -> Result<()> {
-    let relays = [Coturn::start(SECRET)?, Coturn::start(SECRET)?];
+    let relays = Coturn::start_fleet(SECRET, 2)?;
     let uris = format!("{},{}", relays[0].uri(), relays[1].uri());
-    let dev = start_dev_env(
-        false,
-        &[],
-        &[("FERRY_TURN_URIS", &uris), ("FERRY_TURN_SECRET", SECRET)],
-    )?;
-    wait_registered(&dev.gateway, 2).await?;
+    let dev = start_dev_with_relays(&relays, SECRET).await?;
     let client = FerryClient::new(&dev.gateway).with_token(&dev.token);
     let relay_ports: Vec<u16> = relays.iter().map(|r| r.port).collect();
 
@@ -196,20 +171,12 @@ async fn relay_only_rust_sdk_sessions_play_through_coturn() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_only_session_with_a_credential_coturn_refuses_fails_with_a_typed_error()
 -> Result<()> {
-    let relays = [Coturn::start(SECRET)?, Coturn::start(SECRET)?];
+    let relays = Coturn::start_fleet(SECRET, 2)?;
     let uris = format!("{},{}", relays[0].uri(), relays[1].uri());
     // A gateway that signs with another secret than the relays check.
     let token = "sdk-turn-wrong-secret-token";
-    let gateway = FerryProcess::spawn_env(
-        &[
-            "scheduler",
-            "--http",
-            "127.0.0.1:0",
-            "--state-file",
-            "none",
-            "--token",
-            token,
-        ],
+    let gateway = start_scheduler(
+        &["--token", token],
         &[
             ("FERRY_TURN_URIS", &uris),
             ("FERRY_TURN_SECRET", "not-the-relays-secret"),
@@ -262,21 +229,9 @@ async fn largest_video_gap(s: &Session) -> Result<Duration> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_the_relay_moves_a_rust_sdk_viewer_without_a_gap_and_frees_the_relay() -> Result<()>
 {
-    let relays = [
-        Coturn::start(SECRET)?,
-        Coturn::start(SECRET)?,
-        Coturn::start(SECRET)?,
-    ];
+    let relays = Coturn::start_fleet(SECRET, 3)?;
     let uris: Vec<String> = relays.iter().map(Coturn::uri).collect();
-    let dev = start_dev_env(
-        false,
-        &[],
-        &[
-            ("FERRY_TURN_URIS", &uris.join(",")),
-            ("FERRY_TURN_SECRET", SECRET),
-        ],
-    )?;
-    wait_registered(&dev.gateway, 2).await?;
+    let dev = start_dev_with_relays(&relays, SECRET).await?;
     let client = FerryClient::new(&dev.gateway).with_token(&dev.token);
 
     // The publisher sends directly; the viewer only through a relay.
@@ -312,28 +267,10 @@ async fn draining_the_relay_moves_a_rust_sdk_viewer_without_a_gap_and_frees_the_
     );
 
     // The operator drains that relay.
-    let list = http(&format!("{}/v1/turn/relays", dev.gateway), "GET", &[], b"")?;
-    ensure!(list.status == 200, "{} {}", list.status, list.body);
-    let list: serde_json::Value = serde_json::from_str(&list.body)?;
-    let id = list
-        .as_array()
-        .and_then(|a| a.iter().find(|r| r["uri"] == uris[used].as_str()))
-        .and_then(|r| r["id"].as_str())
-        .with_context(|| format!("{} not listed: {list}", uris[used]))?
-        .to_owned();
+    let id = relay_id(&dev.gateway, &uris[used])?;
     while viewer.try_event().is_some() {}
     viewer.reset_arrival_gaps();
-    let auth = format!("Bearer {}", dev.token);
-    let r = http(
-        &format!("{}/v1/turn/relays/{id}/drain", dev.gateway),
-        "POST",
-        &[
-            ("authorization", &auth),
-            ("content-type", "application/json"),
-        ],
-        br#"{"deadline_s": 60}"#,
-    )?;
-    ensure!(r.status == 202, "drain: {} {}", r.status, r.body);
+    drain_relay(&dev.gateway, &dev.token, &id, 60)?;
     let drained_at = Instant::now();
 
     // The node passes the drain on at its next heartbeat (~1 s); the viewer moves.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use ferry_proto::api::{SessionKind, TicketClaims};
-use ferry_tests::cluster::{start_dev, wait_registered};
+use ferry_tests::cluster::{open_sdk_page, open_sdk_publisher, start_dev, wait_registered};
 use ferry_tests::{Response, http};
 
 const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
@@ -236,35 +236,21 @@ async fn the_browser_sdk_resumes_with_its_ticket_or_falls_back_to_a_clean_sessio
     let collector = ferry_tests::Collector::start()?;
     let stream = "reload";
     let page = |id: &str, ticket: Option<&str>| {
-        let mut q = vec![
-            ("sdk", dev.gateway.as_str()),
-            ("base", dev.gateway.as_str()),
-            ("stream", stream),
-            ("codec", "vp8"),
-            ("id", id),
-            ("token", dev.token.as_str()),
-        ];
-        if let Some(t) = ticket {
-            q.push(("ticket", t));
-        }
-        ferry_tests::Browser::open(&collector.page_url(
-            if id == "P" {
-                "sdk-publish.html"
-            } else {
-                "sdk-play.html"
-            },
-            &q,
-        ))
+        let ticket = ticket.map(|t| ("ticket", t));
+        open_sdk_page(
+            &collector,
+            &dev,
+            "sdk-play.html",
+            stream,
+            id,
+            ticket.as_slice(),
+        )
     };
-    let _publisher = page("P", None)?;
+    let _publisher =
+        open_sdk_publisher(&collector, &dev, stream, "P", &[], Duration::from_secs(45)).await?;
     let playing = |r: &serde_json::Value| {
         r["state"] == "connected" && ferry_tests::num(r, "/frames/count") > 10.0
     };
-    collector
-        .wait_until(Duration::from_secs(45), |r| {
-            r.get("P").is_some_and(|p| p["phase"] == "publishing")
-        })
-        .await?;
     let first = page("V1", None)?;
     let r = collector
         .wait_until(Duration::from_secs(45), |r| {

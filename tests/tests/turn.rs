@@ -14,9 +14,12 @@ use std::process::Command;
 
 use anyhow::{Context, Result, ensure};
 use ferry_proto::turn::credential;
-use ferry_tests::cluster::{start_dev_env, wait_registered};
+use ferry_tests::cluster::{
+    drain_relay, open_sdk_page, open_sdk_publisher, relay_id, start_dev_with_relays,
+    start_scheduler,
+};
 use ferry_tests::coturn::Coturn;
-use ferry_tests::{Browser, Collector, FerryProcess, ferry_bin, http, num};
+use ferry_tests::{Collector, ferry_bin, http, num};
 use serde_json::{Value, json};
 
 const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
@@ -44,20 +47,9 @@ fn token(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8(out.stdout)?.trim().to_owned())
 }
 
-/// `ferry scheduler` on a free port, in memory, with `args` and `env`.
-fn scheduler(args: &[&str], env: &[(&str, &str)]) -> Result<FerryProcess> {
-    let mut all = vec!["scheduler", "--http", "127.0.0.1:0", "--state-file", "none"];
-    all.extend_from_slice(args);
-    FerryProcess::spawn_env(&all, env)
-}
-
 #[test]
 fn scheduler_issued_turn_credentials_are_accepted_by_coturn_itself() -> Result<()> {
-    let relays = [
-        Coturn::start(SECRET)?,
-        Coturn::start(SECRET)?,
-        Coturn::start(SECRET)?,
-    ];
+    let relays = Coturn::start_fleet(SECRET, 3)?;
     let uris = format!(
         "{};zone=eu,{};zone=eu,{};zone=us",
         relays[0].uri(),
@@ -65,7 +57,7 @@ fn scheduler_issued_turn_credentials_are_accepted_by_coturn_itself() -> Result<(
         relays[2].uri()
     );
     let api = "turn-test-api-token";
-    let scheduler = scheduler(
+    let scheduler = start_scheduler(
         &["--token", api, "--token-secret", TOKEN_SECRET],
         &[("FERRY_TURN_URIS", &uris), ("FERRY_TURN_SECRET", SECRET)],
     )?;
@@ -167,7 +159,7 @@ fn scheduler_issued_turn_credentials_are_accepted_by_coturn_itself() -> Result<(
 
 #[test]
 fn a_scheduler_without_relays_says_so() -> Result<()> {
-    let scheduler = scheduler(
+    let scheduler = start_scheduler(
         &["--token", "t"],
         &[("FERRY_TURN_URIS", ""), ("FERRY_TURN_SECRET", "")],
     )?;
@@ -234,7 +226,7 @@ fn a_secret_rotation_keeps_credentials_valid_across_the_switch() -> Result<()> {
             ("FERRY_TURN_SECRET", secret.to_owned()),
         ];
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let s = scheduler(&["--token", api], &env)?;
+        let s = start_scheduler(&["--token", api], &env)?;
         issue(&s.after("http")?, api, user)
     };
     // Before: everything on the old secret.
@@ -276,14 +268,10 @@ fn a_secret_rotation_keeps_credentials_valid_across_the_switch() -> Result<()> {
 /// (`ferry_turn_relay_up{relay} 0`), the others keep their users.
 #[test]
 fn a_relay_that_stops_answering_stun_is_handed_to_nobody() -> Result<()> {
-    let mut relays = vec![
-        Coturn::start(SECRET)?,
-        Coturn::start(SECRET)?,
-        Coturn::start(SECRET)?,
-    ];
+    let mut relays = Coturn::start_fleet(SECRET, 3)?;
     let uris: Vec<String> = relays.iter().map(Coturn::uri).collect();
     let api = "turn-probe-api-token";
-    let scheduler = scheduler(
+    let scheduler = start_scheduler(
         &["--token", api, "--turn-probe-interval-s", "1"],
         &[
             ("FERRY_TURN_URIS", &uris.join(",")),
@@ -370,37 +358,22 @@ fn a_relay_that_stops_answering_stun_is_handed_to_nobody() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_publishes_and_plays_relay_only_through_coturn() -> Result<()> {
-    let relays = [Coturn::start(SECRET)?, Coturn::start(SECRET)?];
-    let uris = format!("{},{}", relays[0].uri(), relays[1].uri());
-    let dev = start_dev_env(
-        false,
-        &[],
-        &[("FERRY_TURN_URIS", &uris), ("FERRY_TURN_SECRET", SECRET)],
-    )?;
-    wait_registered(&dev.gateway, 2).await?;
+    let relays = Coturn::start_fleet(SECRET, 2)?;
+    let dev = start_dev_with_relays(&relays, SECRET).await?;
     let collector = Collector::start()?;
-    let page = |page: &str, id: &str| {
-        Browser::open(&collector.page_url(
-            page,
-            &[
-                ("sdk", &dev.gateway),
-                ("base", &dev.gateway),
-                ("stream", "relayed"),
-                ("codec", "vp8"),
-                ("id", id),
-                ("token", &dev.token),
-                ("relay", "1"),
-            ],
-        ))
-    };
-    let _a = page("sdk-publish.html", "A")?;
-    collector
-        .wait_until(std::time::Duration::from_secs(45), |r| {
-            r.get("A").is_some_and(|a| a["phase"] == "publishing")
-        })
+    let relay_only = [("relay", "1")];
+    let setup = std::time::Duration::from_secs(45);
+    let _a = open_sdk_publisher(&collector, &dev, "relayed", "A", &relay_only, setup)
         .await
         .context("the relay-only publisher did not connect")?;
-    let _b = page("sdk-play.html", "B")?;
+    let _b = open_sdk_page(
+        &collector,
+        &dev,
+        "sdk-play.html",
+        "relayed",
+        "B",
+        &relay_only,
+    )?;
     let reports = collector
         .wait_until(std::time::Duration::from_secs(45), |r| {
             r.get("B").is_some_and(|b| num(b, "/frames/count") > 60.0)
@@ -480,45 +453,29 @@ async fn chromium_publishes_and_plays_relay_only_through_coturn() -> Result<()> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_a_relay_moves_its_sdk_viewer_to_another_relay_without_a_freeze() -> Result<()> {
     use std::time::{Duration, Instant};
-    let relays = [
-        Coturn::start(SECRET)?,
-        Coturn::start(SECRET)?,
-        Coturn::start(SECRET)?,
-    ];
+    let relays = Coturn::start_fleet(SECRET, 3)?;
     let uris: Vec<String> = relays.iter().map(Coturn::uri).collect();
-    let dev = start_dev_env(
-        false,
-        &[],
-        &[
-            ("FERRY_TURN_URIS", &uris.join(",")),
-            ("FERRY_TURN_SECRET", SECRET),
-        ],
-    )?;
-    wait_registered(&dev.gateway, 2).await?;
+    let dev = start_dev_with_relays(&relays, SECRET).await?;
     let collector = Collector::start()?;
-    let page = |page: &str, id: &str, relay: bool| {
-        let mut q = vec![
-            ("sdk", dev.gateway.as_str()),
-            ("base", dev.gateway.as_str()),
-            ("stream", "drained"),
-            ("codec", "vp8"),
-            ("id", id),
-            ("token", dev.token.as_str()),
-        ];
-        if relay {
-            q.push(("relay", "1"));
-        }
-        Browser::open(&collector.page_url(page, &q))
-    };
     // The publisher sends directly; the viewer only through relays.
-    let _a = page("sdk-publish.html", "A", false)?;
-    collector
-        .wait_until(Duration::from_secs(45), |r| {
-            r.get("A").is_some_and(|a| a["phase"] == "publishing")
-        })
-        .await
-        .context("the publisher did not connect")?;
-    let _b = page("sdk-play.html", "B", true)?;
+    let _a = open_sdk_publisher(
+        &collector,
+        &dev,
+        "drained",
+        "A",
+        &[],
+        Duration::from_secs(45),
+    )
+    .await
+    .context("the publisher did not connect")?;
+    let _b = open_sdk_page(
+        &collector,
+        &dev,
+        "sdk-play.html",
+        "drained",
+        "B",
+        &[("relay", "1")],
+    )?;
     let before = collector
         .wait_until(Duration::from_secs(45), |r| {
             r.get("B").is_some_and(|b| {
@@ -542,15 +499,7 @@ async fn draining_a_relay_moves_its_sdk_viewer_to_another_relay_without_a_freeze
 
     // The operator drains that relay.
     let auth = format!("Bearer {}", dev.token);
-    let list = http(&format!("{}/v1/turn/relays", dev.gateway), "GET", &[], b"")?;
-    ensure!(list.status == 200, "{} {}", list.status, list.body);
-    let list: Value = serde_json::from_str(&list.body)?;
-    let id = list
-        .as_array()
-        .and_then(|a| a.iter().find(|r| r["uri"] == uris[used].as_str()))
-        .and_then(|r| r["id"].as_str())
-        .with_context(|| format!("{} not listed: {list}", uris[used]))?
-        .to_owned();
+    let id = relay_id(&dev.gateway, &uris[used])?;
     let drain_url = format!("{}/v1/turn/relays/{id}/drain", dev.gateway);
     let r = http(&drain_url, "POST", &[], b"")?;
     ensure!(r.status == 401, "a drain needs the API token: {}", r.status);
@@ -561,16 +510,7 @@ async fn draining_a_relay_moves_its_sdk_viewer_to_another_relay_without_a_freeze
         b"",
     )?;
     ensure!(r.status == 404, "unknown relay: {} {}", r.status, r.body);
-    let r = http(
-        &drain_url,
-        "POST",
-        &[
-            ("authorization", &auth),
-            ("content-type", "application/json"),
-        ],
-        br#"{"deadline_s": 60}"#,
-    )?;
-    ensure!(r.status == 202, "drain: {} {}", r.status, r.body);
+    drain_relay(&dev.gateway, &dev.token, &id, 60)?;
     let started = Instant::now();
 
     // The viewer moves (relay-moved), onto another relay, and keeps playing without a freeze.
@@ -718,7 +658,7 @@ fn relays_join_and_leave_the_fleet_through_the_api() -> Result<()> {
     let first = Coturn::start(SECRET)?;
     let second = Coturn::start(SECRET)?;
     let api = "turn-fleet-api-token";
-    let scheduler = scheduler(
+    let scheduler = start_scheduler(
         &["--token", api, "--turn-probe-interval-s", "1"],
         &[
             ("FERRY_TURN_URIS", &first.uri()),
@@ -821,15 +761,7 @@ fn relays_join_and_leave_the_fleet_through_the_api() -> Result<()> {
         "the new relay refused the scheduler's credential"
     );
     // Scale-in: not while in service; drained (deadline 1 s: users still hold it), then gone.
-    let id = {
-        let list = http(&format!("{base}/v1/turn/relays"), "GET", &[], b"")?;
-        let list: Value = serde_json::from_str(&list.body)?;
-        list.as_array()
-            .and_then(|a| a.iter().find(|r| r["uri"] == second.uri().as_str()))
-            .and_then(|r| r["id"].as_str())
-            .context("the new relay is not listed")?
-            .to_owned()
-    };
+    let id = relay_id(&base, &second.uri())?;
     let del = || {
         http(
             &format!("{base}/v1/turn/relays/{id}"),
@@ -845,16 +777,7 @@ fn relays_join_and_leave_the_fleet_through_the_api() -> Result<()> {
         r.status,
         r.body
     );
-    let r = http(
-        &format!("{base}/v1/turn/relays/{id}/drain"),
-        "POST",
-        &[
-            ("content-type", "application/json"),
-            ("authorization", &auth),
-        ],
-        br#"{"deadline_s": 1}"#,
-    )?;
-    ensure!(r.status == 202, "{} {}", r.status, r.body);
+    drain_relay(&base, api, &id, 1)?;
     let started = std::time::Instant::now();
     loop {
         let list = http(&format!("{base}/v1/turn/relays"), "GET", &[], b"")?;

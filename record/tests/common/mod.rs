@@ -1,6 +1,7 @@
 //! Real media for the end-to-end tests: ffmpeg encodes H.264 (libx264 baseline, a keyframe every
 //! 2 s), VP8 (libvpx) and Opus (libopus, 20 ms) once; the tests packetize it with ferry-rtc into
-//! RTP as a browser would send it, and check what the recorder wrote with ffprobe.
+//! RTP as a browser would send it, and check what the recorder wrote with ffprobe
+//! ([`ferry_testkit::probe`]).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,33 +14,12 @@ use ferry_record::{Output, Recorder, Store};
 use ferry_rtc::codec::Codec;
 use ferry_rtc::media::ivf::IvfReader;
 use ferry_rtc::media::{Payloads, annexb, packetize};
+use ferry_testkit::require_ffmpeg;
 
 pub const SECONDS: u32 = 10;
 pub const FPS: u32 = 30;
 pub const VIDEO_PT: u8 = 102;
 pub const AUDIO_PT: u8 = 111;
-
-/// Fails (never skips) when a tool is missing, saying how to install it.
-pub fn require(tool: &str, args: &[&str], hint: &str) {
-    let ok = Command::new(tool)
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "`{tool}` is required by this test and was not found: {hint}"
-    );
-}
-
-pub fn require_ffmpeg() {
-    for tool in ["ffmpeg", "ffprobe"] {
-        require(
-            tool,
-            &["-version"],
-            "apt-get install ffmpeg (scripts/test installs it)",
-        );
-    }
-}
 
 /// A fresh directory for one encode, removed once its output is read into memory.
 fn media_dir(kind: &str) -> PathBuf {
@@ -50,7 +30,7 @@ fn media_dir(kind: &str) -> PathBuf {
 
 /// Runs ffmpeg with `args` (split at whitespace) writing `out`.
 fn ffmpeg(args: &str, out: &Path) {
-    require_ffmpeg();
+    require_ffmpeg().unwrap();
     let out = Command::new("ffmpeg")
         .args(["-v", "error", "-y", "-nostdin"])
         .args(args.split_whitespace())
@@ -248,100 +228,4 @@ pub async fn feed(rec: &mut Recorder, store: &Store, t0: Instant, sent: &[Sent])
         rest.extend(drain(rec, store).await);
     }
     rest
-}
-
-/// ffprobe's JSON for `args` on `path`.
-pub fn ffprobe(path: &Path, args: &[&str]) -> serde_json::Value {
-    ffprobe_with(path, &[], args)
-}
-
-/// ffprobe's JSON for `args` on `path` opened with input options `input`.
-pub fn ffprobe_with(path: &Path, input: &[&str], args: &[&str]) -> serde_json::Value {
-    require_ffmpeg();
-    let out = Command::new("ffprobe")
-        .args(["-v", "error", "-of", "json"])
-        .args(input)
-        .args(args)
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ffprobe {path:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// What ffprobe says about a recording.
-#[derive(Debug)]
-pub struct Probe {
-    /// Absent for a live WebM stream (init + clusters) on its own.
-    pub duration: Option<f64>,
-    /// (codec_type, codec_name) per stream.
-    pub streams: Vec<(String, String)>,
-    /// Packet count per codec_type ("video", "audio").
-    pub packets: std::collections::BTreeMap<String, usize>,
-    /// Largest pts step between consecutive packets of the video stream, seconds.
-    pub max_video_gap: f64,
-}
-
-/// Probes `path`: duration and streams, then every packet, asserting per-stream pts strictly
-/// increase.
-pub fn probe(path: &Path) -> Probe {
-    let v = ffprobe(
-        path,
-        &[
-            "-show_entries",
-            "format=duration:stream=index,codec_type,codec_name",
-        ],
-    );
-    let duration = v["format"]["duration"]
-        .as_str()
-        .and_then(|d| d.parse().ok());
-    let streams: Vec<(String, String)> = v["streams"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            (
-                s["codec_type"].as_str().unwrap_or("").to_string(),
-                s["codec_name"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect();
-    let p = ffprobe(
-        path,
-        &[
-            "-show_entries",
-            "packet=stream_index,pts_time:stream=index,codec_type",
-        ],
-    );
-    let kinds: Vec<String> = p["streams"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["codec_type"].as_str().unwrap_or("").to_string())
-        .collect();
-    let mut packets = std::collections::BTreeMap::new();
-    let mut last: Vec<Option<f64>> = vec![None; kinds.len()];
-    let mut max_video_gap: f64 = 0.0;
-    for pk in p["packets"].as_array().unwrap() {
-        let i = pk["stream_index"].as_u64().unwrap() as usize;
-        let pts: f64 = pk["pts_time"].as_str().unwrap().parse().unwrap();
-        if let Some(l) = last[i] {
-            assert!(pts > l, "{path:?}: {} pts {pts} after {l}", kinds[i]);
-            if kinds[i] == "video" {
-                max_video_gap = max_video_gap.max(pts - l);
-            }
-        }
-        last[i] = Some(pts);
-        *packets.entry(kinds[i].clone()).or_insert(0) += 1;
-    }
-    Probe {
-        duration,
-        streams,
-        packets,
-        max_video_gap,
-    }
 }
