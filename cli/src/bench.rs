@@ -91,6 +91,11 @@ pub struct ForwardArgs {
     /// others (`sched_setaffinity`), so they do not share a core. Needs ≥ 2 CPUs.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pin: bool,
+    /// Worker counts of the node to measure (`ferry node --workers`): with W workers the load
+    /// is W streams, one on each core, sharing the subscribers; the node is pinned to W CPUs
+    /// when the machine has more, else it and the bench share them all.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    workers: Vec<usize>,
 }
 
 pub async fn run(cmd: BenchCommand) -> Result<()> {
@@ -240,12 +245,7 @@ pub(crate) async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::
             let _ = socket.send_to(&data, to).await;
         }
         let deadline = peer.poll_timeout();
-        let sleep = async {
-            match deadline {
-                Some(t) => tokio::time::sleep_until(t.into()).await,
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = ferry_sfu::udp::sleep_until(deadline);
         tokio::select! {
             r = socket.recv_from(&mut buf) => {
                 let now = Instant::now();
@@ -388,6 +388,8 @@ pub(crate) struct Side {
 #[derive(Debug, Clone, Serialize)]
 struct Row {
     subscribers: usize,
+    /// The node's `--workers`.
+    workers: usize,
     duration_s: f64,
     publisher_bitrate_bps: u32,
     publisher_pps: f64,
@@ -441,10 +443,31 @@ struct FerryRun {
     shed_ratio: f64,
 }
 
-async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<FerryRun> {
+/// `workers` stream names, each owned by a different core of a node with that many.
+fn streams_per_core(n: usize, workers: usize) -> Vec<String> {
+    let mut names: Vec<Option<String>> = vec![None; workers];
+    let mut i = 0;
+    while names.iter().any(Option::is_none) {
+        let name = format!("bench{n}-{i}");
+        if let Ok(id) = ferry_proto::StreamId::new(name.clone()) {
+            let core = ferry_sfu::shards::shard_of(&id, workers);
+            names[core].get_or_insert(name);
+        }
+        i += 1;
+    }
+    names.into_iter().flatten().collect()
+}
+
+async fn measure_ferry(
+    n: usize,
+    workers: usize,
+    args: &ForwardArgs,
+    ticks: f64,
+) -> Result<FerryRun> {
     // The node's API token is also a WHIP/WHEP credential: the raw peers send it as
     // `access_token` (they have no header to put it in).
     let token = crate::access::random_secret();
+    let workers_arg = workers.to_string();
     let node = ChildProc::spawn(&[
         "node",
         "--http",
@@ -453,11 +476,17 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
         "127.0.0.1:0",
         "--token",
         &token,
+        "--workers",
+        &workers_arg,
     ])?;
     let http = node.after("http")?;
-    if args.pin && cpu_count() >= 2 {
-        pin_process(node.pid(), &[0])?;
-        pin_process(std::process::id(), &(1..cpu_count()).collect::<Vec<_>>())?;
+    let cpus = cpu_count();
+    if args.pin && cpus > workers {
+        pin_process(node.pid(), &(0..workers).collect::<Vec<_>>())?;
+        pin_process(std::process::id(), &(workers..cpus).collect::<Vec<_>>())?;
+    } else {
+        // Everyone on every CPU (the bench may have pinned itself for an earlier run).
+        pin_process(std::process::id(), &(0..cpus).collect::<Vec<_>>())?;
     }
     let now = Instant::now();
     let clocks = Clocks {
@@ -469,20 +498,25 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
         },
         epoch: now,
     };
-    let stream = format!("bench{n}");
-    let publisher = start_peer(
-        PeerRole::Publisher {
-            video: Codec::Vp8,
-            audio: true,
-        },
-        1,
-        args.bitrate,
-        &clocks,
-        ferry_proto::auth::with_access_token(&format!("{http}/whip/{stream}"), &token),
-    )
-    .await?;
+    let streams = streams_per_core(n, workers);
+    let mut publishers = Vec::new();
+    for (i, stream) in streams.iter().enumerate() {
+        publishers.push(
+            start_peer(
+                PeerRole::Publisher {
+                    video: Codec::Vp8,
+                    audio: true,
+                },
+                1 + i as u64,
+                args.bitrate,
+                &clocks,
+                ferry_proto::auth::with_access_token(&format!("{http}/whip/{stream}"), &token),
+            )
+            .await?,
+        );
+    }
     wait_for(Duration::from_secs(20), || async {
-        Ok(publisher.stats().await?.connected)
+        Ok(all_stats(&publishers).await?.iter().all(|s| s.connected))
     })
     .await
     .context("publisher did not connect")?;
@@ -499,7 +533,10 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
                 100 + i as u64,
                 args.bitrate,
                 &clocks,
-                ferry_proto::auth::with_access_token(&format!("{http}/whep/{stream}"), &token),
+                ferry_proto::auth::with_access_token(
+                    &format!("{http}/whep/{}", streams[i % streams.len()]),
+                    &token,
+                ),
             )
             .await?,
         );
@@ -515,19 +552,19 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
             .flat_map(|s| s.received.iter().map(|r| r.packets))
             .sum()
     };
-    let sent = |s: &PeerStats| -> (u64, u64) {
+    let sent = |s: &[PeerStats]| -> (u64, u64) {
         (
-            s.sent.iter().map(|r| r.packets).sum(),
-            s.sent.iter().map(|r| r.bytes).sum(),
+            s.iter().flat_map(|s| &s.sent).map(|r| r.packets).sum(),
+            s.iter().flat_map(|s| &s.sent).map(|r| r.bytes).sum(),
         )
     };
     let s0 = all_stats(&viewers).await?;
-    let p0 = sent(&publisher.stats().await?);
+    let p0 = sent(&all_stats(&publishers).await?);
     let cpu0 = cpu_seconds(node.pid(), ticks)?;
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(args.duration)).await;
     let s1 = all_stats(&viewers).await?;
-    let p1 = sent(&publisher.stats().await?);
+    let p1 = sent(&all_stats(&publishers).await?);
     let cpu1 = cpu_seconds(node.pid(), ticks)?;
     let dur = t0.elapsed().as_secs_f64();
     let rss1 = rss_bytes(node.pid())?;
@@ -560,7 +597,8 @@ async fn measure_ferry(n: usize, args: &ForwardArgs, ticks: f64) -> Result<Ferry
             &lat,
             missing,
         ),
-        publisher_pps: pkts as f64 / dur,
+        // One publisher's rate (each stream has one).
+        publisher_pps: pkts as f64 / dur / streams.len() as f64,
         packet_bytes: p1.1.saturating_sub(p0.1) as f64 / pkts.max(1) as f64,
         rss_per_subscriber: rss1.saturating_sub(rss0) as f64 / n as f64,
         heap_per_subscriber: heap1.saturating_sub(heap0) as f64 / n as f64,
@@ -721,6 +759,7 @@ async fn forward(args: ForwardArgs) -> Result<()> {
     let ticks = clock_ticks();
     cpu_count();
     let mut rows = Vec::new();
+    let mut worker_rows = Vec::new();
     println!(
         "{:>5} | {:>10} {:>6} {:>10} | {:>10} {:>6} {:>10} | {:>6} | {:>10} {:>6} | {:>8} {:>8} | {:>8} {:>8} | {:>8} {:>8} | {:>7}",
         "subs",
@@ -742,7 +781,8 @@ async fn forward(args: ForwardArgs) -> Result<()> {
         "missing"
     );
     for &n in &args.subscribers {
-        let ferry = measure_ferry(n, &args, ticks)
+        let first = args.workers.first().copied().unwrap_or(1);
+        let ferry = measure_ferry(n, first, &args, ticks)
             .await
             .with_context(|| format!("ferry run, {n} subscribers"))?;
         let raw = measure_raw(
@@ -768,6 +808,7 @@ async fn forward(args: ForwardArgs) -> Result<()> {
             .map(|j| ferry.side.pps_per_core / j.pps_per_core.max(1.0));
         let row = Row {
             subscribers: n,
+            workers: first,
             duration_s: args.duration,
             publisher_bitrate_bps: args.bitrate,
             publisher_pps: ferry.publisher_pps,
@@ -805,6 +846,30 @@ async fn forward(args: ForwardArgs) -> Result<()> {
             f.missing
         );
         rows.push(row);
+        for &w in args.workers.iter().skip(1) {
+            let r = measure_ferry(n, w, &args, ticks)
+                .await
+                .with_context(|| format!("ferry run, {n} subscribers, {w} workers"))?;
+            let per_core = r.side.pps_per_core / ferry.side.pps_per_core.max(1.0);
+            println!(
+                "{:>5} | --workers {w}: {:.0} pps on {:.2} cores = {:.0} pps/core ({per_core:.2}x of --workers {first}); p50 {} µs p99 {} µs; missing {}",
+                n,
+                r.side.out_pps,
+                r.side.cpu_cores,
+                r.side.pps_per_core,
+                r.side.latency_p50_us.unwrap_or(0),
+                r.side.latency_p99_us.unwrap_or(0),
+                r.side.missing
+            );
+            worker_rows.push(serde_json::json!({
+                "subscribers": n,
+                "workers": w,
+                "streams": w,
+                "ferry": r.side,
+                "pps_per_core_over_first": per_core,
+                "pinned": args.pin && cpu_count() > w,
+            }));
+        }
     }
     let saturation = if args.saturate {
         Some(saturate(&args, ticks).await?)
@@ -814,7 +879,8 @@ async fn forward(args: ForwardArgs) -> Result<()> {
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let json = serde_json::json!({ "rows": rows, "saturation": saturation });
+    let json =
+        serde_json::json!({ "rows": rows, "workers": worker_rows, "saturation": saturation });
     std::fs::write(&args.out, serde_json::to_string_pretty(&json)?)?;
     println!("wrote {}", args.out.display());
     Ok(())
@@ -931,7 +997,7 @@ async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
     let ferry_steps = search(start, args.max_subscribers, "ferry", |n| {
         let publisher = &publisher;
         async move {
-            let r = measure_ferry(n, args, ticks).await?;
+            let r = measure_ferry(n, 1, args, ticks).await?;
             publisher.set((r.publisher_pps, r.packet_bytes));
             Ok(SatStep::new(n, r.publisher_pps, &r.side))
         }
@@ -952,7 +1018,7 @@ async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
     let overload = match &ferry {
         Some(f) => {
             let n = f.subscribers * 2;
-            let r = measure_ferry(n, args, ticks).await?;
+            let r = measure_ferry(n, 1, args, ticks).await?;
             let o = OverloadRun {
                 subscribers: n,
                 demand_pps: r.publisher_pps * n as f64,

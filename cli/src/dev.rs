@@ -54,6 +54,9 @@ pub struct DevArgs {
     /// the state directory — removed at exit without --state-dir).
     #[arg(long)]
     recordings_dir: Option<std::path::PathBuf>,
+    /// Cores forwarding media on each node (0: one per CPU available).
+    #[arg(long, env = "FERRY_WORKERS", default_value_t = 0)]
+    workers: usize,
     /// Where the scheduler keeps the cluster state (`etcd` needs `--features etcd`).
     #[arg(long, env = "FERRY_STORE", value_enum, default_value_t = StoreKind::Embedded)]
     store: StoreKind,
@@ -195,6 +198,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                     .unwrap_or_else(|| state_dir.join("recordings"))
                     .join(name),
             ),
+            workers: crate::workers_or_cpus(args.workers),
         })
         .await
         .with_context(|| format!("starting {name}"))?;

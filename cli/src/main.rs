@@ -143,6 +143,10 @@ struct NodeArgs {
     /// --cluster-dir, else a target is required).
     #[arg(long)]
     recordings_dir: Option<std::path::PathBuf>,
+    /// Cores forwarding media (worker threads sharing the media address; streams are spread
+    /// over them). 0: one per CPU available.
+    #[arg(long, env = "FERRY_WORKERS", default_value_t = 0)]
+    workers: usize,
     #[command(flatten)]
     tokens: access::TokenKeyArgs,
     #[command(flatten)]
@@ -320,6 +324,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             .recordings_dir
             .clone()
             .or_else(|| args.cluster_dir.as_ref().map(|d| d.join("recordings"))),
+        workers: workers_or_cpus(args.workers),
     })
     .await
     .context("starting node")?;
@@ -347,4 +352,12 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => println!("shutting down"),
     }
     Ok(())
+}
+
+/// `--workers`: 0 is one per CPU this process may run on.
+pub(crate) fn workers_or_cpus(workers: usize) -> usize {
+    match workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
 }

@@ -55,6 +55,11 @@ impl PacketCache {
         let i = self.index(ext_seq);
         let slot = &mut self.slots[i];
         slot.data.clear();
+        // A slot's buffer is made large enough for any packet the first time it is used, so
+        // a longer packet than the last one never reallocates on the media path.
+        if slot.data.capacity() < MAX_PACKET {
+            slot.data.reserve_exact(MAX_PACKET);
+        }
         slot.data.extend_from_slice(packet);
         slot.ext_seq = Some(ext_seq);
     }

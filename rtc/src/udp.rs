@@ -37,7 +37,32 @@ pub const BUFFER_BYTES: usize = 8 << 20;
 
 /// Binds a non-blocking UDP socket with large send and receive buffers.
 pub fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    open(addr, false)
+}
+
+/// Binds `n` sockets to one address, as [`bind`] does: with `n` > 1 they share it
+/// (`SO_REUSEPORT`; the kernel spreads senders over them by 4-tuple), a port of 0 being the
+/// one the first socket got.
+pub fn bind_shared(addr: SocketAddr, n: usize) -> std::io::Result<Vec<UdpSocket>> {
+    if n <= 1 {
+        return Ok(vec![bind(addr)?]);
+    }
+    let mut sockets: Vec<UdpSocket> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let at = match sockets.first() {
+            Some(s) => s.local_addr()?,
+            None => addr,
+        };
+        sockets.push(open(at, true)?);
+    }
+    Ok(sockets)
+}
+
+fn open(addr: SocketAddr, reuse_port: bool) -> std::io::Result<UdpSocket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
     // Best effort: a smaller buffer is still a working socket.
     let _ = socket.set_recv_buffer_size(BUFFER_BYTES);
     let _ = socket.set_send_buffer_size(BUFFER_BYTES);
@@ -50,6 +75,14 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     );
     socket.bind(&addr.into())?;
     UdpSocket::from_std(socket.into())
+}
+
+/// Waits until a sans-IO core's next deadline (`poll_timeout`); forever when it has none.
+pub async fn sleep_until(deadline: Option<std::time::Instant>) {
+    match deadline {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The kernel's receive buffer of `socket`, in bytes (what it granted).

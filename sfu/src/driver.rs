@@ -21,12 +21,12 @@ use crate::cluster::{
     ClusterOptions, Directory, MigrationApiError, MigrationBook, SessionEvents, SharedDirectory,
 };
 use crate::node::Node;
-use crate::recording_writer::{RecordingApiError, RecordingView, Writers};
-use crate::signal::{PatchOutcome, SessionAnswer, SessionInfo, SessionKind, SignalError};
-use ferry_proto::api::TicketClaims;
+use crate::recording_writer::{RecordingApiError, RecordingView};
 
-/// `recvmmsg` batches read per wake-up before the loop looks at its other inputs.
-const RECV_ROUNDS: usize = 4;
+mod cores;
+use crate::signal::{PatchOutcome, SessionAnswer, SessionInfo, SessionKind, SignalError};
+use cores::{Cores, CoresHost};
+use ferry_proto::api::TicketClaims;
 
 type Reply<T> = oneshot::Sender<Result<T, SignalError>>;
 
@@ -142,8 +142,8 @@ struct Planned {
 }
 
 impl ClusterRuntime {
-    fn event(&mut self, node: &Node, e: ferry_migrator::MigrationEvent) {
-        let me = node.id();
+    fn event(&mut self, cores: &Cores, e: ferry_migrator::MigrationEvent) {
+        let me = cores.id();
         if let ferry_migrator::MigrationEvent::Finished(r) = &e
             && r.role == ferry_migrator::Role::Source
             && let Some(p) = self.plans.remove(&r.id)
@@ -160,7 +160,7 @@ impl ClusterRuntime {
                 // A new PeerConnection: POST to the target's endpoint with the ticket; the
                 // session keeps its id.
                 CutoverMode::Reconnect => {
-                    let ticket = node.ticket_for(
+                    let ticket = cores.lock(cores.of_stream(&p.stream)).ticket_for(
                         std::time::Instant::now(),
                         &p.session,
                         &p.stream,
@@ -558,8 +558,10 @@ pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
     let udp = socket.local_addr()?;
     let (tx, rx) = mpsc::channel(256);
     let id = node.id().clone();
+    let max = node.max_sessions();
     let events = SessionEvents::default();
-    tokio::spawn(run(node, Arc::new(socket), rx, None, events.clone()));
+    let (cores, workers) = Cores::new(vec![node], vec![socket], events.clone(), id.clone(), max);
+    run(cores, workers, rx, None);
     Ok(NodeHandle {
         tx,
         udp,
@@ -583,80 +585,37 @@ async fn migrator_input(
     }
 }
 
-async fn run(
-    mut node: Node,
-    socket: Arc<UdpSocket>,
+/// Starts the workers and the control task.
+fn run(
+    cores: Arc<Cores>,
+    workers: Vec<cores::Worker>,
+    rx: mpsc::Receiver<Command>,
+    cluster: Option<ClusterRuntime>,
+) {
+    for w in workers {
+        tokio::spawn(cores::run_worker(cores.clone(), w));
+    }
+    tokio::spawn(control(cores, rx, cluster));
+}
+
+/// The control task: commands from the HTTP layer and the migrator, each driving the core
+/// it concerns.
+async fn control(
+    cores: Arc<Cores>,
     mut rx: mpsc::Receiver<Command>,
     mut cluster: Option<ClusterRuntime>,
-    events: SessionEvents,
 ) {
-    let mut batch = crate::udp::RecvBatch::default();
-    let mut out = Vec::with_capacity(crate::udp::BATCH);
-    let mut writers = Writers::default();
     loop {
-        // Recording objects go to their writer tasks (never awaited here).
-        while let Some(o) = node.poll_recording() {
-            writers.handle(o);
-        }
         if let Some(c) = cluster.as_mut() {
             ferry_migrator::driver::flush(&mut c.migrator, &c.transport);
             while let Some(e) = c.migrator.poll_event() {
-                c.event(&node, e);
+                c.event(&cores, e);
             }
         }
-        flush(&mut node, &socket, &mut out).await;
-        while let Some(event) = node.poll_event() {
-            match event {
-                crate::session::Event::Connected(id) => {
-                    tracing::info!(session = %id, "session connected")
-                }
-                crate::session::Event::Closed(id, reason) => {
-                    tracing::info!(session = %id, ?reason, "session closed");
-                    // Its client learns that the session ended (not when a new transport of
-                    // its own replaced it).
-                    if reason != crate::session::CloseReason::Replaced {
-                        let data = serde_json::json!({ "reason": reason.as_str() }).to_string();
-                        events.send(&id, ("end", data));
-                    }
-                }
-            }
-        }
-        let deadline = node.poll_timeout();
-        tracing::trace!(?deadline, "node loop");
-        let sleep = async {
-            match deadline {
-                Some(t) => tokio::time::sleep_until(t.into()).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
-            r = socket.readable() => {
-                if r.is_err() {
-                    continue;
-                }
-                for _ in 0..RECV_ROUNDS {
-                    let Ok(k) = crate::udp::try_recv_batch(&socket, &mut batch) else {
-                        break;
-                    };
-                    let now = Instant::now();
-                    for i in 0..k {
-                        // How long it waited in the socket: the overload controller's input.
-                        node.note_ingress_lag(now, batch.waited(i, std::time::SystemTime::now()));
-                        let (data, from) = batch.get_mut(i);
-                        node.handle_datagram(now, from, data);
-                        // Send what each datagram produced before handling the next: a
-                        // fan-out's buffers go back to the pool at once, so it stays about
-                        // one fan-out deep.
-                        flush(&mut node, &socket, &mut out).await;
-                    }
-                    if k < crate::udp::BATCH {
-                        break;
-                    }
-                }
-            }
             cmd = rx.recv() => {
                 let Some(cmd) = cmd else { break };
-                command(&mut node, cluster.as_mut(), &mut writers, cmd);
+                command(&cores, cluster.as_mut(), cmd);
             }
             input = migrator_input(&mut cluster) => {
                 if let (Ok(input), Some(c)) = (input, cluster.as_mut()) {
@@ -665,20 +624,24 @@ async fn run(
                         ferry_migrator::driver::Input::Message(_, m) => m.body.name(),
                         ferry_migrator::driver::Input::Timeout => "timeout",
                     };
-                    ferry_migrator::driver::handle_input(&mut c.migrator, t, &mut node, input);
+                    ferry_migrator::driver::handle_input(
+                        &mut c.migrator,
+                        t,
+                        &mut CoresHost(&cores),
+                        input,
+                    );
                     let took = t.elapsed();
                     if took > std::time::Duration::from_millis(2) {
                         tracing::warn!(?took, what, "slow migration step");
                     }
                 }
             }
-            () = sleep => node.handle_timeout(Instant::now()),
         }
     }
 }
 
 fn migrate(
-    node: &mut Node,
+    cores: &Cores,
     cluster: Option<&mut ClusterRuntime>,
     now: Instant,
     view: MigrationView,
@@ -703,58 +666,70 @@ fn migrate(
     let Some(target) = view.target.clone() else {
         return Err(MigrationApiError::new(400, "a target node is required"));
     };
-    if &target == node.id() {
+    if &target == cores.id() {
         return Err(MigrationApiError::new(
             400,
             "the target is the node the session is on",
         ));
     }
 
-    let Some(s) = node.session(&view.session) else {
-        return Err(MigrationApiError::new(
+    let missing = || {
+        MigrationApiError::new(
             404,
-            format!("no session {} on {}", view.session, node.id()),
-        ));
+            format!("no session {} on {}", view.session, cores.id()),
+        )
     };
-    if !s.active {
-        return Err(MigrationApiError::new(
-            409,
-            format!("session {} is migrating", view.session),
-        ));
-    }
-    let generation = s.ticket_generation;
-    if !node.has_peer(&target) {
-        return Err(MigrationApiError::new(
-            503,
-            format!("target {target} is not known to {} yet", node.id()),
-        ));
-    }
-    let me = node.id().clone();
+    let shard = cores.of_session(&view.session).ok_or_else(missing)?;
+    let (generation, stream, publisher, epoch) = {
+        let node = cores.lock(shard);
+        let s = node.session(&view.session).ok_or_else(missing)?;
+        if !s.active {
+            return Err(MigrationApiError::new(
+                409,
+                format!("session {} is migrating", view.session),
+            ));
+        }
+        if !node.has_peer(&target) {
+            return Err(MigrationApiError::new(
+                503,
+                format!("target {target} is not known to {} yet", cores.id()),
+            ));
+        }
+        (
+            s.ticket_generation,
+            s.stream.clone(),
+            matches!(s.role, crate::session::Role::Publisher(_)),
+            s.epoch,
+        )
+    };
+    let me = cores.id().clone();
     // The span opens before `Prepare` leaves, which carries its context.
     let fresh = !c.book.is_traced(&view.id);
     let trace_parent = c.book.trace_source(&view, &me, &target, parent);
     let plan = MigrationPlan {
         id: view.id.clone(),
         session: view.session.clone(),
-        stream: s.stream.clone(),
-        publisher: matches!(s.role, crate::session::Role::Publisher(_)),
+        stream,
+        publisher,
         target: target.clone(),
-        epoch: s.epoch,
+        epoch,
         mode: view.mode,
         trace_parent,
     };
     let (plan_session, plan_stream, plan_publisher) =
         (plan.session.clone(), plan.stream.clone(), plan.publisher);
-    c.migrator.start(now, node, plan).map_err(|e| {
-        if fresh {
-            c.book.untrace(&view.id);
-        }
-        let status = match e {
-            ferry_migrator::StartError::SelfTarget => 400,
-            _ => 409,
-        };
-        MigrationApiError::new(status, e.to_string())
-    })?;
+    c.migrator
+        .start(now, &mut CoresHost(cores), plan)
+        .map_err(|e| {
+            if fresh {
+                c.book.untrace(&view.id);
+            }
+            let status = match e {
+                ferry_migrator::StartError::SelfTarget => 400,
+                _ => 409,
+            };
+            MigrationApiError::new(status, e.to_string())
+        })?;
     let id = view.id.clone();
     c.plans.insert(
         id.clone(),
@@ -774,26 +749,31 @@ fn migrate(
         .ok_or_else(|| MigrationApiError::new(500, "migration not recorded"))
 }
 
-fn command(
-    node: &mut Node,
-    mut cluster: Option<&mut ClusterRuntime>,
-    writers: &mut Writers,
-    cmd: Command,
-) {
+fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command) {
     let now = Instant::now();
+    let of_stream = |stream: &StreamId| cores.of_stream(stream);
+    // Commands about a session go to the core that has it (an unknown session: any core
+    // answers "not found").
+    let of_session = |id: &SessionId| cores.of_session(id).unwrap_or(0);
     // A dropped reply only means the HTTP client went away.
     match cmd {
         Command::Idempotent(key, kind, stream, offer, r) => {
-            let _ = r.send(node.idempotent_answer(now, &key, kind, &stream, &offer));
+            let answer = cores.drive(of_stream(&stream), |n| {
+                n.idempotent_answer(now, &key, kind, &stream, &offer)
+            });
+            let _ = r.send(answer);
         }
         Command::HasStream(stream, r) => {
-            let _ = r.send(Ok(node.has_stream(&stream)));
+            let _ = r.send(Ok(cores.lock(of_stream(&stream)).has_stream(&stream)));
         }
         Command::CheckTicket(ticket, kind, stream, r) => {
-            let checked = node.check_ticket(now, &ticket, &stream, kind);
-            if checked.is_err() {
-                node.metrics_mut().signal_rejected += 1;
-            }
+            let checked = cores.drive(of_stream(&stream), |n| {
+                let checked = n.check_ticket(now, &ticket, &stream, kind);
+                if checked.is_err() {
+                    n.metrics_mut().signal_rejected += 1;
+                }
+                checked
+            });
             let _ = r.send(checked.map_err(SignalError::BadTicket));
         }
         Command::Create(req, r) => {
@@ -804,55 +784,71 @@ fn command(
                 key,
                 ticket,
             } = *req;
-            let _ = r.send(node.create_session(
-                now,
-                kind,
-                &stream,
-                &offer,
-                key.as_deref(),
-                ticket.as_ref(),
-            ));
+            let shard = of_stream(&stream);
+            // The cores share the node's capacity (a resumed session may be here already).
+            let resumed = ticket
+                .as_ref()
+                .is_some_and(|t| cores.of_session(&t.sid).is_some());
+            let full = !resumed && cores.session_count() >= cores.max_sessions();
+            let _ = r.send(cores.drive(shard, |n| {
+                if full {
+                    n.metrics_mut().signal_rejected += 1;
+                    return Err(SignalError::Full);
+                }
+                n.create_session(now, kind, &stream, &offer, key.as_deref(), ticket.as_ref())
+            }));
         }
         Command::Ticket(id, r) => {
-            let _ = r.send(match node.session(&id) {
-                Some(_) => Ok(node.issue_ticket(now, &id)),
+            let _ = r.send(cores.drive(of_session(&id), |n| match n.session(&id) {
+                Some(_) => Ok(n.issue_ticket(now, &id)),
                 None => Err(SignalError::SessionNotFound(id.to_string())),
-            });
+            }));
         }
         Command::SetVideo(id, enabled, r) => {
-            let _ = r.send(node.set_video(now, &id, enabled));
+            let _ = r.send(cores.drive(of_session(&id), |n| n.set_video(now, &id, enabled)));
         }
         Command::Patch(id, frag, if_match, r) => {
-            let result = node.patch(now, &id, &frag, if_match.as_deref());
+            let result = cores.drive(of_session(&id), |n| {
+                n.patch(now, &id, &frag, if_match.as_deref())
+            });
             let _ = r.send(moved_away(cluster.as_deref(), now, &id, result));
         }
         Command::Delete(id, r) => {
-            let result = node.delete(now, &id);
+            let result = cores.drive(of_session(&id), |n| n.delete(now, &id));
             let _ = r.send(moved_away(cluster.as_deref(), now, &id, result));
         }
         Command::Sessions(r) => {
-            let _ = r.send(Ok(node.sessions()));
+            let _ = r.send(Ok(cores.sessions()));
         }
         Command::Metrics(r) => {
-            let mut text = node.metrics().to_prometheus();
-            text.push_str(&node.overload_prometheus());
-            text.push_str(&writers.prometheus(node.active_recordings()));
+            let mut text = cores.metrics().to_prometheus();
+            text.push_str(&cores.overload_prometheus());
+            text.push_str(&cores.prometheus());
+            let active = cores.active_recordings();
+            text.push_str(
+                &cores
+                    .writers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .prometheus(active),
+            );
             if let Some(c) = &cluster {
                 text.push_str(&c.book.to_prometheus());
             }
             let _ = r.send(Ok(text));
         }
         Command::Snapshot(id, r) => {
-            let _ = r.send(node.snapshot_session(now, &id));
+            let _ = r.send(cores.drive(of_session(&id), |n| n.snapshot_session(now, &id)));
         }
         Command::Restore(snap, r) => {
-            let _ = r.send(node.restore_session(now, *snap));
+            let shard = StreamId::new(snap.stream.clone()).map_or(0, |s| of_stream(&s));
+            let _ = r.send(cores.drive(shard, |n| n.restore_session(now, *snap)));
         }
         Command::Report(r) => {
-            let _ = r.send(Ok((node.sessions(), node.metrics().clone())));
+            let _ = r.send(Ok((cores.sessions(), cores.metrics())));
         }
         Command::Migrate(view, parent, r) => {
-            let _ = r.send(migrate(node, cluster, now, *view, &parent));
+            let _ = r.send(migrate(cores, cluster, now, *view, &parent));
         }
         Command::MigrationStatus(id, r) => {
             let found = cluster.and_then(|c| c.book.get(&id).cloned());
@@ -864,38 +860,61 @@ fn command(
             if let Some(c) = cluster.as_deref_mut() {
                 c.peer_http = d.http.clone();
             }
-            for (id, (udp, quic)) in &d.peers {
-                if let Some(udp) = udp {
-                    node.set_peer(id.clone(), *udp);
-                }
+            for (id, (_, quic)) in &d.peers {
                 if let (Some(quic), Some(c)) = (quic, cluster.as_ref()) {
                     c.transport.add_peer(id.clone(), *quic);
                 }
             }
-            node.repoint_relays(now, &d.origins, &d.down);
+            cores.drive_all(|node| {
+                for (id, (udp, _)) in &d.peers {
+                    if let Some(udp) = udp {
+                        node.set_peer(id.clone(), *udp);
+                    }
+                }
+                node.repoint_relays(now, &d.origins, &d.down);
+            });
         }
-        Command::SubscribeRelay(stream, origin) => node.subscribe_relay(now, &stream, origin),
+        Command::SubscribeRelay(stream, origin) => {
+            cores.drive(of_stream(&stream), |n| {
+                n.subscribe_relay(now, &stream, origin)
+            });
+        }
         Command::StartRecording(stream, target, r) => {
-            let _ = r.send(start_recording(node, writers, now, &stream, target));
+            let _ = r.send(cores.drive(of_stream(&stream), |n| {
+                start_recording(n, cores, now, &stream, target)
+            }));
         }
         Command::StopRecording(id, r) => {
-            let _ = r.send(match node.stop_recording(now, &id) {
+            let shard = cores.of_recording(&id).unwrap_or(0);
+            let _ = r.send(match cores.drive(shard, |n| n.stop_recording(now, &id)) {
                 Ok(info) => {
                     let (tx, rx) = oneshot::channel();
-                    writers.on_end(info, tx);
+                    cores
+                        .writers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .on_end(info, tx);
                     Ok(rx)
                 }
                 Err(e) => Err(e.into()),
             });
         }
         Command::Recordings(r) => {
-            let list = node.recordings();
+            let list = cores.recordings();
+            let mut writers = cores.writers.lock().unwrap_or_else(|e| e.into_inner());
             writers.retain(&list);
             let _ = r.send(Ok(list.iter().map(|i| writers.view(i)).collect()));
         }
         Command::Recording(id, r) => {
-            let _ = r.send(match node.recording(&id) {
-                Some(info) => Ok(writers.view(&info)),
+            let info = cores
+                .of_recording(&id)
+                .and_then(|i| cores.lock(i).recording(&id));
+            let _ = r.send(match info {
+                Some(info) => Ok(cores
+                    .writers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .view(&info)),
                 None => Err(RecordingApiError::new(
                     404,
                     format!("no recording {id} on this node"),
@@ -909,12 +928,13 @@ fn command(
 /// the recording back: 400).
 fn start_recording(
     node: &mut Node,
-    writers: &mut Writers,
+    cores: &Cores,
     now: Instant,
     stream: &StreamId,
     target: Option<String>,
 ) -> Result<RecordingView, RecordingApiError> {
     let info = node.start_recording(now, stream, target)?;
+    let mut writers = cores.writers.lock().unwrap_or_else(|e| e.into_inner());
     if let Err(e) = writers.open(&info) {
         node.discard_recording(&info.id);
         return Err(e);
@@ -937,23 +957,6 @@ fn moved_away<T>(
             None => result,
         },
         other => other,
-    }
-}
-
-/// Sends what the node has to send, [`crate::udp::BATCH`] datagrams per system call.
-async fn flush(node: &mut Node, socket: &UdpSocket, out: &mut Vec<crate::session::Transmit>) {
-    while let Some(failed) = crate::udp::send_next_batch(
-        socket,
-        out,
-        || node.poll_transmit(),
-        |t| (&t.data[..], t.to),
-    )
-    .await
-    {
-        node.metrics_mut().send_errors += failed as u64;
-        for t in out.drain(..) {
-            node.recycle(t.data);
-        }
     }
 }
 
@@ -989,6 +992,8 @@ pub struct NodeOptions {
     pub tls: Option<Arc<crate::tls::ServerTls>>,
     /// Where recordings without a target go (`{dir}/{id}`); `None`: a target is required.
     pub recordings_dir: Option<std::path::PathBuf>,
+    /// Cores forwarding media, each with its own worker thread and socket (at least 1).
+    pub workers: usize,
 }
 
 /// A node started by [`start`].
@@ -1012,8 +1017,9 @@ pub struct RunningNode {
 pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     use rand::RngExt;
 
-    let socket = crate::udp::bind(opts.udp)?;
-    let udp = socket.local_addr()?;
+    let workers = opts.workers.max(1);
+    let sockets = crate::udp::bind_shared(opts.udp, workers)?;
+    let udp = sockets[0].local_addr()?;
     let ip = match (opts.announce, udp.ip()) {
         (Some(ip), _) => ip,
         (None, ip) if ip.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
@@ -1069,14 +1075,26 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
             moved: MovedSessions::default(),
         });
     }
-    let mut node = Node::new(config, Arc::new(cert), now);
-    node.set_recordings_dir(
-        opts.recordings_dir
-            .as_ref()
-            .map(|d| d.to_string_lossy().into_owned()),
-    );
+    let cert = Arc::new(cert);
+    let (id, max) = (config.node_id.clone(), config.max_sessions);
+    let nodes = (0..workers)
+        .map(|i| {
+            let mut config = config.clone();
+            // Each core draws its own ICE credentials and session ids.
+            config.seed[0] ^= i as u8;
+            let mut node = Node::new(config, cert.clone(), now);
+            node.set_recordings_dir(
+                opts.recordings_dir
+                    .as_ref()
+                    .map(|d| d.to_string_lossy().into_owned()),
+            );
+            node
+        })
+        .collect();
+    let (cores, shards) = Cores::new(nodes, sockets, events.clone(), id, max);
+    tracing::info!(workers, %udp, "media workers started");
     let (tx, rx) = mpsc::channel(256);
-    tokio::spawn(run(node, Arc::new(socket), rx, runtime, events.clone()));
+    run(cores, shards, rx, runtime);
     let handle = NodeHandle {
         tx,
         udp,

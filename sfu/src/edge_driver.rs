@@ -79,12 +79,7 @@ async fn run(
             }
         }
         let deadline = edge.poll_timeout();
-        let sleep = async {
-            match deadline {
-                Some(t) => tokio::time::sleep_until(t.into()).await,
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = crate::udp::sleep_until(deadline);
         tokio::select! {
             r = socket.readable() => {
                 if r.is_err() {

@@ -23,6 +23,7 @@ pub mod recording_writer;
 pub mod relay;
 pub mod scheduler_link;
 pub mod session;
+pub mod shards;
 pub mod signal;
 pub mod sim;
 pub mod testbed;

@@ -16,6 +16,11 @@ macro_rules! metrics {
             pub fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
                 vec![$((stringify!($name), concat!($($doc),*), self.$name)),*]
             }
+
+            /// Adds `other`'s counts (the cores of one node).
+            pub fn add(&mut self, other: &NodeMetrics) {
+                $(self.$name += other.$name;)*
+            }
         }
     };
 }
@@ -95,6 +100,10 @@ metrics! {
     ice_path_switches,
     /// Socket send errors.
     send_errors,
+    /// Datagrams a worker received for another core and handed to it (`--workers` > 1).
+    handed_off,
+    /// Datagrams dropped because the owning core's inbox was full.
+    handoff_dropped,
     /// Signalling requests rejected with a 4xx error.
     signal_rejected,
     /// Media packets relayed to other nodes.

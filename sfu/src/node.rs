@@ -32,6 +32,7 @@ use crate::srtp::SrtpError;
 use crate::stun::{self, StunMessage};
 use crate::time::WallClock;
 
+mod demux;
 mod forward;
 mod idempotency;
 mod migration;
@@ -165,8 +166,8 @@ pub struct Node {
     sessions: Vec<Option<Session>>,
     free: Vec<usize>,
     by_id: HashMap<SessionId, usize>,
-    by_ufrag: HashMap<String, usize>,
-    by_addr: HashMap<SocketAddr, usize>,
+    by_ufrag: demux::ByUfrag<usize>,
+    by_addr: demux::ByAddr<usize>,
     streams: HashMap<StreamId, StreamEntry>,
     out: Outbox,
     next_timeout: Option<Instant>,
@@ -178,9 +179,9 @@ pub struct Node {
     /// Datagrams of inactive (frozen or imported) sessions, by session key.
     held: HashMap<usize, Vec<Held>>,
     /// Forwarding pointers of sessions that moved away, by ICE ufrag.
-    forwards: HashMap<String, Forward>,
+    forwards: demux::ByUfrag<Forward>,
     /// Client address → ufrag of a forwarding pointer.
-    forward_addrs: HashMap<SocketAddr, String>,
+    forward_addrs: demux::ByAddr<String>,
     /// Streams whose publisher moved away: the new origin, until when.
     moved_streams: HashMap<StreamId, (SocketAddr, Instant)>,
     /// Other nodes' cluster addresses.
@@ -232,8 +233,8 @@ impl Node {
             sessions: Vec::new(),
             free: Vec::new(),
             by_id: HashMap::new(),
-            by_ufrag: HashMap::new(),
-            by_addr: HashMap::new(),
+            by_ufrag: Default::default(),
+            by_addr: Default::default(),
             streams: HashMap::new(),
             out: Outbox::default(),
             next_timeout: None,
@@ -242,8 +243,8 @@ impl Node {
             next_relay_tick: now + crate::relay::REFRESH,
             ingress: Ingress::Direct,
             held: HashMap::new(),
-            forwards: HashMap::new(),
-            forward_addrs: HashMap::new(),
+            forwards: Default::default(),
+            forward_addrs: Default::default(),
             moved_streams: HashMap::new(),
             peers: HashMap::new(),
             imports: HashMap::new(),
@@ -254,6 +255,25 @@ impl Node {
             replacing: HashMap::new(),
             recordings: recording::Recordings::default(),
         }
+    }
+
+    /// From now on, announces every client address and ICE ufrag this core starts or stops
+    /// owning ([`Node::take_route_changes`]): the core is one shard of a node whose workers
+    /// share a socket, and the driver's router sends each datagram to the shard that owns it.
+    pub fn announce_routes(&mut self) {
+        self.by_ufrag.announce();
+        self.forwards.announce();
+        self.by_addr.announce();
+        self.forward_addrs.announce();
+    }
+
+    /// The ownership changes since the last call (none unless [`Node::announce_routes`]).
+    pub fn take_route_changes(&mut self, out: &mut Vec<crate::shards::RouteChange>) {
+        use crate::shards::RouteChange;
+        self.by_ufrag.take_changes(out, RouteChange::Ufrag);
+        self.forwards.take_changes(out, RouteChange::Ufrag);
+        self.by_addr.take_changes(out, RouteChange::Addr);
+        self.forward_addrs.take_changes(out, RouteChange::Addr);
     }
 
     /// Where other nodes reach this one.
@@ -319,16 +339,7 @@ impl Node {
 
     /// `/metrics` gauges of the overload controller.
     pub fn overload_prometheus(&self) -> String {
-        format!(
-            "# HELP ferry_node_ingress_lag_seconds Largest time a datagram waited in the media socket's receive buffer over the last window.\n\
-             # TYPE ferry_node_ingress_lag_seconds gauge\n\
-             ferry_node_ingress_lag_seconds {}\n\
-             # HELP ferry_node_shed_ratio Share of video viewers that skip the current group of pictures because the node is overloaded.\n\
-             # TYPE ferry_node_shed_ratio gauge\n\
-             ferry_node_shed_ratio {}\n",
-            self.overload.lag().as_secs_f64(),
-            self.overload.ratio()
-        )
+        overload::prometheus(self.overload.lag(), self.overload.ratio())
     }
 
     /// Next datagram to send.
@@ -368,6 +379,16 @@ impl Node {
             .filter_map(|(k, s)| s.as_ref().filter(|s| self.by_id.get(&s.id) == Some(&k)))
             .map(Session::info)
             .collect()
+    }
+
+    /// Sessions here (a session being replaced by its client's new transport counts once).
+    pub fn session_count(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Sessions this node takes.
+    pub fn max_sessions(&self) -> usize {
+        self.config.max_sessions
     }
 
     /// A session by id (tests and diagnostics).

@@ -310,6 +310,35 @@ pub fn read_control(key: &ClusterKey, data: &[u8]) -> Result<Control, RelayError
     <Control as prost::Message>::decode(&body[2..]).map_err(|_| RelayError::Malformed)
 }
 
+/// The relay id of a relay media datagram, from its header alone (not authenticated: for
+/// routing to the shard that checks it).
+pub fn peek_media_relay_id(data: &[u8]) -> Option<u32> {
+    match data {
+        [MEDIA, VERSION, _, _, a, b, c, d, ..] if data.len() >= MEDIA_HEADER + 12 + TAG_LEN => {
+            Some(u32::from_be_bytes([*a, *b, *c, *d]))
+        }
+        _ => None,
+    }
+}
+
+/// The relay id a relay control datagram is about (a subscription names the stream), without
+/// checking its tag (for routing to the shard that checks it).
+pub fn peek_control_relay_id(data: &[u8]) -> Option<u32> {
+    if data.len() < 2 + TAG_LEN || data[0] != CONTROL || data[1] != VERSION {
+        return None;
+    }
+    let c = <Control as prost::Message>::decode(&data[2..data.len() - TAG_LEN]).ok()?;
+    Some(match c.body? {
+        control::Body::Subscribe(s) | control::Body::Unsubscribe(s) => {
+            relay_id(&StreamId::new(s.stream).ok()?)
+        }
+        control::Body::Offer(o) => o.relay_id,
+        control::Body::Nack(n) => n.relay_id,
+        control::Body::KeyframeRequest(t) => t.relay_id,
+        control::Body::SenderReport(s) => s.relay_id,
+    })
+}
+
 /// A node relaying one of its streams to another node.
 #[derive(Debug, Clone)]
 pub struct RelayOut {

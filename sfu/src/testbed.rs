@@ -71,6 +71,9 @@ pub struct Testbed {
     pub edges: Vec<TestEdge>,
     /// Video bitrate of the publishers created from now on (default 1 Mbit/s).
     pub video_bitrate_bps: u32,
+    /// Nodes run as several cores behind one address ([`Testbed::add_sharded_node`]): the
+    /// router that picks the core of each datagram.
+    pub routers: std::collections::HashMap<SocketAddr, crate::shards::Router>,
     seed: u64,
 }
 
@@ -96,6 +99,7 @@ impl Testbed {
             peers: Vec::new(),
             edges: Vec::new(),
             video_bitrate_bps: 1_000_000,
+            routers: Default::default(),
             seed,
         }
     }
@@ -160,6 +164,91 @@ impl Testbed {
             cpu: None,
         });
         Ok(self.nodes.len() - 1)
+    }
+
+    /// A node of `cores` cores at `addr` (as `--workers N` runs one): each a [`Node`] of
+    /// its own (indexes returned, in core order) sharing the address; a datagram reaches the
+    /// core the router names, else the one the kernel's 4-tuple hash would have picked.
+    pub fn add_sharded_node(
+        &mut self,
+        id: NodeId,
+        addr: SocketAddr,
+        cores: usize,
+    ) -> Result<Vec<usize>, CertError> {
+        // Made at placeholder ports (each core its own seed), then moved to `addr`.
+        let mut placeholders = Vec::new();
+        for k in 0..cores {
+            let at = SocketAddr::new(addr.ip(), 1 + k as u16);
+            self.add_node(id.clone(), at)?;
+            placeholders.push(at);
+        }
+        let (made, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.nodes)
+            .into_iter()
+            .partition(|n| placeholders.contains(&n.addr));
+        self.nodes = rest;
+        self.nodes.retain(|n| n.addr != addr);
+        let first = self.nodes.len();
+        for mut n in made {
+            n.addr = addr;
+            n.node.set_candidates(vec![addr]);
+            n.node.announce_routes();
+            for other in &mut self.nodes {
+                if other.addr != addr {
+                    other.node.set_peer(n.node.id().clone(), addr);
+                }
+            }
+            self.nodes.push(n);
+        }
+        self.routers.insert(addr, crate::shards::Router::new(cores));
+        Ok((first..self.nodes.len()).collect())
+    }
+
+    /// The core of the node at `addr` that owns `stream` (the node itself when not sharded).
+    pub fn core(&mut self, addr: SocketAddr, stream: &StreamId) -> &mut Node {
+        let k = self
+            .routers
+            .get(&addr)
+            .map_or(0, |r| crate::shards::shard_of(stream, r.shards()));
+        match self.nodes.iter_mut().filter(|n| n.addr == addr).nth(k) {
+            Some(n) => &mut n.node,
+            None => panic!("no node at {addr}"),
+        }
+    }
+
+    /// The index in `nodes` of the node (core) at `to` that handles `data` from `from`.
+    fn receiver(&self, from: SocketAddr, to: SocketAddr, data: &[u8]) -> Option<usize> {
+        let first = self.nodes.iter().position(|n| n.addr == to)?;
+        let Some(router) = self.routers.get(&to) else {
+            return Some(first);
+        };
+        let n = router.shards();
+        // The kernel spreads senders over the cores' sockets by 4-tuple; what no core owns
+        // stays where it arrived.
+        let arrived = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            from.hash(&mut h);
+            (h.finish() % n as u64) as usize
+        };
+        Some(first + router.route(from, data).unwrap_or(arrived))
+    }
+
+    /// Applies what the cores at `addr` announced to their router.
+    fn publish_routes(&mut self) {
+        let mut changes = Vec::new();
+        for (addr, router) in &mut self.routers {
+            for (k, n) in self
+                .nodes
+                .iter_mut()
+                .filter(|n| n.addr == *addr)
+                .enumerate()
+            {
+                n.node.take_route_changes(&mut changes);
+                for c in changes.drain(..) {
+                    router.apply(k, c);
+                }
+            }
+        }
     }
 
     /// Gives the node at `addr` a finite CPU ([`Cpu`]).
@@ -263,7 +352,7 @@ impl Testbed {
         let now = self.now();
         let stream = StreamId::new(stream).map_err(|e| SignalError::BadSdp(e.to_string()))?;
         let offer = peer.create_offer();
-        let n = self.node(node);
+        let n = self.core(node, &stream);
         let claims = match ticket {
             Some(t) => Some(
                 n.check_ticket(now, t, &stream, kind)
@@ -299,6 +388,7 @@ impl Testbed {
                 self.net.send(now, e.addr, t.to, t.data);
             }
         }
+        self.publish_routes();
     }
 
     /// Removes the node at `addr` (a crashed process): what is sent to it is lost.
@@ -331,7 +421,8 @@ impl Testbed {
             self.clock.advance_to(next);
             let now = self.now();
             while let Some(mut d) = self.net.poll_delivery(now) {
-                if let Some(n) = self.nodes.iter_mut().find(|n| n.addr == d.to) {
+                if let Some(i) = self.receiver(d.from, d.to, &d.data) {
+                    let n = &mut self.nodes[i];
                     if let Some(cpu) = n.cpu.as_mut() {
                         cpu.queue.push_back((now, d));
                         continue;
@@ -340,6 +431,7 @@ impl Testbed {
                     while let Some(t) = n.node.poll_transmit() {
                         self.net.send(now, n.addr, t.to, t.data);
                     }
+                    self.publish_routes();
                 } else if let Some(e) = self.edges.iter_mut().find(|e| e.addr == d.to) {
                     e.edge.handle_datagram(now, d.from, &d.data);
                     while let Some(t) = e.edge.poll_transmit() {
@@ -382,6 +474,7 @@ impl Testbed {
                     n.node.handle_timeout(now);
                 }
             }
+            self.publish_routes();
             for e in &mut self.edges {
                 if e.edge.poll_timeout().is_some_and(|t| t <= now) {
                     e.edge.handle_timeout(now);

@@ -77,7 +77,11 @@ pub fn read_range(
     key: &ClusterKey,
     data: &[u8],
 ) -> Result<(TunnelHeader, std::ops::Range<usize>), RelayError> {
-    let body = key.open(data)?;
+    parse(key.open(data)?)
+}
+
+/// The header and payload range of an opened tunnel datagram.
+fn parse(body: &[u8]) -> Result<(TunnelHeader, std::ops::Range<usize>), RelayError> {
     if body.len() < 12 || body[0] != TUNNEL || body[1] != VERSION {
         return Err(RelayError::Malformed);
     }
@@ -111,6 +115,13 @@ pub fn read_range(
         },
         start..body.len(),
     ))
+}
+
+/// The header of a tunnel datagram and where its payload lies, without checking the tag (for
+/// routing to the shard that checks it).
+pub fn peek(data: &[u8]) -> Option<(TunnelHeader, std::ops::Range<usize>)> {
+    let body = data.get(..data.len().checked_sub(crate::relay::TAG_LEN)?)?;
+    parse(body).ok()
 }
 
 /// Bytes a tunnel adds around a datagram to an IPv4 client.

@@ -64,46 +64,59 @@ fn migrate(
     from: SocketAddr,
     to: SocketAddr,
 ) -> u64 {
-    let (stream, publisher) = {
-        let s = tb.node(from).session(id).unwrap();
-        (
-            s.stream.clone(),
-            matches!(s.role, ferry_sfu::session::Role::Publisher(_)),
-        )
-    };
+    let (stream, publisher) = tb
+        .nodes
+        .iter()
+        .filter(|n| n.addr == from)
+        .find_map(|n| n.node.session(id))
+        .map(|s| {
+            (
+                s.stream.clone(),
+                matches!(s.role, ferry_sfu::session::Role::Publisher(_)),
+            )
+        })
+        .unwrap();
     let target = id_of(tb, to);
     let now = tb.now();
-    tb.node(to)
+    tb.core(to, &stream)
         .migration_prewarm(now, id, &stream, publisher)
         .unwrap();
-    let snap = tb.node(from).migration_export(now, id).unwrap();
+    let snap = tb.core(from, &stream).migration_export(now, id).unwrap();
     let snap = wire(&snap);
     tb.run_for(timing.pause());
     let now = tb.now();
-    tb.node(to).migration_import(now, snap).unwrap();
+    tb.core(to, &stream).migration_import(now, snap).unwrap();
     for _ in 0..timing.rounds() {
         tb.run_for(timing.pause());
         let now = tb.now();
-        let wal = tb.node(from).migration_take_wal(id).unwrap();
-        tb.node(to).migration_apply_wal(now, id, &wal).unwrap();
+        let wal = tb.core(from, &stream).migration_take_wal(id).unwrap();
+        tb.core(to, &stream)
+            .migration_apply_wal(now, id, &wal)
+            .unwrap();
     }
     let now = tb.now();
-    let (fin, wal) = tb.node(from).migration_freeze(now, id).unwrap();
+    let (fin, wal) = tb.core(from, &stream).migration_freeze(now, id).unwrap();
     let fin = wire(&fin);
     // The final state travels while the client's datagrams are held.
     tb.run_for(timing.pause());
     let now = tb.now();
-    tb.node(to).migration_apply_wal(now, id, &wal).unwrap();
-    tb.node(to)
+    tb.core(to, &stream)
+        .migration_apply_wal(now, id, &wal)
+        .unwrap();
+    tb.core(to, &stream)
         .migration_install_final(now, fin.clone())
         .unwrap();
     tb.run_for(timing.pause());
     let epoch = fin.epoch + 1;
     let now = tb.now();
-    tb.node(from).migration_release(now, id, &target).unwrap();
+    tb.core(from, &stream)
+        .migration_release(now, id, &target)
+        .unwrap();
     tb.run_for(timing.pause());
     let now = tb.now();
-    tb.node(to).migration_activate(now, id, epoch).unwrap();
+    tb.core(to, &stream)
+        .migration_activate(now, id, epoch)
+        .unwrap();
     epoch
 }
 
@@ -172,26 +185,38 @@ struct World {
 /// Node A with the publisher and viewer `local`, node B with viewer
 /// `remote` fed by the relay; behind an edge or reached directly.
 fn world(seed: u64, loss: f64, codec: Codec, edge: bool) -> World {
+    world_on(seed, loss, codec, edge, 1, "cam")
+}
+
+/// [`world`] on nodes of `cores` cores each (`--workers`), the stream named `name`.
+fn world_on(seed: u64, loss: f64, codec: Codec, edge: bool, cores: usize, name: &str) -> World {
     let (a, b) = (addr(A), addr(B));
     let mut tb = Testbed::new(seed, link(loss));
     if edge {
         tb.add_edge(addr(EDGE));
-        tb.add_node_behind_edge(NodeId::new("node-a").unwrap(), a, addr(EDGE))
-            .unwrap();
-        tb.add_node_behind_edge(NodeId::new("node-b").unwrap(), b, addr(EDGE))
-            .unwrap();
-    } else {
-        tb.add_node(NodeId::new("node-a").unwrap(), a).unwrap();
-        tb.add_node(NodeId::new("node-b").unwrap(), b).unwrap();
     }
-    let (publisher, publisher_id) = tb.publish(a, "cam", codec, addr("10.0.0.1:4000")).unwrap();
+    for (id, at) in [("node-a", a), ("node-b", b)] {
+        let id = NodeId::new(id).unwrap();
+        let made = if cores > 1 {
+            tb.add_sharded_node(id, at, cores).unwrap()
+        } else {
+            vec![tb.add_node(id, at).unwrap()]
+        };
+        if edge {
+            for i in made {
+                tb.nodes[i].node.set_candidates(vec![addr(EDGE)]);
+                tb.nodes[i].node.set_edge(Some(addr(EDGE)), Some(at));
+            }
+        }
+    }
+    let (publisher, publisher_id) = tb.publish(a, name, codec, addr("10.0.0.1:4000")).unwrap();
     tb.run_for(Duration::from_secs(1));
     let now = tb.now();
-    let stream = StreamId::new("cam").unwrap();
-    tb.node(b).subscribe_relay(now, &stream, a);
+    let stream = StreamId::new(name).unwrap();
+    tb.core(b, &stream).subscribe_relay(now, &stream, a);
     tb.run_for(Duration::from_millis(300));
-    let (local, local_id) = tb.view(a, "cam", addr("10.0.0.2:4000")).unwrap();
-    let (remote, _) = tb.view(b, "cam", addr("10.0.0.3:4000")).unwrap();
+    let (local, local_id) = tb.view(a, name, addr("10.0.0.2:4000")).unwrap();
+    let (remote, _) = tb.view(b, name, addr("10.0.0.3:4000")).unwrap();
     tb.run_for(Duration::from_secs(2));
     World {
         tb,
@@ -218,56 +243,103 @@ fn publisher_and_viewer_move_and_back_without_a_gap() {
         (15, Codec::Vp8, true),
     ] {
         eprintln!("seed {seed} {codec:?} edge={edge}");
-        let mut w = world(seed, 0.02, codec, edge);
-        let mut timing = Timing(rand_chacha::ChaCha8Rng::seed_from_u64(seed));
-        let (a, b) = (w.a, w.b);
-        let before: Vec<u64> = [w.local, w.remote]
-            .iter()
-            .map(|&v| video(&w.tb, v).packets)
-            .collect();
-        let e1 = migrate(&mut w.tb, &mut timing, &w.publisher_id, a, b);
-        w.tb.run_for(Duration::from_millis(1500));
-        let e2 = migrate(&mut w.tb, &mut timing, &w.local_id, a, b);
-        w.tb.run_for(Duration::from_millis(1500));
-        let e3 = migrate(&mut w.tb, &mut timing, &w.publisher_id, b, a);
-        w.tb.run_for(Duration::from_millis(1500));
-        let e4 = migrate(&mut w.tb, &mut timing, &w.local_id, b, a);
-        assert_eq!(
-            (e1, e2, e3, e4),
-            (2, 2, 3, 3),
-            "each cutover raises the epoch"
-        );
-        w.tb.run_for(Duration::from_secs(2));
-        w.tb.peers[w.publisher].pause_media();
-        w.tb.run_for(Duration::from_secs(2));
-        check_invariants(&w.tb, w.publisher, &[w.local, w.remote], before[0] + 400);
-        for v in [w.local, w.remote] {
-            let gap = video(&w.tb, v).max_arrival_gap;
-            assert!(
-                gap < Duration::from_millis(250),
-                "viewer {v}: largest gap {gap:?}"
-            );
-        }
-        let (ma, mb) = (
-            w.tb.node(a).metrics().clone(),
-            w.tb.node(b).metrics().clone(),
-        );
-        assert_eq!(ma.migrations_out + mb.migrations_out, 4);
-        assert_eq!(ma.migrations_in + mb.migrations_in, 4);
-        assert_eq!(
-            w.tb.node(a).sessions().len(),
-            2,
-            "publisher and local viewer back on A"
-        );
-        assert_eq!(w.tb.node(b).sessions().len(), 1, "remote viewer on B");
-        if edge {
-            let em = w.tb.edges[0].edge.metrics().clone();
-            eprintln!("  edge: {em:?}");
-            assert!(em.flips >= 4, "every cutover flipped the route");
-        } else {
-            assert!(ma.forwarded_to_client + mb.forwarded_to_client > 0);
-        }
+        move_and_back(world(seed, 0.02, codec, edge), seed, edge);
     }
+}
+
+/// The same between nodes of two cores each (`--workers 2`): the stream lives on core 1 of
+/// both; every datagram — the clients', the edge's tunnels, the relay, the forwarding
+/// pointers' — reaches it through the router, wherever the kernel's hash delivered it.
+#[test]
+fn sessions_move_and_back_between_nodes_of_two_cores() {
+    let lobby = StreamId::new("lobby").unwrap();
+    assert_eq!(ferry_sfu::shards::shard_of(&lobby, 2), 1);
+    for (seed, codec, edge) in [(31, Codec::Vp8, true), (32, Codec::H264, false)] {
+        eprintln!("seed {seed} {codec:?} edge={edge} (2 cores)");
+        let w = world_on(seed, 0.02, codec, edge, 2, "lobby");
+        let tb = move_and_back(w, seed, edge);
+        let on_core = |at: SocketAddr, k: usize| {
+            tb.nodes
+                .iter()
+                .filter(|n| n.addr == at)
+                .nth(k)
+                .unwrap()
+                .node
+                .sessions()
+                .len()
+        };
+        assert_eq!((on_core(addr(A), 0), on_core(addr(A), 1)), (0, 2));
+        assert_eq!((on_core(addr(B), 0), on_core(addr(B), 1)), (0, 1));
+    }
+}
+
+/// Counters of the node at `at`, its cores summed.
+fn metrics(tb: &Testbed, at: SocketAddr) -> ferry_sfu::metrics::NodeMetrics {
+    let mut m = ferry_sfu::metrics::NodeMetrics::default();
+    for n in tb.nodes.iter().filter(|n| n.addr == at) {
+        m.add(n.node.metrics());
+    }
+    m
+}
+
+/// Sessions on the node at `at`, all cores.
+fn sessions(tb: &Testbed, at: SocketAddr) -> usize {
+    tb.nodes
+        .iter()
+        .filter(|n| n.addr == at)
+        .map(|n| n.node.sessions().len())
+        .sum()
+}
+
+/// The acceptance scenario: the publisher a→b, then viewer `local` a→b, then both back, at
+/// seeded random moments; checks the invariants and gives the world back.
+fn move_and_back(mut w: World, seed: u64, edge: bool) -> Testbed {
+    let mut timing = Timing(rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+    let (a, b) = (w.a, w.b);
+    let before: Vec<u64> = [w.local, w.remote]
+        .iter()
+        .map(|&v| video(&w.tb, v).packets)
+        .collect();
+    let e1 = migrate(&mut w.tb, &mut timing, &w.publisher_id, a, b);
+    w.tb.run_for(Duration::from_millis(1500));
+    let e2 = migrate(&mut w.tb, &mut timing, &w.local_id, a, b);
+    w.tb.run_for(Duration::from_millis(1500));
+    let e3 = migrate(&mut w.tb, &mut timing, &w.publisher_id, b, a);
+    w.tb.run_for(Duration::from_millis(1500));
+    let e4 = migrate(&mut w.tb, &mut timing, &w.local_id, b, a);
+    assert_eq!(
+        (e1, e2, e3, e4),
+        (2, 2, 3, 3),
+        "each cutover raises the epoch"
+    );
+    w.tb.run_for(Duration::from_secs(2));
+    w.tb.peers[w.publisher].pause_media();
+    w.tb.run_for(Duration::from_secs(2));
+    check_invariants(&w.tb, w.publisher, &[w.local, w.remote], before[0] + 400);
+    for v in [w.local, w.remote] {
+        let gap = video(&w.tb, v).max_arrival_gap;
+        assert!(
+            gap < Duration::from_millis(250),
+            "viewer {v}: largest gap {gap:?}"
+        );
+    }
+    let (ma, mb) = (metrics(&w.tb, a), metrics(&w.tb, b));
+    assert_eq!(ma.migrations_out + mb.migrations_out, 4);
+    assert_eq!(ma.migrations_in + mb.migrations_in, 4);
+    assert_eq!(
+        sessions(&w.tb, a),
+        2,
+        "publisher and local viewer back on A"
+    );
+    assert_eq!(sessions(&w.tb, b), 1, "remote viewer on B");
+    if edge {
+        let em = w.tb.edges[0].edge.metrics().clone();
+        eprintln!("  edge: {em:?}");
+        assert!(em.flips >= 4, "every cutover flipped the route");
+    } else {
+        assert!(ma.forwarded_to_client + mb.forwarded_to_client > 0);
+    }
+    w.tb
 }
 
 /// The target dies before commit: the source resumes at a higher epoch from

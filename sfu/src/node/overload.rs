@@ -158,6 +158,20 @@ fn unit_hash(a: u64, b: u64) -> f64 {
     unit(hash(a, b))
 }
 
+/// `/metrics` gauges of an overload controller: its last measured delay and shed ratio.
+pub fn prometheus(lag: Duration, ratio: f64) -> String {
+    format!(
+        "# HELP ferry_node_ingress_lag_seconds Largest time a datagram waited in the media socket's receive buffer over the last window.\n\
+         # TYPE ferry_node_ingress_lag_seconds gauge\n\
+         ferry_node_ingress_lag_seconds {}\n\
+         # HELP ferry_node_shed_ratio Share of video viewers that skip the current group of pictures because the node is overloaded.\n\
+         # TYPE ferry_node_shed_ratio gauge\n\
+         ferry_node_shed_ratio {}\n",
+        lag.as_secs_f64(),
+        ratio
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,530 @@
+//! The node's cores and their workers (`--workers N`, [`crate::shards`] has the design).
+//!
+//! Each core is a [`Node`] behind a mutex, driven by one worker task that owns a socket of
+//! the node's address (`SO_REUSEPORT` when there are several): read a batch → for each
+//! datagram the [`Router`] names the core that owns it → handle it here or hand it to that
+//! core's worker → send what the core produced. The control task (HTTP commands, the
+//! migrator) drives a core through [`Cores::drive`] and wakes its worker.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use ferry_proto::state::{SessionSnapshot, WalRecord};
+use ferry_proto::{NodeId, RecordingId, SessionId, StreamId};
+use tokio::net::UdpSocket;
+use tokio::sync::{Notify, mpsc};
+
+use crate::cluster::SessionEvents;
+use crate::node::{MigrateError, Node};
+use crate::recording_writer::Writers;
+use crate::shards::Router;
+
+/// `recvmmsg` batches read per wake-up before the loop looks at its other inputs.
+const RECV_ROUNDS: usize = 4;
+
+/// Datagrams waiting for a core from other workers; beyond, they are dropped (counted).
+const INBOX: usize = 4096;
+
+/// A datagram a worker received for another core.
+#[derive(Debug)]
+pub(super) struct Handed {
+    data: Vec<u8>,
+    from: SocketAddr,
+    /// How long it had waited in the receiving socket.
+    waited: Duration,
+}
+
+#[derive(Debug)]
+struct Core {
+    node: Mutex<Node>,
+    /// Wakes the worker after the control task drove its core.
+    wake: Notify,
+    inbox: mpsc::Sender<Handed>,
+}
+
+/// Every core of one node.
+pub(super) struct Cores {
+    cores: Vec<Core>,
+    router: RwLock<Router>,
+    pub(super) writers: Mutex<Writers>,
+    pub(super) events: SessionEvents,
+    id: NodeId,
+    max_sessions: usize,
+}
+
+/// A core's worker: its inbox and its socket.
+pub(super) struct Worker {
+    index: usize,
+    inbox: mpsc::Receiver<Handed>,
+    socket: Arc<UdpSocket>,
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while a core was held leaves its state as it was; carry on with it.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Cores {
+    /// Cores from `nodes` (one per worker; each already configured), each worker reading one of
+    /// `sockets` (as many as nodes).
+    pub(super) fn new(
+        nodes: Vec<Node>,
+        sockets: Vec<UdpSocket>,
+        events: SessionEvents,
+        id: NodeId,
+        max_sessions: usize,
+    ) -> (Arc<Cores>, Vec<Worker>) {
+        let n = nodes.len();
+        let mut cores = Vec::with_capacity(n);
+        let mut workers = Vec::with_capacity(n);
+        for (index, (mut node, socket)) in nodes.into_iter().zip(sockets).enumerate() {
+            if n > 1 {
+                node.announce_routes();
+            }
+            let (tx, rx) = mpsc::channel(INBOX);
+            cores.push(Core {
+                node: Mutex::new(node),
+                wake: Notify::new(),
+                inbox: tx,
+            });
+            workers.push(Worker {
+                index,
+                inbox: rx,
+                socket: Arc::new(socket),
+            });
+        }
+        let cores = Arc::new(Cores {
+            cores,
+            router: RwLock::new(Router::new(n)),
+            writers: Mutex::default(),
+            events,
+            id,
+            max_sessions,
+        });
+        // Keys held before announcing started (none for a fresh node) reach the router now.
+        for i in 0..n {
+            cores.drive(i, |_| ());
+        }
+        (cores, workers)
+    }
+
+    /// Number of cores.
+    pub(super) fn len(&self) -> usize {
+        self.cores.len()
+    }
+
+    /// The node's id.
+    pub(super) fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    /// Sessions the node takes in all (its cores share it).
+    pub(super) fn max_sessions(&self) -> usize {
+        self.max_sessions
+    }
+
+    /// Core `i`, locked, for reading (a change that makes it send must go through
+    /// [`Cores::drive`], which wakes its worker).
+    pub(super) fn lock(&self, i: usize) -> MutexGuard<'_, Node> {
+        relock(&self.cores[i].node)
+    }
+
+    /// Runs `f` on core `i`, publishes what it now owns and wakes its worker.
+    pub(super) fn drive<T>(&self, i: usize, f: impl FnOnce(&mut Node) -> T) -> T {
+        let t = {
+            let mut node = self.lock(i);
+            let t = f(&mut node);
+            self.publish_routes(i, &mut node);
+            t
+        };
+        self.cores[i].wake.notify_one();
+        t
+    }
+
+    fn publish_routes(&self, i: usize, node: &mut Node) {
+        if self.cores.len() == 1 {
+            return;
+        }
+        let mut changes = Vec::new();
+        node.take_route_changes(&mut changes);
+        if !changes.is_empty() {
+            let mut router = self.router.write().unwrap_or_else(|e| e.into_inner());
+            for c in changes {
+                router.apply(i, c);
+            }
+        }
+    }
+
+    /// The core of `stream`.
+    pub(super) fn of_stream(&self, stream: &StreamId) -> usize {
+        crate::shards::shard_of(stream, self.cores.len())
+    }
+
+    /// The core that has `session`.
+    pub(super) fn of_session(&self, session: &SessionId) -> Option<usize> {
+        (0..self.cores.len()).find(|&i| self.lock(i).session(session).is_some())
+    }
+
+    /// The core that has recording `id`.
+    pub(super) fn of_recording(&self, id: &RecordingId) -> Option<usize> {
+        (0..self.cores.len()).find(|&i| self.lock(i).recording(id).is_some())
+    }
+
+    /// Sessions on all cores.
+    pub(super) fn session_count(&self) -> usize {
+        (0..self.cores.len())
+            .map(|i| self.lock(i).session_count())
+            .sum()
+    }
+
+    /// Runs `f` on every core (in order) and wakes every worker.
+    pub(super) fn drive_all(&self, mut f: impl FnMut(&mut Node)) {
+        for i in 0..self.cores.len() {
+            self.drive(i, &mut f);
+        }
+    }
+
+    /// `(sessions, routed keys)` per core, for `/metrics`.
+    pub(super) fn prometheus(&self) -> String {
+        let n = self.cores.len();
+        let mut s = format!(
+            "# HELP ferry_node_workers Cores (worker threads) forwarding media.\n\
+             # TYPE ferry_node_workers gauge\nferry_node_workers {n}\n\
+             # HELP ferry_node_worker_sessions Sessions on each core.\n\
+             # TYPE ferry_node_worker_sessions gauge\n"
+        );
+        for i in 0..n {
+            let k = self.lock(i).session_count();
+            s.push_str(&format!(
+                "ferry_node_worker_sessions{{worker=\"{i}\"}} {k}\n"
+            ));
+        }
+        let (ufrags, addrs) = self.router.read().unwrap_or_else(|e| e.into_inner()).len();
+        s.push_str(&format!(
+            "# HELP ferry_node_routed_keys ICE ufrags and client addresses the workers route by.\n\
+             # TYPE ferry_node_routed_keys gauge\n\
+             ferry_node_routed_keys{{key=\"ufrag\"}} {ufrags}\n\
+             ferry_node_routed_keys{{key=\"addr\"}} {addrs}\n"
+        ));
+        s
+    }
+
+    /// Sessions on all cores.
+    pub(super) fn sessions(&self) -> Vec<crate::signal::SessionInfo> {
+        (0..self.cores.len())
+            .flat_map(|i| self.lock(i).sessions())
+            .collect()
+    }
+
+    /// Counters of all cores, summed.
+    pub(super) fn metrics(&self) -> crate::metrics::NodeMetrics {
+        let mut m = crate::metrics::NodeMetrics::default();
+        for i in 0..self.cores.len() {
+            m.add(self.lock(i).metrics());
+        }
+        m
+    }
+
+    /// The overload gauges: the worst core's.
+    pub(super) fn overload_prometheus(&self) -> String {
+        let (mut lag, mut ratio) = (Duration::ZERO, 0f64);
+        for i in 0..self.cores.len() {
+            let node = self.lock(i);
+            lag = lag.max(node.overload().lag());
+            ratio = ratio.max(node.overload().ratio());
+        }
+        crate::node::overload::prometheus(lag, ratio)
+    }
+
+    /// Recordings running on all cores.
+    pub(super) fn active_recordings(&self) -> usize {
+        (0..self.cores.len())
+            .map(|i| self.lock(i).active_recordings())
+            .sum()
+    }
+
+    /// Recordings on all cores.
+    pub(super) fn recordings(&self) -> Vec<crate::node::RecordingInfo> {
+        (0..self.cores.len())
+            .flat_map(|i| self.lock(i).recordings())
+            .collect()
+    }
+}
+
+/// The migrator's view of a node with several cores: each call goes to the core that has
+/// the session (or, for a session not here yet, the core of its stream).
+pub(super) struct CoresHost<'a>(pub(super) &'a Cores);
+
+impl CoresHost<'_> {
+    fn with_session<T>(
+        &mut self,
+        session: &SessionId,
+        f: impl FnOnce(&mut Node) -> Result<T, MigrateError>,
+    ) -> Result<T, MigrateError> {
+        match self.0.of_session(session) {
+            Some(i) => self.0.drive(i, f),
+            None => Err(MigrateError::UnknownSession(session.clone())),
+        }
+    }
+
+    fn of_snapshot(&self, s: &SessionSnapshot) -> usize {
+        StreamId::new(s.stream.clone()).map_or(0, |st| self.0.of_stream(&st))
+    }
+}
+
+impl ferry_migrator::SessionHost for CoresHost<'_> {
+    type Error = MigrateError;
+
+    fn prewarm(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        stream: &StreamId,
+        publisher: bool,
+    ) -> Result<(), MigrateError> {
+        if self.0.of_session(session).is_none() && self.0.session_count() >= self.0.max_sessions {
+            return Err(MigrateError::Full);
+        }
+        let i = self.0.of_stream(stream);
+        self.0
+            .drive(i, |n| n.prewarm(now, session, stream, publisher))
+    }
+
+    fn export_snapshot(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+    ) -> Result<SessionSnapshot, MigrateError> {
+        self.with_session(session, |n| n.export_snapshot(now, session))
+    }
+
+    fn take_wal(&mut self, session: &SessionId) -> Result<Vec<WalRecord>, MigrateError> {
+        self.with_session(session, |n| n.take_wal(session))
+    }
+
+    fn freeze(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+    ) -> Result<(SessionSnapshot, Vec<WalRecord>), MigrateError> {
+        self.with_session(session, |n| n.freeze(now, session))
+    }
+
+    fn resume(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        epoch: u64,
+    ) -> Result<(), MigrateError> {
+        self.with_session(session, |n| n.resume(now, session, epoch))
+    }
+
+    fn release(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        target: &NodeId,
+    ) -> Result<(), MigrateError> {
+        self.with_session(session, |n| n.release(now, session, target))
+    }
+
+    fn import_snapshot(
+        &mut self,
+        now: Instant,
+        snapshot: SessionSnapshot,
+    ) -> Result<(), MigrateError> {
+        let i = self.of_snapshot(&snapshot);
+        self.0.drive(i, |n| n.import_snapshot(now, snapshot))
+    }
+
+    fn apply_wal(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        records: &[WalRecord],
+    ) -> Result<(), MigrateError> {
+        self.with_session(session, |n| n.apply_wal(now, session, records))
+    }
+
+    fn install_final(
+        &mut self,
+        now: Instant,
+        final_state: SessionSnapshot,
+    ) -> Result<(), MigrateError> {
+        let id = SessionId::new(final_state.session_id.clone())
+            .map_err(|_| MigrateError::BadSnapshot("session id".into()))?;
+        self.with_session(&id, |n| n.install_final(now, final_state))
+    }
+
+    fn activate(
+        &mut self,
+        now: Instant,
+        session: &SessionId,
+        epoch: u64,
+    ) -> Result<(), MigrateError> {
+        self.with_session(session, |n| n.activate(now, session, epoch))
+    }
+
+    fn discard(&mut self, now: Instant, session: &SessionId) {
+        if let Some(i) = self.0.of_session(session) {
+            self.0.drive(i, |n| n.discard(now, session));
+        }
+    }
+
+    fn cancel_export(&mut self, now: Instant, session: &SessionId) {
+        if let Some(i) = self.0.of_session(session) {
+            self.0.drive(i, |n| n.cancel_export(now, session));
+        }
+    }
+}
+
+/// Runs core `w.index`'s worker until the node stops.
+pub(super) async fn run_worker(cores: Arc<Cores>, mut w: Worker) {
+    let i = w.index;
+    let mut batch = crate::udp::RecvBatch::default();
+    let mut out = Vec::with_capacity(crate::udp::BATCH);
+    let socket = w.socket.clone();
+    loop {
+        let deadline = {
+            let mut node = cores.lock(i);
+            housekeeping(&cores, i, &mut node);
+            node.poll_timeout()
+        };
+        flush(&cores, i, &socket, &mut out).await;
+        let sleep = crate::udp::sleep_until(deadline);
+        tokio::select! {
+            r = socket.readable() => {
+                if r.is_err() {
+                    continue;
+                }
+                for _ in 0..RECV_ROUNDS {
+                    let Ok(k) = crate::udp::try_recv_batch(&socket, &mut batch) else {
+                        break;
+                    };
+                    let now = Instant::now();
+                    let wall = std::time::SystemTime::now();
+                    for j in 0..k {
+                        let waited = batch.waited(j, wall);
+                        let (data, from) = batch.get_mut(j);
+                        let owner = if cores.len() == 1 {
+                            None
+                        } else {
+                            cores.router.read().unwrap_or_else(|e| e.into_inner()).route(from, data)
+                        };
+                        match owner {
+                            Some(o) if o != i => hand(&cores, i, o, data, from, waited),
+                            _ => {
+                                handle(&cores, i, now, from, data, waited);
+                                // Send what each datagram produced before handling the next:
+                                // a fan-out's buffers go back to the pool at once, so it stays
+                                // about one fan-out deep.
+                                flush(&cores, i, &socket, &mut out).await;
+                            }
+                        }
+                    }
+                    if k < crate::udp::BATCH {
+                        break;
+                    }
+                }
+            }
+            h = w.inbox.recv() => {
+                let Some(mut h) = h else { break };
+                loop {
+                    handle(&cores, i, Instant::now(), h.from, &mut h.data, h.waited);
+                    flush(&cores, i, &socket, &mut out).await;
+                    match w.inbox.try_recv() {
+                        Ok(next) => h = next,
+                        Err(_) => break,
+                    }
+                }
+            }
+            () = cores.cores[i].wake.notified() => {}
+            () = sleep => {
+                let mut node = cores.lock(i);
+                node.handle_timeout(Instant::now());
+                cores.publish_routes(i, &mut node);
+            }
+        }
+    }
+}
+
+fn handle(
+    cores: &Cores,
+    i: usize,
+    now: Instant,
+    from: SocketAddr,
+    data: &mut [u8],
+    waited: Duration,
+) {
+    let mut node = cores.lock(i);
+    // How long it waited in the socket: the overload controller's input.
+    node.note_ingress_lag(now, waited);
+    node.handle_datagram(now, from, data);
+    cores.publish_routes(i, &mut node);
+}
+
+/// Gives a datagram to the worker of core `owner`.
+fn hand(cores: &Cores, i: usize, owner: usize, data: &[u8], from: SocketAddr, waited: Duration) {
+    let h = Handed {
+        data: data.to_vec(),
+        from,
+        waited,
+    };
+    let sent = cores.cores[owner].inbox.try_send(h).is_ok();
+    let mut node = cores.lock(i);
+    let m = node.metrics_mut();
+    if sent {
+        m.handed_off += 1;
+    } else {
+        m.handoff_dropped += 1;
+    }
+}
+
+/// What a core produced besides datagrams: recording objects to their writers, session
+/// events to their streams, ownership to the router.
+fn housekeeping(cores: &Cores, i: usize, node: &mut Node) {
+    while let Some(o) = node.poll_recording() {
+        relock(&cores.writers).handle(o);
+    }
+    while let Some(event) = node.poll_event() {
+        match event {
+            crate::session::Event::Connected(id) => {
+                tracing::info!(session = %id, worker = i, "session connected")
+            }
+            crate::session::Event::Closed(id, reason) => {
+                tracing::info!(session = %id, ?reason, "session closed");
+                // Its client learns that the session ended (not when a new transport of
+                // its own replaced it).
+                if reason != crate::session::CloseReason::Replaced {
+                    let data = serde_json::json!({ "reason": reason.as_str() }).to_string();
+                    cores.events.send(&id, ("end", data));
+                }
+            }
+        }
+    }
+    cores.publish_routes(i, node);
+}
+
+/// Sends what core `i` has to send, [`crate::udp::BATCH`] datagrams per system call.
+async fn flush(
+    cores: &Cores,
+    i: usize,
+    socket: &UdpSocket,
+    out: &mut Vec<crate::session::Transmit>,
+) {
+    while let Some(failed) = crate::udp::send_next_batch(
+        socket,
+        out,
+        || cores.lock(i).poll_transmit(),
+        |t| (&t.data[..], t.to),
+    )
+    .await
+    {
+        let mut node = cores.lock(i);
+        node.metrics_mut().send_errors += failed as u64;
+        for t in out.drain(..) {
+            node.recycle(t.data);
+        }
+    }
+}
