@@ -56,7 +56,9 @@ pub struct ClusterConfig {
     pub liveness: Liveness,
     /// Hot streams: once a stream's origin (its publisher's node) serves this many of its
     /// viewers, further viewers go to other nodes by bounded-load consistent hashing keyed by
-    /// the stream (fed by the cascade relay from the origin). 0: every viewer on the origin.
+    /// the stream (fed by the cascade relay from the origin). 0: no per-stream share — the
+    /// origin takes viewers until it is full (its reported session capacity), then they
+    /// spill the same way.
     #[serde(default)]
     pub hot_stream_viewers: u64,
 }
@@ -836,7 +838,7 @@ impl Cluster {
     /// Where a new viewer of hot `stream` goes instead of its `origin`: the stream's node by
     /// bounded-load consistent hashing (keyed by the stream, so its spilled viewers gather on
     /// few nodes and few relay links), not the origin; `None` while the origin serves fewer
-    /// than [`ClusterConfig::hot_stream_viewers`] of them (or none is set).
+    /// than [`ClusterConfig::hot_stream_viewers`] of them (or none is set) and has room.
     fn hot_spill(&self, stream: &StreamId, origin: &NodeId) -> Option<NodeId> {
         let limit = self.config.hot_stream_viewers;
         let reported = self
@@ -849,10 +851,32 @@ impl Cluster {
             .get(&(stream.clone(), origin.clone()))
             .copied()
             .unwrap_or(0);
-        if limit == 0 || reported + placed < limit {
+        let share_used = limit > 0 && reported + placed >= limit;
+        if !share_used && !self.full(origin) {
             return None;
         }
         self.stream_nodes(stream).into_iter().find(|n| n != origin)
+    }
+
+    /// Whether `node` holds as many sessions as its reported capacity (counting the viewers
+    /// placed there since its last heartbeat); a node that reports none is never full.
+    fn full(&self, node: &NodeId) -> bool {
+        let Some(capacity) = self
+            .nodes
+            .get(node)
+            .map(|n| n.heartbeat.session_capacity)
+            .filter(|&c| c > 0)
+        else {
+            return false;
+        };
+        let sessions = self.sessions.values().filter(|s| s.node == *node).count() as u64;
+        let placed: u64 = self
+            .placed_views
+            .iter()
+            .filter(|((_, n), _)| n == node)
+            .map(|(_, k)| *k)
+            .sum();
+        sessions + placed >= capacity
     }
 
     /// `GET /v1/streams`: each stream with a publisher or viewers — its origin, viewers per
@@ -889,7 +913,7 @@ impl Cluster {
                         .into_iter()
                         .map(|(n, c)| (n.to_string(), c))
                         .collect(),
-                    hot: limit > 0 && (spilled || on_origin >= limit),
+                    hot: spilled || (limit > 0 && on_origin >= limit),
                 }
             })
             .collect()
@@ -1405,6 +1429,60 @@ mod tests {
         );
         assert_eq!(view_of(&mut c), ids[0]);
         assert_ne!(view_of(&mut c), ids[0]);
+    }
+
+    #[test]
+    fn without_a_share_viewers_spill_once_the_origin_is_full() {
+        let t0 = Instant::now();
+        let ids: Vec<NodeId> = ["a", "b", "c"]
+            .iter()
+            .map(|n| NodeId::new(*n).unwrap())
+            .collect();
+        let mut c = Cluster::new(ClusterConfig::default(), t0).unwrap();
+        let names: Vec<String> = (0..7).map(|i| format!("v{i}")).collect();
+        let mut on_a = vec![("pub", SessionKind::Publish)];
+        on_a.extend(names.iter().map(|n| (n.as_str(), SessionKind::View)));
+        // The origin holds 8 sessions of the 10 it reports it can take.
+        let hb = Heartbeat {
+            http: "http://a.test".into(),
+            media: "127.0.0.1:1".into(),
+            session_capacity: 10,
+            sessions: on_a
+                .iter()
+                .map(|(s, kind)| ferry_proto::api::SessionReport {
+                    id: SessionId::new(*s).unwrap(),
+                    stream: StreamId::new("live").unwrap(),
+                    kind: *kind,
+                    state: "connected".into(),
+                })
+                .collect(),
+            ..Heartbeat::default()
+        };
+        c.heartbeat(t0, &ids[0], hb).unwrap();
+        beat_with(&mut c, t0, &ids[1], &[]);
+        beat_with(&mut c, t0, &ids[2], &[]);
+        for id in &ids {
+            c.set_weight(id, Some(1.0)).unwrap();
+        }
+        assert!(c.streams().iter().all(|s| !s.hot));
+        // Two more fit (a burst: counted before any heartbeat reports them).
+        assert_eq!(view_of(&mut c), ids[0]);
+        assert_eq!(view_of(&mut c), ids[0]);
+        // Then the stream plays on another node, every further viewer on the same one.
+        let spill = view_of(&mut c);
+        assert_ne!(spill, ids[0]);
+        for _ in 0..5 {
+            assert_eq!(view_of(&mut c), spill);
+        }
+        // Once its node reports them, the stream is hot.
+        let names: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
+        let spilled: Vec<(&str, SessionKind)> = names
+            .iter()
+            .map(|n| (n.as_str(), SessionKind::View))
+            .collect();
+        beat_with(&mut c, t0, &spill, &spilled);
+        let s = c.streams();
+        assert!(s[0].hot, "{s:?}");
     }
 
     #[test]
