@@ -213,6 +213,10 @@ pub struct Heartbeat {
     #[serde(default, deserialize_with = "lenient::u64")]
     #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
     pub session_capacity: u64,
+    /// Cores forwarding media (`--workers`; 0 = not reported).
+    #[serde(default, deserialize_with = "lenient::u64")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
+    pub workers: u64,
     /// Its sessions now.
     #[serde(default)]
     pub sessions: Vec<SessionReport>,
@@ -265,6 +269,8 @@ pub struct NodeView {
     pub sessions: u64,
     /// Session capacity.
     pub session_capacity: u64,
+    /// Cores forwarding media (0 = not reported).
+    pub workers: u64,
     /// GPU figures.
     pub gpu: Option<GpuFigures>,
     /// Milliseconds since its last heartbeat.

@@ -721,6 +721,7 @@ impl Cluster {
             loss: hb.loss,
             sessions: self.sessions.values().filter(|s| s.node == *id).count() as u64,
             session_capacity: hb.session_capacity,
+            workers: hb.workers,
             gpu: hb.gpu,
             last_heartbeat_ms: n.last_seen.map_or(u64::MAX, |t| {
                 now.saturating_duration_since(t).as_millis() as u64

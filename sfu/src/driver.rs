@@ -1132,7 +1132,8 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
             format!("{scheme}://{http}"),
             candidates_media(&opts.cluster, candidate),
             opts.max_sessions as u64,
-        );
+        )
+        .with_workers(workers);
         if let (Some(c), Some(m)) = (&opts.cluster, migration) {
             hb = hb.with_cluster(candidate.to_string(), m.to_string());
             tokio::spawn(refresh_directory(

@@ -23,6 +23,7 @@ pub struct Reporter {
     cluster: String,
     migration: String,
     capacity: u64,
+    workers: u64,
     last: Option<(Instant, f64, NodeMetrics)>,
     notices: TurnDrainNotices,
 }
@@ -110,9 +111,16 @@ impl Reporter {
             cluster: String::new(),
             migration: String::new(),
             capacity,
+            workers: 1,
             last: None,
             notices: TurnDrainNotices::default(),
         }
+    }
+
+    /// Reports `workers` cores forwarding media.
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = workers as u64;
+        self
     }
 
     /// Also reports the node's cluster (relay/tunnel) and migration addresses.
@@ -167,6 +175,7 @@ impl Reporter {
             bandwidth_capacity_bps: self.link.bandwidth_capacity_bps,
             loss,
             session_capacity: self.capacity,
+            workers: self.workers,
             sessions: sessions
                 .iter()
                 .map(|s| SessionReport {

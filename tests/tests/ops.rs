@@ -70,6 +70,15 @@ async fn status_drain_and_undrain_from_the_cli() -> Result<()> {
             .filter_map(|n| n["weight"].as_f64())
             .collect();
         if weights.len() == 2 && weights.iter().all(|w| *w >= 0.3) {
+            // Each node reports its cores (`--workers`, FERRY_WORKERS or one per CPU).
+            let want = std::env::var("FERRY_WORKERS")
+                .ok()
+                .and_then(|w| w.parse::<u64>().ok())
+                .filter(|&w| w > 0)
+                .unwrap_or(std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
+            for n in s["nodes"].as_array().context("nodes")? {
+                ensure!(n["workers"] == want, "{n} runs {want} cores");
+            }
             break;
         }
         if Instant::now() > deadline {
@@ -84,6 +93,7 @@ async fn status_drain_and_undrain_from_the_cli() -> Result<()> {
     ensure!(o.status.success(), "ferry status: {o:?}");
     for want in [
         "NODES (2)",
+        "CORES",
         "node-a",
         "node-b",
         "active",
