@@ -149,6 +149,8 @@ impl StreamEntry {
             && self.relay_in.is_none()
             && self.viewers.is_empty()
             && self.relay_out.is_empty()
+            // Waiting for its lost publisher (for a recording, say).
+            && self.orphaned_until.is_none()
     }
 }
 
@@ -512,15 +514,20 @@ impl Node {
             .push_back(Event::Closed(session.id.clone(), reason));
         let mut orphans = Vec::new();
         let mut gone_downstream = Vec::new();
+        let mut ended_stream = false;
         if let Some(entry) = self.streams.get_mut(&session.stream) {
             match session.role {
                 // A publisher replaced by its own reconnection leaves its viewers to the new one.
                 Role::Publisher(_) if entry.publisher == Some(key) => {
                     entry.publisher = None;
-                    let watched = !entry.viewers.is_empty() || !entry.relay_out.is_empty();
+                    // A recording waits for the publisher as viewers do.
+                    let recorded = self.recordings.records(&session.stream);
+                    let watched =
+                        !entry.viewers.is_empty() || !entry.relay_out.is_empty() || recorded;
                     if reason == CloseReason::Deleted || !watched {
                         orphans = std::mem::take(&mut entry.viewers);
                         gone_downstream = std::mem::take(&mut entry.relay_out);
+                        ended_stream = true;
                     } else {
                         // Lost, not ended: its client may come back with its ticket (a new
                         // transport, here or elsewhere) within the grace period.
@@ -535,6 +542,10 @@ impl Node {
             if entry.unused() {
                 self.streams.remove(&session.stream);
             }
+        }
+        if ended_stream {
+            let now = self.last_now;
+            self.end_recordings_of(now, &session.stream);
         }
         for r in gone_downstream {
             self.send_offer(&session.stream, r.addr, false);
@@ -764,6 +775,7 @@ impl Node {
             }
         }
         for (name, viewers, relays) in ended {
+            self.end_recordings_of(now, &name);
             for r in relays {
                 self.send_offer(&name, r.addr, false);
             }

@@ -332,3 +332,70 @@ fn relayed_stream_plays_on_a_second_node() {
         "no relay once unused"
     );
 }
+
+/// A recording ends with its stream: at once when the publisher deletes its session, after the
+/// publisher's grace period when it is lost (it may come back meanwhile, and the recording with
+/// it); the open segment and the playlist with `EXT-X-ENDLIST` go out first.
+#[test]
+fn a_recording_ends_with_its_stream() {
+    use ferry_sfu::node::{RecordingOutput, RecordingPhase};
+    for deleted in [true, false] {
+        let node = addr("10.0.0.100:5000");
+        let mut tb = Testbed::new(41, lossy(0.0));
+        tb.add_node(NodeId::new("node-a").unwrap(), node).unwrap();
+        let (publisher, session) = tb
+            .publish(node, "cam", Codec::H264, addr("10.0.0.1:4000"))
+            .unwrap();
+        tb.run_for(Duration::from_secs(1));
+        let now = tb.now();
+        let stream = ferry_proto::StreamId::new("cam").unwrap();
+        let rec = tb
+            .node(node)
+            .start_recording(now, &stream, Some("/tmp/ferry-sim-recording".into()))
+            .unwrap();
+        tb.run_for(Duration::from_secs(5));
+        let now = tb.now();
+        if deleted {
+            tb.node(node).delete(now, &session).unwrap();
+        } else {
+            // Its transport ends (RTCP BYE, DTLS close_notify) without a DELETE: a lost
+            // publisher, whom the stream waits for.
+            tb.peers[publisher].close();
+            let mut waited = Duration::ZERO;
+            while tb.node(node).session(&session).is_some() {
+                assert!(
+                    waited < Duration::from_secs(60),
+                    "the publisher's session ends"
+                );
+                tb.run_for(Duration::from_secs(1));
+                waited += Duration::from_secs(1);
+            }
+            let r = tb.node(node).recording(&rec.id).unwrap();
+            assert_eq!(
+                r.state,
+                RecordingPhase::Recording,
+                "waits for the publisher"
+            );
+            tb.run_for(ferry_sfu::node::PUBLISHER_GRACE);
+        }
+        tb.run_for(Duration::from_millis(100));
+        let r = tb.node(node).recording(&rec.id).unwrap();
+        assert_eq!(r.state, RecordingPhase::Stopped, "deleted={deleted}");
+        assert!(r.frames > 100, "it took the stream's media: {r:?}");
+        let mut outputs = Vec::new();
+        while let Some(o) = tb.node(node).poll_recording() {
+            outputs.push(o);
+        }
+        let playlist_last = outputs.iter().rev().find_map(|o| match o {
+            RecordingOutput::Put(_, obj) if obj.name.ends_with(".m3u8") => {
+                Some(String::from_utf8_lossy(&obj.bytes).into_owned())
+            }
+            _ => None,
+        });
+        assert!(
+            playlist_last.is_some_and(|p| p.contains("#EXT-X-ENDLIST")),
+            "the playlist was closed"
+        );
+        assert!(matches!(outputs.last(), Some(RecordingOutput::Ended(id)) if *id == rec.id));
+    }
+}

@@ -184,6 +184,13 @@ pub(super) struct Recordings {
 }
 
 impl Recordings {
+    /// Whether `stream` is being recorded.
+    pub(super) fn records(&self, stream: &StreamId) -> bool {
+        self.list
+            .iter()
+            .any(|r| &r.stream == stream && r.phase == RecordingPhase::Recording)
+    }
+
     fn get_mut(&mut self, id: &RecordingId) -> Option<&mut Recording> {
         self.list.iter_mut().find(|r| &r.id == id)
     }
@@ -365,6 +372,23 @@ impl Node {
         r.phase = RecordingPhase::Stopped;
         out.push_back(RecordingOutput::Ended(id.clone()));
         Ok(r.info())
+    }
+
+    /// `stream` ended here (its publisher left for good): its recordings stop as if asked to —
+    /// the open segment and the playlist with `EXT-X-ENDLIST` go out.
+    pub(super) fn end_recordings_of(&mut self, now: Instant, stream: &StreamId) {
+        let ids: Vec<RecordingId> = self
+            .recordings
+            .list
+            .iter()
+            .filter(|r| &r.stream == stream && r.phase == RecordingPhase::Recording)
+            .map(|r| r.id.clone())
+            .collect();
+        for id in ids {
+            if self.stop_recording(now, &id).is_ok() {
+                tracing::info!(recording = %id, %stream, "recording ended with its stream");
+            }
+        }
     }
 
     /// Drops a recording the driver could not open storage for (nothing was output yet that
