@@ -220,6 +220,9 @@ pub struct Heartbeat {
     /// Its sessions now.
     #[serde(default)]
     pub sessions: Vec<SessionReport>,
+    /// Its recordings (running, and the latest that ended).
+    #[serde(default)]
+    pub recordings: Vec<RecordingReport>,
     /// GPU figures, where the node has a GPU.
     #[serde(default)]
     pub gpu: Option<GpuFigures>,
@@ -321,6 +324,32 @@ pub struct Requirements {
     pub region: Option<String>,
     /// Room whose other transcodes should be on other hosts (soft).
     pub room: Option<String>,
+}
+
+/// A recording as its node reports it (heartbeat) and `GET /v1/recordings` of the scheduler
+/// lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct RecordingReport {
+    /// Recording id.
+    pub id: String,
+    /// The stream it records.
+    pub stream: String,
+    /// Where it is stored (directory or `s3://bucket/prefix`).
+    pub target: String,
+    /// `recording`, `stopped` or `moved`.
+    pub state: String,
+    /// Media segments stored.
+    #[serde(default, deserialize_with = "lenient::u64")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
+    pub segments: u64,
+    /// Bytes stored.
+    #[serde(default, deserialize_with = "lenient::u64")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
+    pub bytes: u64,
+    /// The node that runs it (set by the scheduler; empty in a heartbeat).
+    #[serde(default)]
+    pub node: String,
 }
 
 /// A stream in `GET /v1/streams`.

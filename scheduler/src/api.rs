@@ -18,8 +18,8 @@ use axum::routing::{delete, get, post, put};
 use axum::{Extension, Json, middleware};
 use ferry_proto::api::{
     ApiError, DrainStatus, Heartbeat, MigrationAccepted, MigrationRequest, MigrationView, NodeView,
-    PlacementRequest, PlacementResponse, ReclaimNotice, RoutingTable, SessionKind, SessionView,
-    StreamView, TicketUse, TurnCredentialsRequest, TurnCredentialsResponse, TurnDrain,
+    PlacementRequest, PlacementResponse, ReclaimNotice, RecordingReport, RoutingTable, SessionKind,
+    SessionView, StreamView, TicketUse, TurnCredentialsRequest, TurnCredentialsResponse, TurnDrain,
     TurnDrainRequest, TurnRelayRequest, TurnRelayView, WeightUpdate,
 };
 use ferry_proto::auth::{AuthError, Claims, Grant, Signer, Verifier};
@@ -42,7 +42,7 @@ const MAX_BODY: usize = 256 * 1024;
     info(title = "Ferry scheduler API", description = "Placement, nodes, sessions, drains and migrations of a Ferry cluster."),
     paths(
         list_nodes, get_node, heartbeat, set_weight, reclaim_notice, start_drain, cancel_drain, drain_status,
-        list_sessions, list_streams, place, create_migration, get_migration, list_migrations, routing, healthz,
+        list_sessions, list_streams, list_recordings, place, create_migration, get_migration, list_migrations, routing, healthz,
         readyz, whip, whep, consume_ticket, turn_credentials, turn_relays, add_turn_relay, remove_turn_relay, start_turn_drain, cancel_turn_drain
     ),
     modifiers(&BearerAuth),
@@ -246,6 +246,7 @@ pub fn router_with_tokens(
         .route("/v1/nodes/{id}/drain", get(drain_status))
         .route("/v1/sessions", get(list_sessions))
         .route("/v1/streams", get(list_streams))
+        .route("/v1/recordings", get(list_recordings))
         .route("/v1/migrations", get(list_migrations))
         .route("/v1/migrations/{id}", get(get_migration))
         .route("/v1/routing", get(routing))
@@ -458,6 +459,12 @@ async fn drain_status(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -
 #[utoipa::path(get, path = "/v1/streams", responses((status = 200, body = Vec<StreamView>)))]
 async fn list_streams(State(s): State<Arc<Scheduler>>) -> Json<Vec<StreamView>> {
     Json(s.with(|c| c.streams()))
+}
+
+/// Recordings on the nodes that are up (from their heartbeats), each with its node.
+#[utoipa::path(get, path = "/v1/recordings", responses((status = 200, body = Vec<RecordingReport>)))]
+async fn list_recordings(State(s): State<Arc<Scheduler>>) -> Json<Vec<RecordingReport>> {
+    Json(s.with(|c| c.recordings()))
 }
 
 /// Every session in the cluster.

@@ -880,6 +880,22 @@ impl Cluster {
         sessions + placed >= capacity
     }
 
+    /// `GET /v1/recordings`: the recordings the nodes that are not down reported, each with
+    /// its node.
+    pub fn recordings(&self) -> Vec<ferry_proto::api::RecordingReport> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.state != NodeState::Down)
+            .flat_map(|(id, n)| {
+                n.heartbeat.recordings.iter().map(move |r| {
+                    let mut r = r.clone();
+                    r.node = id.to_string();
+                    r
+                })
+            })
+            .collect()
+    }
+
     /// `GET /v1/streams`: each stream with a publisher or viewers — its origin, viewers per
     /// node, and whether it is hot (its viewers spilled beyond the origin).
     pub fn streams(&self) -> Vec<StreamView> {
@@ -1484,6 +1500,40 @@ mod tests {
         beat_with(&mut c, t0, &spill, &spilled);
         let s = c.streams();
         assert!(s[0].hot, "{s:?}");
+    }
+
+    #[test]
+    fn recordings_are_listed_with_their_nodes_while_those_are_up() {
+        let t0 = Instant::now();
+        let mut c = Cluster::new(ClusterConfig::default(), t0).unwrap();
+        let a = NodeId::new("a").unwrap();
+        let rec = ferry_proto::api::RecordingReport {
+            id: "rec-1".into(),
+            stream: "live".into(),
+            target: "s3://bucket/rec-1".into(),
+            state: "recording".into(),
+            segments: 3,
+            bytes: 1000,
+            node: String::new(),
+        };
+        let hb = Heartbeat {
+            http: "http://a.test".into(),
+            media: "127.0.0.1:1".into(),
+            recordings: vec![rec.clone()],
+            ..Heartbeat::default()
+        };
+        c.heartbeat(t0, &a, hb).unwrap();
+        assert_eq!(
+            c.recordings(),
+            vec![ferry_proto::api::RecordingReport {
+                node: "a".into(),
+                ..rec
+            }]
+        );
+        // A node declared down: its recordings are not listed as running.
+        let _ = c.tick(t0 + Duration::from_secs(10));
+        assert_eq!(c.node_state(&a), Some(NodeState::Down));
+        assert!(c.recordings().is_empty());
     }
 
     #[test]

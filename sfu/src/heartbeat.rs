@@ -176,6 +176,8 @@ impl Reporter {
             loss,
             session_capacity: self.capacity,
             workers: self.workers,
+            // Filled by the caller (the node's recordings).
+            recordings: Vec::new(),
             sessions: sessions
                 .iter()
                 .map(|s| SessionReport {
@@ -206,7 +208,22 @@ impl Reporter {
             let Ok((sessions, metrics)) = node.report().await else {
                 return;
             };
-            let hb = self.build(Instant::now(), &sessions, &metrics);
+            let mut hb = self.build(Instant::now(), &sessions, &metrics);
+            hb.recordings = node
+                .recordings()
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| ferry_proto::api::RecordingReport {
+                    id: r.id.to_string(),
+                    stream: r.stream.to_string(),
+                    target: r.target,
+                    state: r.state,
+                    segments: r.segments,
+                    bytes: r.bytes,
+                    node: String::new(),
+                })
+                .collect();
             let (link, path) = (self.link.clone(), path.clone());
             let sent = tokio::task::spawn_blocking(move || {
                 let body = serde_json::to_value(&hb).map_err(|e| e.to_string())?;

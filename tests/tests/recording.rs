@@ -177,6 +177,18 @@ async fn chromium_stream_recorded_on_its_node_to_a_directory_and_to_s3() -> Resu
         "one active"
     );
     tokio::time::sleep(Duration::from_secs(30)).await;
+    // The scheduler lists it with its node (from node-a's heartbeats).
+    let listed = http(&format!("{}/v1/recordings", dev.gateway), "GET", &[], &[])?;
+    let listed: Value = serde_json::from_str(&listed.body)?;
+    ensure!(
+        listed
+            .as_array()
+            .is_some_and(|l| l.iter().any(|r| r["id"] == id.as_str()
+                && r["node"] == "node-a"
+                && r["stream"] == stream
+                && r["state"] == "recording")),
+        "the scheduler's GET /v1/recordings lacks {id} on node-a: {listed}"
+    );
     let (status, v) = api(&dev, "GET", &format!("/v1/recordings/{id}"), &Value::Null)?;
     ensure!(
         status == 200 && v["state"] == "recording" && v["segments"].as_u64() >= Some(4),
