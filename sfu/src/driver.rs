@@ -886,7 +886,9 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
         }
         Command::StopRecording(id, r) => {
             let shard = cores.of_recording(&id).unwrap_or(0);
-            let _ = r.send(match cores.drive(shard, |n| n.stop_recording(now, &id)) {
+            // The writer learns whom to answer before the core's worker can hand it the
+            // recording's end: both under the core's lock.
+            let _ = r.send(cores.drive(shard, |n| match n.stop_recording(now, &id) {
                 Ok(info) => {
                     let (tx, rx) = oneshot::channel();
                     cores
@@ -897,7 +899,7 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
                     Ok(rx)
                 }
                 Err(e) => Err(e.into()),
-            });
+            }));
         }
         Command::Recordings(r) => {
             let list = cores.recordings();
