@@ -57,6 +57,9 @@ pub struct DevArgs {
     /// Cores forwarding media on each node (0: one per CPU available).
     #[arg(long, env = "FERRY_WORKERS", default_value_t = 0)]
     workers: usize,
+    /// Room events to clients go out once per window (ms; 0: every change at once).
+    #[arg(long, env = "FERRY_ROOM_WINDOW_MS", default_value_t = 50)]
+    room_window_ms: u64,
     /// Where the scheduler keeps the cluster state (`etcd` needs `--features etcd`).
     #[arg(long, env = "FERRY_STORE", value_enum, default_value_t = StoreKind::Embedded)]
     store: StoreKind,
@@ -166,6 +169,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let mut nodes = Vec::new();
     for (name, http) in [("node-a", args.node_a), ("node-b", args.node_b)] {
         let id = NodeId::new(name).context("node id")?;
+        let rooms = crate::rooms::NodeRooms::start(
+            &id,
+            &token,
+            node_tokens.clone(),
+            node_tls.is_some(),
+            args.room_window_ms,
+        );
         let node = driver::start(NodeOptions {
             id: id.clone(),
             http,
@@ -174,7 +184,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             ice_servers: Vec::new(),
             nack_cache: 1000,
             max_sessions: 2000,
-            process_metrics: Some(crate::alloc::prometheus),
+            process_metrics: Some(rooms.metrics()),
             scheduler: Some({
                 let mut l = crate::scheduler::link(&gateway, &token, name);
                 l.tls = client_tls.clone();
@@ -189,7 +199,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 SocketAddr::new(args.udp.ip(), 0),
                 &token,
             )?),
-            extra_routes: Some(crate::sdk_files::routes()),
+            extra_routes: Some(rooms.routes()),
             tokens: node_tokens.clone(),
             tls: node_tls.clone(),
             recordings_dir: Some(
@@ -199,6 +209,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                     .join(name),
             ),
             workers: crate::workers_or_cpus(args.workers),
+            directory: Some(rooms.directory.clone()),
         })
         .await
         .with_context(|| format!("starting {name}"))?;

@@ -27,6 +27,7 @@ mod migrate;
 mod ops;
 mod ops_turn;
 mod record;
+mod rooms;
 mod scheduler;
 mod sdk_files;
 mod telemetry;
@@ -147,6 +148,9 @@ struct NodeArgs {
     /// over them). 0: one per CPU available.
     #[arg(long, env = "FERRY_WORKERS", default_value_t = 0)]
     workers: usize,
+    /// Room events to clients go out once per window (ms; 0: every change at once).
+    #[arg(long, env = "FERRY_ROOM_WINDOW_MS", default_value_t = 50)]
+    room_window_ms: u64,
     #[command(flatten)]
     tokens: access::TokenKeyArgs,
     #[command(flatten)]
@@ -280,6 +284,14 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         )?),
         None => None,
     };
+    let tokens = std::sync::Arc::new(keys.verifier.with_operator_token(token.clone()));
+    let rooms = rooms::NodeRooms::start(
+        &id,
+        &token,
+        tokens.clone(),
+        tls.is_some(),
+        args.room_window_ms,
+    );
     let node = driver::start(NodeOptions {
         cluster,
         id,
@@ -297,7 +309,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             .collect(),
         nack_cache: args.nack_cache,
         max_sessions: args.max_sessions,
-        process_metrics: Some(alloc::prometheus),
+        process_metrics: Some(rooms.metrics()),
         scheduler: args.scheduler.as_ref().map(|url| {
             let mut l = scheduler::link(url, &token, &args.id);
             l.tls = client_tls.clone();
@@ -317,14 +329,15 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             }
             l
         }),
-        extra_routes: Some(sdk_files::routes()),
-        tokens: std::sync::Arc::new(keys.verifier.with_operator_token(token.clone())),
+        extra_routes: Some(rooms.routes()),
+        tokens,
         tls: tls.clone(),
         recordings_dir: args
             .recordings_dir
             .clone()
             .or_else(|| args.cluster_dir.as_ref().map(|d| d.join("recordings"))),
         workers: workers_or_cpus(args.workers),
+        directory: Some(rooms.directory.clone()),
     })
     .await
     .context("starting node")?;

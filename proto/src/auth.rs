@@ -33,6 +33,8 @@ pub enum Grant {
     Publish,
     /// WHEP `POST`: play the stream.
     Play,
+    /// Join a room (the room WebSocket, `POST /v1/rooms/{room}/join`); the pattern names rooms.
+    Join,
 }
 
 impl Grant {
@@ -41,6 +43,7 @@ impl Grant {
         match self {
             Grant::Publish => "publish",
             Grant::Play => "play",
+            Grant::Join => "join",
         }
     }
 }
@@ -65,6 +68,9 @@ pub struct Claims {
     /// Streams this token may play.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub play: Option<String>,
+    /// Rooms this token may join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<String>,
 }
 
 impl Claims {
@@ -76,6 +82,7 @@ impl Claims {
             iat: None,
             publish: None,
             play: None,
+            join: None,
         }
     }
 
@@ -91,6 +98,12 @@ impl Claims {
         self
     }
 
+    /// Adds the `join` grant for the room `pattern`.
+    pub fn join(mut self, pattern: impl Into<String>) -> Self {
+        self.join = Some(pattern.into());
+        self
+    }
+
     /// Sets `iat`.
     pub fn issued_at(mut self, iat: u64) -> Self {
         self.iat = Some(iat);
@@ -102,12 +115,16 @@ impl Claims {
         match grant {
             Grant::Publish => self.publish.as_deref(),
             Grant::Play => self.play.as_deref(),
+            Grant::Join => self.join.as_deref(),
         }
     }
 
     /// What the operator API token stands for: every grant on every stream, forever.
     pub fn operator() -> Self {
-        Claims::new("operator", u64::MAX).publish("*").play("*")
+        Claims::new("operator", u64::MAX)
+            .publish("*")
+            .play("*")
+            .join("*")
     }
 }
 

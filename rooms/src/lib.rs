@@ -12,6 +12,8 @@
 //! - [`idempotency`]: client idempotency keys (≥ 30 s, bounded).
 //! - [`merge_window`]: 50/100/200 ms merge windows for outgoing events.
 //! - [`codec`]: the stable binary encoding (version byte + postcard).
+//! - [`join`]: `POST /v1/rooms/{room}/join` (where a participant's room WebSocket goes).
+//! - `server` (feature `server`): a node's room server, the WebSocket and replication driver.
 //!
 //! # Drive loop
 //!
@@ -51,9 +53,12 @@ pub mod digest;
 pub mod hlc;
 pub mod idempotency;
 pub mod ids;
+pub mod join;
 pub mod merge_window;
 pub mod op;
 pub mod replica;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod state;
 
 #[cfg(test)]

@@ -319,6 +319,48 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// The command that made this operation, where the operation tells it (a reaction's op
+    /// carries running totals, not the step: `None`).
+    pub fn command(&self) -> Option<Command> {
+        Some(match self.clone() {
+            OpKind::Join {
+                participant,
+                name,
+                metadata,
+            } => Command::Join {
+                participant,
+                name,
+                metadata,
+            },
+            OpKind::Leave { participant, .. } => Command::Leave { participant },
+            OpKind::Set {
+                participant,
+                register,
+                value,
+            } => Command::Set {
+                participant,
+                register,
+                value,
+            },
+            OpKind::Publish {
+                participant,
+                track,
+                stream,
+                kind,
+            } => Command::Publish {
+                participant,
+                track,
+                stream,
+                kind,
+            },
+            OpKind::Unpublish {
+                participant, track, ..
+            } => Command::Unpublish { participant, track },
+            OpKind::React { .. } => return None,
+            OpKind::Chat { participant, text } => Command::Chat { participant, text },
+        })
+    }
+
     /// The participant the operation concerns.
     pub fn participant(&self) -> &ParticipantId {
         match self {

@@ -145,6 +145,8 @@ pub struct Replica {
     acked: BTreeMap<ReplicaId, VersionVector>,
     learned: VersionVector,
     idempotency: IdempotencyStore,
+    /// Off while the replica may not know every replica of the room (see `set_collecting`).
+    collecting: bool,
 }
 
 fn fingerprint(cmd: &Command) -> u64 {
@@ -174,7 +176,45 @@ impl Replica {
             acked,
             learned: VersionVector::new(),
             config,
+            collecting: true,
         }
+    }
+
+    /// The other replicas this one knows (every one must acknowledge before a tombstone goes).
+    pub fn peers(&self) -> impl Iterator<Item = &ReplicaId> {
+        self.acked.keys()
+    }
+
+    /// Adds a replica of the room found later (a node that started hosting it); `false` if it
+    /// was known. Nothing is collected until it acknowledged what it removes.
+    pub fn add_peer(&mut self, peer: ReplicaId) -> bool {
+        if peer == self.config.replica || self.acked.contains_key(&peer) {
+            return false;
+        }
+        self.config.peers.push(peer.clone());
+        self.acked.insert(peer, VersionVector::new());
+        true
+    }
+
+    /// Forgets a replica that no longer hosts the room (it holds no state to bring back).
+    pub fn remove_peer(&mut self, peer: &ReplicaId) -> bool {
+        self.config.peers.retain(|p| p != peer);
+        self.acked.remove(peer).is_some()
+    }
+
+    /// Whether `peer` lacks something this replica has (a delta would carry something).
+    pub fn peer_behind(&self, peer: &ReplicaId) -> bool {
+        self.acked
+            .get(peer)
+            .is_some_and(|vv| !self.state.version().dominated_by(vv))
+    }
+
+    /// Turns tombstone collection on or off. A replica that may not know every replica of its
+    /// room (just created, its peers not all asked yet) must not collect, nor tell others a
+    /// watermark: its stable vector would leave out a replica that lacks a removal, and that
+    /// replica would keep the removed entry for ever. Off, `stable()` is empty. On by default.
+    pub fn set_collecting(&mut self, on: bool) {
+        self.collecting = on;
     }
 
     /// This replica's id.
@@ -324,15 +364,17 @@ impl Replica {
         self.check_room(&op.room)?;
         self.clock.update(&op.stamp, now_ms)?;
         let changed = self.state.apply(op)?;
-        // Best effort: a retry that reaches this replica later is recognised too. A full store
+        // Best effort: a retry that reaches this replica later is recognised too (and the key
+        // reused for another command refused, where the op tells its command). A full store
         // only loses that convenience; the op itself is deduplicated by its dot.
         let receipt = Receipt {
             dot: op.dot.clone(),
             stamp: op.stamp.clone(),
         };
+        let fingerprint = op.kind.command().map(|c| fingerprint(&c));
         let _ = self
             .idempotency
-            .remember(now_ms, op.key.clone(), None, receipt);
+            .remember(now_ms, op.key.clone(), fingerprint, receipt);
         Ok(changed)
     }
 
@@ -375,6 +417,9 @@ impl Replica {
 
     /// What every known replica has merged: the collection watermark.
     pub fn stable(&self) -> VersionVector {
+        if !self.collecting {
+            return VersionVector::new();
+        }
         let mut stable = self.state.version().clone();
         for vv in self.acked.values() {
             stable = stable.meet(vv);
@@ -456,6 +501,7 @@ impl Replica {
             acked: s.acked,
             learned: s.learned,
             idempotency: s.idempotency,
+            collecting: true,
         }
     }
 

@@ -60,6 +60,19 @@ fn a_retry_at_another_replica_is_recognised_once_the_op_reached_it() {
 }
 
 #[test]
+fn a_key_reused_for_another_command_at_another_replica_is_refused() {
+    let mut rs = replicas(2);
+    let out = rs[0]
+        .handle_command(1_000, key("k1"), join("alice"))
+        .unwrap();
+    rs[1].handle_op(1_001, out.op.as_ref().unwrap()).unwrap();
+    assert_eq!(
+        rs[1].handle_command(1_500, key("k1"), join("bob")),
+        Err(ferry_room::CommandError::KeyReused)
+    );
+}
+
+#[test]
 fn applying_an_op_twice_changes_nothing() {
     let mut rs = replicas(2);
     let op = rs[0]

@@ -227,6 +227,7 @@ pub fn router_with_tokens(
     let gateway = Router::new()
         .route("/whip/{stream}", post(whip))
         .route("/whep/{stream}", post(whep))
+        .route("/v1/rooms/{room}/join", post(join_room))
         .route_layer(middleware::from_fn_with_state(s.clone(), follow_leader))
         .layer(Extension(tokens.clone()));
     // Any replica hands out relays (each counts what it handed out).
@@ -490,6 +491,55 @@ async fn place(
             p.routing_version = *s.routing_watch().borrow();
             Json(p).into_response()
         }
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// Where a participant's room WebSocket goes (docs/rooms.md): the participant is placed by
+/// weighted consistent hashing of `{room}/{participant}` with bounded loads; the access token
+/// needs the `join` grant for the room.
+async fn join_room(
+    State(s): State<Arc<Scheduler>>,
+    Extension(tokens): Extension<Arc<GatewayTokens>>,
+    Path(room): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    raw: axum::body::Bytes,
+) -> Response {
+    let req: ferry_room::join::JoinRequest = if raw.is_empty() {
+        Default::default()
+    } else {
+        match serde_json::from_slice(&raw) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad join request: {e}")),
+        }
+    };
+    let fresh = || format!("p-{:016x}", rand::random::<u64>());
+    let (room, participant) = match ferry_room::join::parse(&room, &req, fresh) {
+        Ok(x) => x,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let token = request_token(&headers, query.as_deref());
+    if let Err(e) =
+        tokens
+            .verifier
+            .authorize(token.as_deref(), Grant::Join, room.as_str(), unix_s())
+    {
+        return auth_error(e);
+    }
+    let placement = PlacementRequest {
+        key: ferry_room::join::placement_key(&room, &participant),
+        kind: Default::default(),
+        requirements: Default::default(),
+    };
+    match s.mutate(|c| c.place(&placement)) {
+        Ok(p) => Json(ferry_room::join::JoinAnswer::new(
+            room,
+            participant,
+            p.node,
+            &p.http,
+        ))
+        .into_response(),
         Err(e) => cluster_error(e),
     }
 }
@@ -881,6 +931,7 @@ async fn redirect(
             let c = match grant {
                 Grant::Publish => c.publish(stream.clone()),
                 Grant::Play => c.play(stream.clone()),
+                Grant::Join => c.join(stream.clone()),
             };
             match signer.sign(&c) {
                 Ok(t) => Some(t),

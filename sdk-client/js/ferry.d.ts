@@ -1,4 +1,4 @@
-// Types of Ferry's browser SDK (ferry.js) and its state machine (fsm.js). See docs/sdk.md.
+// Types of Ferry's browser SDK (ferry.js, room.js) and its state machine (fsm.js). See docs/sdk.md.
 
 /** Publish (WHIP) or play (WHEP). */
 export type Kind = 'publish' | 'play';
@@ -247,6 +247,229 @@ export class FerryClient {
   publish(stream: string, mediaStream: MediaStream, opts?: PublishOptions): Promise<Session>;
   /** Plays `stream`; resolves once first connected. */
   play(stream: string, opts?: PlayOptions): Promise<Session>;
+  /**
+   * Joins `room` (`[A-Za-z0-9._-]{1,64}`): `POST {baseUrl}/v1/rooms/{room}/join`, the WebSocket it
+   * names, the node's welcome, a `join` command; resolves once it is acknowledged. Rejects with a
+   * {@link RoomError}: the node's code, `join-refused` (with `status`), `timeout` (10 s), `closed`.
+   */
+  join(room: string, opts?: JoinOptions): Promise<Room>;
+}
+
+// ---- rooms (room.js, docs/rooms.md) ------------------------------------------------------------
+
+/** Options of {@link FerryClient.join}. */
+export interface JoinOptions {
+  /** Shown to the others; default: the participant id. */
+  name?: string;
+  /** The id to join as (`[A-Za-z0-9._-]{1,64}`); default: the gateway makes one. */
+  participant?: string;
+  /** Free-form, shown to the others. */
+  metadata?: string;
+  /** For runtimes without a global one (Node: the `ws` package) and tests. */
+  WebSocket?: { new (url: string): WebSocket };
+  /** For runtimes without a global one and tests. */
+  fetch?: typeof fetch;
+}
+
+/** A room's state: where its WebSocket is. */
+export type RoomState = 'joining' | 'joined' | 'reconnecting' | 'left' | 'closed' | 'failed';
+
+/** A register of the protocol. */
+export type Register = 'audio_muted' | 'video_muted' | 'hand_raised' | 'layout' | 'attribute';
+
+/** A room layout. */
+export type Layout = 'grid' | 'speaker' | 'sidebar';
+
+/** The server's event types (also the `events` of a lazy subscription). */
+export type RoomEventType = 'joined' | 'left' | 'register' | 'published' | 'unpublished' | 'chat' | 'reactions';
+
+/** A participant as the room knows it. */
+export interface Participant {
+  name: string | null;
+  metadata: string;
+  audioMuted: boolean;
+  videoMuted: boolean;
+  handRaised: boolean;
+  layout: Layout | null;
+  attributes: Record<string, string>;
+  /** Published tracks by track id. */
+  tracks: Map<string, { stream: string; kind: string }>;
+}
+
+/** A chat message (the server's form; `at`: its wall-clock ms, from its stamp). */
+export interface ChatMessage {
+  participant: string;
+  text: string;
+  stamp: string;
+  at: number;
+}
+
+/** What every room event carries. */
+interface RoomEventBase {
+  /** `performance.now()` when it reached the app (`Date.now()` without `performance`). */
+  at: number;
+  /** Set on the events found by diffing a welcome against the state after a reconnect or a move. */
+  resync?: true;
+}
+
+export interface JoinedEvent extends RoomEventBase {
+  type: 'joined';
+  participant: string;
+  name: string | null;
+  metadata: string;
+}
+
+export interface LeftEvent extends RoomEventBase {
+  type: 'left';
+  participant: string;
+}
+
+/** A register changed; `name` for `attribute` (whose `value: null` is a delete). */
+export interface RegisterEvent extends RoomEventBase {
+  type: 'register';
+  participant: string;
+  register: Register;
+  name?: string;
+  value: boolean | string | null;
+}
+
+export interface PublishedEvent extends RoomEventBase {
+  type: 'published';
+  participant: string;
+  track: string;
+  stream: string;
+  kind: string;
+}
+
+export interface UnpublishedEvent extends RoomEventBase {
+  type: 'unpublished';
+  participant: string;
+  track: string;
+}
+
+/** A chat message; its own time (the server's `at`) is `sentAt`. */
+export interface ChatEvent extends RoomEventBase {
+  type: 'chat';
+  participant: string;
+  text: string;
+  stamp: string;
+  sentAt: number;
+}
+
+export interface ReactionsEvent extends RoomEventBase {
+  type: 'reactions';
+  total: number;
+}
+
+/** The room is joined on `node` (after the first join, a reconnect or a move). */
+export interface RoomConnectedEvent extends RoomEventBase {
+  type: 'connected';
+  node: string | null;
+}
+
+/** The socket dropped; attempt `attempt` (through the gateway) follows after `delayMs`. */
+export interface RoomReconnectingEvent extends RoomEventBase {
+  type: 'reconnecting';
+  reason: string;
+  attempt: number;
+  delayMs: number;
+}
+
+/** The socket moved with a migrated session (make before break). */
+export interface MovedEvent extends RoomEventBase {
+  type: 'moved';
+  from: string | null;
+  to: string | null;
+}
+
+/**
+ * `error`: an error frame no command waits for (with its `key`, if any), `move-failed` (the old
+ * socket goes on), or what ended the room when it gives up (`join-refused`, the node's code).
+ */
+export interface RoomErrorEvent extends RoomEventBase {
+  type: 'error';
+  code: string;
+  message: string;
+  key?: string | null;
+}
+
+/** Events of a room, by name. */
+export interface RoomEvents {
+  joined: JoinedEvent;
+  left: LeftEvent;
+  register: RegisterEvent;
+  published: PublishedEvent;
+  unpublished: UnpublishedEvent;
+  chat: ChatEvent;
+  reactions: ReactionsEvent;
+  connected: RoomConnectedEvent;
+  reconnecting: RoomReconnectingEvent;
+  moved: MovedEvent;
+  error: RoomErrorEvent;
+}
+
+/** What a command resolves with: the node's receipt. */
+export interface Receipt {
+  key: string;
+  /** True when the key had been seen: the first result, nothing changed. */
+  duplicate: boolean;
+  stamp: string | null;
+}
+
+/** A refused command or join: the node's `code` (`not_in_room`, `bad_value`, …) or the SDK's. */
+export interface RoomError extends Error {
+  code: string;
+  key?: string | null;
+  status?: number;
+}
+
+/** Options of {@link Room.publish}; the rest goes to {@link FerryClient.publish}. */
+export interface RoomPublishOptions extends Omit<PublishOptions, 'endpoint'> {
+  /** The track id (default `cam`); the stream is `{room}.{participant}.{track}`. */
+  track?: string;
+  /** Announced with the track (default `video`). */
+  kind?: string;
+}
+
+/** A joined room: its state kept up to date, commands, media. Made by {@link FerryClient.join}. */
+export class Room {
+  private constructor();
+  /** The room id. */
+  readonly name: string;
+  /** This participant's id. */
+  readonly participant: string;
+  /** The node the WebSocket is on. */
+  readonly node: string | null;
+  readonly state: RoomState;
+  /** By id, this participant included. */
+  readonly participants: ReadonlyMap<string, Readonly<Participant>>;
+  /** In the order the room learned of the messages. */
+  readonly chat: ReadonlyArray<ChatMessage>;
+  readonly reactions: number;
+  on<E extends keyof RoomEvents>(event: E, fn: (payload: RoomEvents[E]) => void): this;
+  off<E extends keyof RoomEvents>(event: E, fn: (payload: RoomEvents[E]) => void): this;
+  /** Any command frame; `key` is filled in when missing. Sent again (same key) after a reconnect until answered. */
+  send(frame: { type: string; key?: string; [field: string]: unknown }): Promise<Receipt>;
+  setMuted(kind: 'audio' | 'video', muted: boolean): Promise<Receipt>;
+  raiseHand(raised?: boolean): Promise<Receipt>;
+  setLayout(layout: Layout): Promise<Receipt>;
+  /** One `set` per key; `null` deletes. */
+  setAttributes(attributes: Record<string, string | null>): Promise<Receipt[]>;
+  sendChat(text: string): Promise<Receipt>;
+  /** ±1..1000 (default 1). */
+  react(delta?: number): Promise<Receipt>;
+  /** Lazy subscription (`null`: all); kept across reconnects; resolves on `subscribed`. */
+  subscribeEvents(which?: { events?: RoomEventType[] | null; participants?: string[] | null }): Promise<void>;
+  /** Leaves, then closes the socket and the room's sessions. */
+  leave(): Promise<Receipt>;
+  /** Closes without leaving (the node keeps the participant for its 10 s grace period). */
+  close(): void;
+  /** Publishes on the room's node (WHIP) and announces the track; the socket follows the session's migrations. */
+  publish(mediaStream: MediaStream, opts?: RoomPublishOptions): Promise<Session>;
+  /** Withdraws a track and closes its session. */
+  unpublish(track?: string): Promise<Receipt>;
+  /** Plays a participant's track (WHEP). */
+  subscribe(participant: string, track?: string, opts?: PlayOptions): Promise<Session>;
 }
 
 /** An input of the state machine (the Rust `Input`'s serde form). */

@@ -5,10 +5,13 @@
 
 import { Machine } from './fsm.js';
 import { Subscription, probeNode } from './events.js';
-import { POST_TIMEOUT, Transport, describe, fetchWithin, relayAddress, videoMime } from './transport.js';
+import { joinRoom } from './room.js';
+import { POST_TIMEOUT, Transport, describe, fetchWithin, randomKeySeed, relayAddress, videoMime } from './transport.js';
 
 /** The state machine and its defaults, for apps and tests that drive it themselves. */
 export { DEFAULT_CONFIG, Machine } from './fsm.js';
+/** A joined room ({@link FerryClient#join}). */
+export { Room } from './room.js';
 
 /** Events kept in a session's `history`. */
 const HISTORY = 200;
@@ -40,12 +43,6 @@ function storage() {
   } catch {
     return null;
   }
-}
-
-function randomKeySeed() {
-  // randomUUID needs a secure context; plain http to another host is not one.
-  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
-  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
 /**
@@ -102,8 +99,27 @@ export class FerryClient {
     }
   }
 
+  /**
+   * Joins `room` (docs/rooms.md): asks the gateway where to connect, opens the WebSocket to that
+   * node and enters. Resolves once the node acknowledged the join; rejects with an `Error` whose
+   * `code` is the node's (`bad_request`, …), `join-refused` (with `status`), `timeout` (10 s) or
+   * `closed`.
+   * @param {string} room the room id (`[A-Za-z0-9._-]{1,64}`)
+   * @param {{ name?: string, participant?: string, metadata?: string, WebSocket?: Function, fetch?: Function }} [opts]
+   *   `participant`: the id to join as (default: the gateway makes one); `name`: shown to the
+   *   others (default: the id); `WebSocket`/`fetch`: for runtimes without them (tests, Node)
+   * @returns {Promise<import('./room.js').Room>}
+   */
+  join(room, opts = {}) {
+    return joinRoom(this, this.#settings(), room, opts);
+  }
+
   #settings() {
-    return { baseUrl: this.baseUrl, auth: this.#token ? { Authorization: `Bearer ${this.#token}` } : {} };
+    return {
+      baseUrl: this.baseUrl,
+      token: this.#token,
+      auth: this.#token ? { Authorization: `Bearer ${this.#token}` } : {},
+    };
   }
 }
 

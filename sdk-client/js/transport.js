@@ -36,6 +36,13 @@ export function relayAddress(uri) {
   return `${m[2].toLowerCase()}:${port}`;
 }
 
+/** A random prefix for idempotency keys (the SDK appends a counter). */
+export function randomKeySeed() {
+  // randomUUID needs a secure context; plain http to another host is not one.
+  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
+  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
 /** What a failed request says: its message, or the abort reason. */
 export const describe = (err) => String(err?.message ?? err);
 

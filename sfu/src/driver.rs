@@ -996,6 +996,9 @@ pub struct NodeOptions {
     pub recordings_dir: Option<std::path::PathBuf>,
     /// Cores forwarding media, each with its own worker thread and socket (at least 1).
     pub workers: usize,
+    /// The cluster directory to keep up to date (shared with the embedding process, e.g. the
+    /// room server finding the other nodes); `None`: the node's own.
+    pub directory: Option<SharedDirectory>,
 }
 
 /// A node started by [`start`].
@@ -1050,7 +1053,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     config.max_sessions = opts.max_sessions;
     let mut runtime = None;
     let mut migration = None;
-    let directory: SharedDirectory = Arc::default();
+    let directory: SharedDirectory = opts.directory.clone().unwrap_or_default();
     let events = SessionEvents::default();
     if let Some(c) = &opts.cluster {
         config.cluster_key = Some(crate::relay::ClusterKey::new(&c.key));

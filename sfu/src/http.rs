@@ -69,7 +69,14 @@ impl IceServer {
 
 /// Extra Prometheus text the embedding process appends to `/metrics`
 /// (process-wide gauges such as heap usage).
-pub type ProcessMetrics = fn() -> String;
+#[derive(Clone)]
+pub struct ProcessMetrics(pub std::sync::Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for ProcessMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProcessMetrics")
+    }
+}
 
 /// Who may create sessions, and how clients reach this node.
 #[derive(Debug, Clone)]
@@ -547,8 +554,8 @@ async fn sessions(State(st): State<AppState>) -> Response {
 async fn metrics(State(st): State<AppState>) -> Response {
     match st.node.metrics_text().await {
         Ok(mut text) => {
-            if let Some(extra) = st.process_metrics {
-                text.push_str(&extra());
+            if let Some(extra) = &st.process_metrics {
+                text.push_str(&(extra.0)());
             }
             ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }

@@ -73,6 +73,7 @@ const PAGES: &[(&str, &str, &str)] = &[
         JS,
         include_str!("../pages/sdk-session.js"),
     ),
+    ("room.html", HTML, include_str!("../pages/room.html")),
 ];
 
 /// The `ferry dev` demo page, served at `/demo/` with the error catcher and a probe injected.

@@ -15,6 +15,7 @@
 //! | `view.html` | `whep=URL` | plays a stream over WHEP into a muted `<video>` |
 //! | `sdk-publish.html` | `sdk=URL&base=URL&stream=S&codec=…[&endpoint=URL]` | publishes with the browser SDK (`/sdk/ferry.js`), which follows every migration and recovers by itself |
 //! | `sdk-play.html` | `sdk=URL&base=URL&stream=S[&endpoint=URL][&ticket=T]` | plays with the browser SDK; measures every frame shown (gaps, RTP timestamps) across transports |
+//! | `room.html` | `sdk=URL&base=URL&room=R&participant=P[&publish=1]` | joins a room with the browser SDK (`client.join`), logs its events; commands `mute`, `unmute`, `hand`, `chat-hello`, `chat-retry`, `leave` |
 //! | `loopback.html` | | two peer connections in one page, no server: checks the harness itself |
 //!
 //! `publish.html` and `view.html` (plain WHIP/WHEP clients, no SDK) also take `trickle=1` (send

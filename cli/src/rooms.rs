@@ -1,0 +1,58 @@
+//! The node's room server (`ferry-room`'s `server`): rooms' WebSockets on the node's HTTP
+//! server, replicas found among the other nodes of the cluster directory, the cluster token
+//! between nodes, the node's access tokens (grant `join`) for clients. docs/rooms.md.
+
+use std::sync::Arc;
+
+use ferry_proto::auth::Verifier;
+use ferry_proto::ids::NodeId;
+use ferry_room::server::{Peers, RoomServer, RoomServerConfig};
+use ferry_sfu::cluster::SharedDirectory;
+
+/// A node's room server and the directory it reads its peers from.
+pub(crate) struct NodeRooms {
+    pub server: Arc<RoomServer>,
+    /// Give it to the node (`NodeOptions::directory`), which keeps it up to date.
+    pub directory: SharedDirectory,
+}
+
+impl NodeRooms {
+    /// Starts the room server of node `id` (a Tokio runtime must be running).
+    pub fn start(
+        id: &NodeId,
+        cluster_token: &str,
+        tokens: Arc<Verifier>,
+        tls: bool,
+        window_ms: u64,
+    ) -> Self {
+        let mut config = RoomServerConfig::new(id.clone());
+        config.cluster_token = Some(cluster_token.to_owned());
+        config.tokens = Some(tokens);
+        config.tls = tls;
+        config.window_ms = window_ms;
+        let directory: SharedDirectory = Arc::default();
+        let d = directory.clone();
+        let peers: Peers = Arc::new(move || {
+            let d = d.lock().unwrap_or_else(|e| e.into_inner());
+            d.http.iter().map(|(n, u)| (n.clone(), u.clone())).collect()
+        });
+        let server = RoomServer::new(config, peers);
+        server.start();
+        NodeRooms { server, directory }
+    }
+
+    /// The node's extra routes: the browser SDK's files and the rooms.
+    pub fn routes(&self) -> axum::Router {
+        crate::sdk_files::routes().merge(ferry_room::server::routes(self.server.clone()))
+    }
+
+    /// `/metrics` extras: process figures and the rooms'.
+    pub fn metrics(&self) -> ferry_sfu::http::ProcessMetrics {
+        let server = self.server.clone();
+        ferry_sfu::http::ProcessMetrics(Arc::new(move || {
+            let mut s = crate::alloc::prometheus();
+            s.push_str(&server.prometheus());
+            s
+        }))
+    }
+}

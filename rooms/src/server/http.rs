@@ -1,0 +1,240 @@
+//! The room server's HTTP routes, merged into the node's API:
+//! `POST /v1/rooms/{room}/join`, `GET /v1/rooms/{room}/ws` (WebSocket),
+//! `POST /v1/rooms/replica` (between nodes), `GET /v1/rooms`, `GET /v1/rooms/{room}`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::json;
+use tower_http::cors::{Any, CorsLayer};
+
+use super::RoomServer;
+use super::replication::Batch;
+use crate::codec;
+use crate::ids::{ParticipantId, RoomId};
+use crate::join::{self, JoinAnswer, JoinRequest};
+use ferry_proto::auth::Grant;
+
+/// Largest client frame, bytes.
+const MAX_FRAME: usize = 64 << 10;
+
+/// The routes, for `Router::merge` into the node's API.
+pub fn routes(server: Arc<RoomServer>) -> Router {
+    let cors = CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]);
+    Router::new()
+        .route("/v1/rooms", get(list))
+        .route("/v1/rooms/replica", post(replica))
+        .route("/v1/rooms/{room}", get(show))
+        .route("/v1/rooms/{room}/join", post(join_room))
+        .route("/v1/rooms/{room}/ws", get(websocket))
+        .layer(DefaultBodyLimit::max(codec::MAX_MESSAGE_BYTES))
+        .layer(cors)
+        .with_state(server)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({"error": message.into()}))).into_response()
+}
+
+/// Checks a client's access token (grant `join` on `room`) when the node requires one: the
+/// refusal (401/403 with the reason), if any.
+fn refused(
+    s: &RoomServer,
+    room: &RoomId,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    let tokens = s.config.tokens.as_ref()?;
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let token = ferry_proto::auth::request_token(authorization, query);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let e = tokens
+        .authorize(token.as_deref(), Grant::Join, room.as_str(), now)
+        .err()?;
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+    Some(error(status, e.to_string()))
+}
+
+fn fresh_participant() -> String {
+    let n: u64 = rand::random();
+    format!("p-{n:016x}")
+}
+
+async fn join_room(
+    State(s): State<Arc<RoomServer>>,
+    Path(room): Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let req: JoinRequest = if body.is_empty() {
+        JoinRequest::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad join request: {e}")),
+        }
+    };
+    let (room, participant) = match join::parse(&room, &req, fresh_participant) {
+        Ok(x) => x,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    if let Some(r) = refused(&s, &room, query.as_deref(), &headers) {
+        return r;
+    }
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return error(StatusCode::BAD_REQUEST, "no Host header");
+    };
+    let scheme = if s.config.tls { "https" } else { "http" };
+    let answer = JoinAnswer::new(
+        room,
+        participant,
+        s.config.node.clone(),
+        &format!("{scheme}://{host}"),
+    );
+    axum::Json(answer).into_response()
+}
+
+#[derive(Deserialize)]
+struct WsQuery {
+    participant: Option<String>,
+}
+
+async fn websocket(
+    State(s): State<Arc<RoomServer>>,
+    Path(room): Path<String>,
+    Query(q): Query<WsQuery>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let room = match RoomId::new(room) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad room id: {e}")),
+    };
+    let Some(p) = q.participant else {
+        return error(StatusCode::BAD_REQUEST, "participant is required");
+    };
+    let participant = match ParticipantId::new(p) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad participant id: {e}")),
+    };
+    if let Some(r) = refused(&s, &room, query.as_deref(), &headers) {
+        return r;
+    }
+    upgrade
+        .max_message_size(MAX_FRAME)
+        .on_upgrade(move |socket| serve(s, room, participant, socket))
+}
+
+/// One connection: the welcome, then client frames in and room frames out.
+async fn serve(s: Arc<RoomServer>, room: RoomId, participant: ParticipantId, socket: WebSocket) {
+    let (id, mut rx, welcome) = s.connect(&room, &participant);
+    let (mut sink, mut stream) = socket.split();
+    let mut left = false;
+    if sink.send(WsMessage::Text(welcome.into())).await.is_ok() {
+        loop {
+            tokio::select! {
+                frame = rx.recv() => match frame {
+                    Some(f) => {
+                        if sink.send(WsMessage::Text(f.into())).await.is_err() {
+                            break;
+                        }
+                    }
+                    // Dropped as too slow.
+                    None => break,
+                },
+                msg = stream.next() => match msg {
+                    Some(Ok(WsMessage::Text(t))) => {
+                        let (reply, leave) = s.frame(&room, id, t.as_str());
+                        left |= leave;
+                        if !reply.is_empty()
+                            && sink.send(WsMessage::Text(reply.into())).await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Some(Ok(WsMessage::Binary(_))) => {
+                        let e = super::FrameError::bad("binary frames are not supported: send JSON text frames");
+                        if sink.send(WsMessage::Text(super::error_frame(None, &e).into())).await.is_err() {
+                            break;
+                        }
+                    }
+                    Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
+                    Some(Ok(_)) => {}
+                },
+            }
+        }
+    }
+    s.disconnect(&room, id, left);
+}
+
+async fn replica(State(s): State<Arc<RoomServer>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(token) = &s.config.cluster_token {
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let ok = bearer.is_some_and(|b| {
+            use subtle::ConstantTimeEq;
+            bool::from(b.as_bytes().ct_eq(token.as_bytes()))
+        });
+        if !ok {
+            return error(StatusCode::UNAUTHORIZED, "the cluster token is required");
+        }
+    }
+    let batch: Batch = match codec::decode(&body) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad replica batch: {e}")),
+    };
+    let mut answer = Batch {
+        from: s.config.node.clone(),
+        rooms: Vec::new(),
+        gone: Vec::new(),
+    };
+    for (room, messages) in batch.rooms {
+        match s.receive(&batch.from, &room, messages) {
+            Some(replies) if !replies.is_empty() => answer.rooms.push((room, replies)),
+            Some(_) => {}
+            None => answer.gone.push(room),
+        }
+    }
+    s.wake.notify_one();
+    match codec::encode(&answer) {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
+        Err(e) => error(StatusCode::INSUFFICIENT_STORAGE, e.to_string()),
+    }
+}
+
+async fn list(State(s): State<Arc<RoomServer>>) -> Response {
+    axum::Json(s.list()).into_response()
+}
+
+async fn show(State(s): State<Arc<RoomServer>>, Path(room): Path<String>) -> Response {
+    let room = match RoomId::new(room) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad room id: {e}")),
+    };
+    match s.show(&room) {
+        Some(j) => axum::Json(j).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            format!("room {room} is not hosted here"),
+        ),
+    }
+}

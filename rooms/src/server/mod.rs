@@ -1,0 +1,680 @@
+//! A node's room server (feature `server`): the room WebSocket of the participants it hosts, a
+//! [`Replica`] per room it hosts, and replication with the other nodes hosting the room. The
+//! decisions stay in the pure core (`Replica`, `frames::diff`); this is the driver: sockets,
+//! timers, HTTP between nodes. Protocol: docs/rooms.md, "Signalling".
+
+mod frames;
+mod http;
+mod replication;
+
+pub use frames::{ClientFrame, FrameError, Subscription, diff, state_json};
+pub use http::routes;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::{Value as Json, json};
+use tokio::sync::{Notify, mpsc};
+
+use crate::codec::Message;
+use crate::ids::{IdempotencyKey, ParticipantId, ReplicaId, RoomId};
+use crate::op::Command;
+use crate::replica::{Replica, ReplicaConfig};
+use crate::state::RoomView;
+use ferry_proto::auth::Verifier;
+use ferry_proto::ids::NodeId;
+
+/// Frames a slow connection may have queued before it is closed.
+const CLIENT_QUEUE: usize = 4096;
+/// How often the server looks at its rooms (merge windows, deltas, timers).
+const TICK: Duration = Duration::from_millis(5);
+
+/// The other nodes: id → HTTP base URL (the cluster directory), read on every use.
+pub type Peers = Arc<dyn Fn() -> Vec<(NodeId, String)> + Send + Sync>;
+
+/// How a node's room server behaves.
+#[derive(Clone)]
+pub struct RoomServerConfig {
+    /// This node (the replica id).
+    pub node: NodeId,
+    /// Merge window for events to clients, ms (0: every change at once).
+    pub window_ms: u64,
+    /// A connection gone without `leave` keeps its participant this long, ms.
+    pub grace_ms: u64,
+    /// Deltas to peers that lack something, this often, ms.
+    pub delta_interval_ms: u64,
+    /// Anti-entropy with every peer (and asking the nodes not known to host the room), ms.
+    pub anti_entropy_ms: u64,
+    /// A room with no connection here is dropped after this long, ms.
+    pub idle_ms: u64,
+    /// The cluster token nodes send each other (`Authorization: Bearer`); `None`: open.
+    pub cluster_token: Option<String>,
+    /// Access tokens of clients (grant `join`); `None`: open.
+    pub tokens: Option<Arc<Verifier>>,
+    /// `https`/`wss` when the node serves TLS.
+    pub tls: bool,
+}
+
+impl std::fmt::Debug for RoomServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoomServerConfig")
+            .field("node", &self.node)
+            .field("window_ms", &self.window_ms)
+            .field("grace_ms", &self.grace_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RoomServerConfig {
+    /// Defaults: 50 ms window, 10 s grace, deltas every 250 ms, anti-entropy every 30 s.
+    pub fn new(node: NodeId) -> Self {
+        RoomServerConfig {
+            node,
+            window_ms: crate::merge_window::DEFAULT_WINDOW_MS,
+            grace_ms: 10_000,
+            delta_interval_ms: 250,
+            anti_entropy_ms: 30_000,
+            idle_ms: 60_000,
+            cluster_token: None,
+            tokens: None,
+            tls: false,
+        }
+    }
+}
+
+/// One connected client.
+struct Client {
+    participant: ParticipantId,
+    tx: mpsc::Sender<String>,
+    subscription: Subscription,
+}
+
+/// One hosted room.
+struct Room {
+    replica: Replica,
+    clients: HashMap<u64, Client>,
+    /// What clients were last told (welcome and events are cut against it).
+    told: RoomView,
+    dirty_since: Option<u64>,
+    /// Nodes asked whether they host the room that have not answered.
+    asking: BTreeSet<NodeId>,
+    /// Every node asked at least once (collection may start once all answered).
+    asked_all: bool,
+    last_delta: u64,
+    last_ae: u64,
+    /// Participants whose connection went without `leave`: until when they are kept.
+    graces: HashMap<ParticipantId, u64>,
+    idle_since: Option<u64>,
+}
+
+impl Room {
+    fn new(node: &NodeId, room: RoomId, now: u64) -> Self {
+        let mut replica = Replica::new(ReplicaConfig::new(node.clone(), room, Vec::new()));
+        replica.set_collecting(false);
+        Room {
+            told: replica.state().view(),
+            replica,
+            clients: HashMap::new(),
+            dirty_since: None,
+            asking: BTreeSet::new(),
+            asked_all: false,
+            last_delta: now,
+            last_ae: 0,
+            graces: HashMap::new(),
+            idle_since: None,
+        }
+    }
+
+    fn touch(&mut self, now: u64) {
+        self.dirty_since.get_or_insert(now);
+    }
+
+    /// Whether this node stamped the participant's latest join (it hosts the participant).
+    fn hosts(&self, node: &NodeId, p: &ParticipantId) -> bool {
+        self.replica.state().participant(p).is_some_and(|s| {
+            s.joins
+                .iter()
+                .filter(|(dot, _)| !s.removed.contains_key(*dot))
+                .max_by(|a, b| a.1.stamp.cmp(&b.1.stamp))
+                .is_some_and(|(dot, _)| &dot.replica == node)
+        })
+    }
+}
+
+/// Counters for `/metrics`.
+#[derive(Default)]
+struct Counters {
+    commands: AtomicU64,
+    duplicates: AtomicU64,
+    refused: AtomicU64,
+    frames: AtomicU64,
+    events: AtomicU64,
+    sent: AtomicU64,
+    received: AtomicU64,
+    send_errors: AtomicU64,
+    graces: AtomicU64,
+}
+
+/// A node's rooms.
+pub struct RoomServer {
+    config: RoomServerConfig,
+    peers: Peers,
+    rooms: Mutex<HashMap<RoomId, Room>>,
+    next_client: AtomicU64,
+    outbox: replication::Outbox,
+    counters: Counters,
+    wake: Notify,
+}
+
+impl std::fmt::Debug for RoomServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoomServer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Wall clock, ms since the epoch (the HLC's physical part).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl RoomServer {
+    /// A server; [`RoomServer::start`] runs its timers and replication.
+    pub fn new(config: RoomServerConfig, peers: Peers) -> Arc<Self> {
+        Arc::new(RoomServer {
+            outbox: replication::Outbox::new(config.cluster_token.clone()),
+            config,
+            peers,
+            rooms: Mutex::default(),
+            next_client: AtomicU64::new(1),
+            counters: Counters::default(),
+            wake: Notify::new(),
+        })
+    }
+
+    /// Runs the timers (merge windows, deltas, anti-entropy, graces) and the senders.
+    pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = me.wake.notified() => {}
+                }
+                me.poll(now_ms());
+                me.flush_outbox();
+            }
+        })
+    }
+
+    /// This node.
+    pub fn node(&self) -> &NodeId {
+        &self.config.node
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<RoomId, Room>> {
+        self.rooms.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A client connected: its queue, the welcome frame.
+    fn connect(
+        &self,
+        room: &RoomId,
+        participant: &ParticipantId,
+    ) -> (u64, mpsc::Receiver<String>, String) {
+        let now = now_ms();
+        let id = self.next_client.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(CLIENT_QUEUE);
+        let mut rooms = self.lock();
+        let r = rooms.entry(room.clone()).or_insert_with(|| {
+            tracing::info!(room = %room, "hosting room");
+            Room::new(&self.config.node, room.clone(), now)
+        });
+        r.clients.insert(
+            id,
+            Client {
+                participant: participant.clone(),
+                tx,
+                subscription: Subscription::default(),
+            },
+        );
+        r.graces.remove(participant);
+        r.idle_since = None;
+        let welcome = json!({
+            "type": "welcome",
+            "room": room.as_str(),
+            "participant": participant.as_str(),
+            "node": self.config.node.as_str(),
+            "window_ms": self.config.window_ms,
+            "state": state_json(&r.told),
+        });
+        drop(rooms);
+        self.wake.notify_one();
+        (id, rx, welcome.to_string())
+    }
+
+    /// A client went; `left`: it said `leave` (no grace).
+    fn disconnect(&self, room: &RoomId, id: u64, left: bool) {
+        let now = now_ms();
+        let mut rooms = self.lock();
+        let Some(r) = rooms.get_mut(room) else { return };
+        let Some(c) = r.clients.remove(&id) else {
+            return;
+        };
+        let still = r.clients.values().any(|o| o.participant == c.participant);
+        if !left && !still {
+            r.graces.insert(c.participant, now + self.config.grace_ms);
+        }
+        if r.clients.is_empty() {
+            r.idle_since = Some(now);
+        }
+    }
+
+    /// One text frame from client `id`: the reply frame (receipt, error, subscribed).
+    fn frame(&self, room: &RoomId, id: u64, text: &str) -> (String, bool) {
+        self.counters.frames.fetch_add(1, Ordering::Relaxed);
+        let parsed: Result<ClientFrame, _> = serde_json::from_str(text);
+        let frame = match parsed {
+            Ok(f) => f,
+            Err(e) => {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                let err = FrameError::bad(format!("not a frame: {e}"));
+                return (error_frame(None, &err), false);
+            }
+        };
+        let key = frame_key(&frame);
+        let mut rooms = self.lock();
+        let Some(r) = rooms.get_mut(room) else {
+            return (
+                error_frame(key.as_deref(), &FrameError::bad("room is gone")),
+                false,
+            );
+        };
+        let Some(client) = r.clients.get_mut(&id) else {
+            return (
+                error_frame(key.as_deref(), &FrameError::bad("not connected")),
+                false,
+            );
+        };
+        if let ClientFrame::Subscribe {
+            events,
+            participants,
+        } = frame
+        {
+            return match Subscription::new(events, participants) {
+                Ok(s) => {
+                    client.subscription = s;
+                    (json!({"type": "subscribed"}).to_string(), false)
+                }
+                Err(e) => (error_frame(None, &e), false),
+            };
+        }
+        let participant = client.participant.clone();
+        let cmd = match frames::command(&participant, frame) {
+            Ok(Some(c)) => c,
+            Ok(None) => return (String::new(), false),
+            Err(e) => {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                return (error_frame(key.as_deref(), &e), false);
+            }
+        };
+        let leave = matches!(cmd.1, Command::Leave { .. });
+        match self.apply(r, cmd.0, cmd.1) {
+            Ok(reply) => (reply, leave),
+            Err(e) => {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                (error_frame(key.as_deref(), &e), false)
+            }
+        }
+    }
+
+    /// Runs a command on the room's replica, broadcasts the op; the receipt frame.
+    fn apply(&self, r: &mut Room, key: IdempotencyKey, cmd: Command) -> Result<String, FrameError> {
+        let now = now_ms();
+        let out = r.replica.handle_command(now, key.clone(), cmd)?;
+        self.counters.commands.fetch_add(1, Ordering::Relaxed);
+        let duplicate = out.op.is_none();
+        if let Some(op) = out.op {
+            for peer in r.replica.peers() {
+                self.outbox
+                    .push(peer, r.replica.state().room(), Message::Op(op.clone()));
+            }
+            r.touch(now);
+            self.wake.notify_one();
+        } else {
+            self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(json!({
+            "type": "receipt",
+            "key": key.as_str(),
+            "duplicate": duplicate,
+            "stamp": frames::stamp(&out.receipt.stamp),
+        })
+        .to_string())
+    }
+
+    /// The timers of every room.
+    fn poll(&self, now: u64) {
+        let directory = (self.peers)();
+        let mut rooms = self.lock();
+        let mut gone = Vec::new();
+        for (id, r) in rooms.iter_mut() {
+            self.poll_room(now, id, r, &directory);
+            if r.clients.is_empty()
+                && r.graces.is_empty()
+                && r.idle_since
+                    .is_some_and(|t| now.saturating_sub(t) >= self.config.idle_ms)
+            {
+                gone.push(id.clone());
+            }
+        }
+        for id in gone {
+            tracing::info!(room = %id, "no longer hosting room (idle)");
+            rooms.remove(&id);
+        }
+    }
+
+    fn poll_room(&self, now: u64, id: &RoomId, r: &mut Room, directory: &[(NodeId, String)]) {
+        // Graces that ran out: the node that stamped the latest join removes the participant.
+        let due: Vec<ParticipantId> = r
+            .graces
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in due {
+            r.graces.remove(&p);
+            if r.hosts(&self.config.node, &p) {
+                self.counters.graces.fetch_add(1, Ordering::Relaxed);
+                let key = IdempotencyKey::new(format!("grace-{now}"));
+                if let Ok(key) = key {
+                    tracing::info!(room = %id, participant = %p, "connection gone: leaves");
+                    let _ = self.apply(r, key, Command::Leave { participant: p });
+                }
+            }
+        }
+        // Ask the nodes not known to host the room (on creation and every anti-entropy round).
+        if r.last_ae == 0 || now.saturating_sub(r.last_ae) >= self.config.anti_entropy_ms {
+            r.last_ae = now;
+            let known: BTreeSet<NodeId> = r.replica.peers().cloned().collect();
+            if r.asked_all && r.asking.is_empty() {
+                r.replica.set_collecting(true);
+            }
+            let ae = r.replica.start_anti_entropy();
+            for (node, _) in directory {
+                if *node == self.config.node {
+                    continue;
+                }
+                if !known.contains(node) {
+                    r.asking.insert(node.clone());
+                }
+                self.outbox.push(node, id, Message::AeRequest(ae.clone()));
+            }
+            r.asked_all = true;
+        }
+        if now.saturating_sub(r.last_delta) >= self.config.delta_interval_ms {
+            r.last_delta = now;
+            let behind: Vec<ReplicaId> = r
+                .replica
+                .peers()
+                .filter(|p| r.replica.peer_behind(p))
+                .cloned()
+                .collect();
+            for p in behind {
+                self.outbox
+                    .push(&p, id, Message::Delta(r.replica.delta_for(&p)));
+            }
+        }
+        if let Some(since) = r.dirty_since
+            && now.saturating_sub(since) >= self.config.window_ms
+        {
+            r.dirty_since = None;
+            let view = r.replica.state().view();
+            let events = diff(&r.told, &view);
+            r.told = view;
+            if !events.is_empty() {
+                self.deliver(r, &events);
+            }
+        }
+    }
+
+    /// One `events` frame per client, filtered by its subscription; a client whose queue is
+    /// full is dropped (it reconnects and gets the state in its welcome).
+    fn deliver(&self, r: &mut Room, events: &[Json]) {
+        let mut slow = Vec::new();
+        for (id, c) in &r.clients {
+            let mine: Vec<&Json> = events.iter().filter(|e| c.subscription.wants(e)).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            self.counters
+                .events
+                .fetch_add(mine.len() as u64, Ordering::Relaxed);
+            let frame = json!({"type": "events", "events": mine}).to_string();
+            if c.tx.try_send(frame).is_err() {
+                slow.push(*id);
+            }
+        }
+        for id in slow {
+            tracing::warn!(client = id, "room client too slow: closing its connection");
+            r.clients.remove(&id);
+        }
+    }
+
+    /// Messages from `from` for `room`; the replies. `None`: this node does not host the room.
+    fn receive(
+        &self,
+        from: &NodeId,
+        room: &RoomId,
+        messages: Vec<Message>,
+    ) -> Option<Vec<Message>> {
+        let now = now_ms();
+        let mut rooms = self.lock();
+        let r = rooms.get_mut(room)?;
+        r.asking.remove(from);
+        if r.replica.add_peer(from.clone()) {
+            tracing::info!(room = %room, peer = %from, "room replica found");
+            self.outbox
+                .push(from, room, Message::Delta(r.replica.delta_for(from)));
+        }
+        let mut replies = Vec::new();
+        for m in messages {
+            self.counters.received.fetch_add(1, Ordering::Relaxed);
+            let changed = match m {
+                Message::Op(op) => r.replica.handle_op(now, &op).unwrap_or(false),
+                Message::Delta(d) => match r.replica.handle_delta(now, &d) {
+                    Ok(ack) => {
+                        replies.push(Message::Ack(ack));
+                        !d.is_empty()
+                    }
+                    Err(e) => {
+                        tracing::debug!(room = %room, error = %e, "delta refused");
+                        false
+                    }
+                },
+                Message::Ack(a) => {
+                    r.replica.handle_ack(&a);
+                    false
+                }
+                Message::AeRequest(q) => {
+                    if let Ok(reply) = r.replica.handle_ae_request(&q) {
+                        replies.push(Message::AeReply(reply));
+                    }
+                    false
+                }
+                Message::AeReply(reply) => match r.replica.handle_ae_reply(now, &reply) {
+                    Ok(fin) => {
+                        replies.push(Message::AeFinish(fin));
+                        true
+                    }
+                    Err(_) => false,
+                },
+                Message::AeFinish(fin) => r.replica.handle_ae_finish(now, &fin).is_ok(),
+                Message::Subtrees(_) => false,
+            };
+            if changed {
+                r.touch(now);
+            }
+        }
+        if r.asked_all && r.asking.is_empty() {
+            r.replica.set_collecting(true);
+        }
+        Some(replies)
+    }
+
+    /// `peer` does not host `room`: stop waiting for it.
+    fn not_hosted(&self, peer: &NodeId, room: &RoomId) {
+        let mut rooms = self.lock();
+        if let Some(r) = rooms.get_mut(room) {
+            r.asking.remove(peer);
+            if r.replica.remove_peer(peer) {
+                tracing::info!(room = %room, peer = %peer, "peer no longer hosts room");
+            }
+            if r.asked_all && r.asking.is_empty() {
+                r.replica.set_collecting(true);
+            }
+        }
+    }
+
+    fn flush_outbox(self: &Arc<Self>) {
+        let directory = (self.peers)();
+        for (peer, batch) in self.outbox.take_ready() {
+            let Some(url) = directory
+                .iter()
+                .find(|(n, _)| *n == peer)
+                .map(|(_, u)| u.clone())
+            else {
+                self.outbox.done(&peer);
+                continue;
+            };
+            let me = self.clone();
+            let sent = batch.iter().map(|(_, m)| m.len() as u64).sum::<u64>();
+            self.counters.sent.fetch_add(sent, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let from = me.config.node.clone();
+                let answer = me.outbox.send(&url, from, batch).await;
+                match answer {
+                    Ok(reply) => {
+                        for room in &reply.gone {
+                            me.not_hosted(&peer, room);
+                        }
+                        for (room, messages) in reply.rooms {
+                            if let Some(back) = me.receive(&peer, &room, messages) {
+                                for m in back {
+                                    me.outbox.push(&peer, &room, m);
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        me.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(peer = %peer, error = %e, "room replication failed");
+                    }
+                }
+                me.outbox.done(&peer);
+                me.wake.notify_one();
+            });
+        }
+    }
+
+    /// `GET /v1/rooms`: the rooms hosted here.
+    pub fn list(&self) -> Json {
+        let rooms = self.lock();
+        let mut out: Vec<Json> = rooms
+            .iter()
+            .map(|(id, r)| {
+                json!({
+                    "room": id.as_str(),
+                    "participants": r.told.participants.len(),
+                    "connections": r.clients.len(),
+                    "peers": r.replica.peers().map(NodeId::as_str).collect::<Vec<_>>(),
+                    "digest": hex(&r.replica.state().digest().root),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a["room"].as_str().cmp(&b["room"].as_str()));
+        Json::Array(out)
+    }
+
+    /// `GET /v1/rooms/{room}`: one room as this node sees it.
+    pub fn show(&self, room: &RoomId) -> Option<Json> {
+        let rooms = self.lock();
+        let r = rooms.get(room)?;
+        Some(json!({
+            "room": room.as_str(),
+            "node": self.config.node.as_str(),
+            "peers": r.replica.peers().map(NodeId::as_str).collect::<Vec<_>>(),
+            "connections": r.clients.len(),
+            "digest": hex(&r.replica.state().digest().root),
+            "collecting": r.asked_all && r.asking.is_empty(),
+            "state": state_json(&r.replica.state().view()),
+        }))
+    }
+
+    /// Prometheus text for the node's `/metrics`.
+    pub fn prometheus(&self) -> String {
+        let (rooms, connections, participants) = {
+            let rooms = self.lock();
+            (
+                rooms.len(),
+                rooms.values().map(|r| r.clients.len()).sum::<usize>(),
+                rooms
+                    .values()
+                    .map(|r| r.told.participants.len())
+                    .sum::<usize>(),
+            )
+        };
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        #[rustfmt::skip]
+        let figures: [(&str, &str, &str, u64); 12] = [
+            ("ferry_room_rooms", "gauge", "Rooms this node hosts a replica of.", rooms as u64),
+            ("ferry_room_connections", "gauge", "Room WebSockets open on this node.", connections as u64),
+            ("ferry_room_participants", "gauge", "Participants of the rooms hosted here (as last told to clients).", participants as u64),
+            ("ferry_room_commands_total", "counter", "Client commands applied (retries included).", get(&c.commands)),
+            ("ferry_room_duplicates_total", "counter", "Commands that were retries of an idempotency key (nothing changed).", get(&c.duplicates)),
+            ("ferry_room_refused_total", "counter", "Client frames refused with an error frame.", get(&c.refused)),
+            ("ferry_room_frames_total", "counter", "Client frames received.", get(&c.frames)),
+            ("ferry_room_events_total", "counter", "Events delivered to clients (after merge windows and subscriptions).", get(&c.events)),
+            ("ferry_room_replication_sent_total", "counter", "Replica messages sent to other nodes.", get(&c.sent)),
+            ("ferry_room_replication_received_total", "counter", "Replica messages received from other nodes.", get(&c.received)),
+            ("ferry_room_replication_errors_total", "counter", "Failed replication requests.", get(&c.send_errors)),
+            ("ferry_room_grace_leaves_total", "counter", "Participants removed after their connection went without leave.", get(&c.graces)),
+        ];
+        let mut s = String::new();
+        for (name, kind, help, v) in figures {
+            s.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"
+            ));
+        }
+        s
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn frame_key(f: &ClientFrame) -> Option<String> {
+    match f {
+        ClientFrame::Join { key, .. }
+        | ClientFrame::Leave { key }
+        | ClientFrame::Set { key, .. }
+        | ClientFrame::Publish { key, .. }
+        | ClientFrame::Unpublish { key, .. }
+        | ClientFrame::React { key, .. }
+        | ClientFrame::Chat { key, .. } => Some(key.clone()),
+        ClientFrame::Subscribe { .. } => None,
+    }
+}
+
+fn error_frame(key: Option<&str>, e: &FrameError) -> String {
+    json!({"type": "error", "key": key, "code": e.code, "message": e.message}).to_string()
+}

@@ -1,0 +1,684 @@
+//! Rooms (issue 12) on `ferry dev`, with WebSocket clients speaking the protocol of
+//! docs/rooms.md: participants placed by the scheduler on both nodes see each other's join,
+//! mute and chat within 200 ms; a retried command changes nothing; bad frames, bad tokens and
+//! unauthenticated replication get specific errors; both nodes' replicas hold the same digest;
+//! a connection gone without `leave` leaves after the grace period.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use ferry_tests::cluster::{Dev, start_dev_registered};
+use ferry_tests::http;
+use futures_util::stream::SplitSink;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
+
+type Sink = SplitSink<WebSocketStream<MaybeTlsStream<TcpStream>>, Message>;
+
+/// One participant's connection: frames as they arrive (with when), and the sending half.
+struct Peer {
+    id: String,
+    node: String,
+    frames: Arc<Mutex<Vec<(Instant, Value)>>>,
+    sink: Sink,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Peer {
+    /// Both halves go: the connection closes (without `leave`).
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl Peer {
+    async fn connect(answer: &Value, token: &str) -> Result<Peer> {
+        let url = format!(
+            "{}&access_token={token}",
+            answer["ws"].as_str().context("ws")?
+        );
+        let (ws, _) = connect_async(url.as_str())
+            .await
+            .context("room WebSocket")?;
+        let (sink, mut stream) = ws.split();
+        let frames: Arc<Mutex<Vec<(Instant, Value)>>> = Arc::default();
+        let log = frames.clone();
+        let reader = tokio::spawn(async move {
+            while let Some(Ok(m)) = stream.next().await {
+                if let Message::Text(t) = m
+                    && let Ok(v) = serde_json::from_str::<Value>(t.as_str())
+                {
+                    log.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((Instant::now(), v));
+                }
+            }
+        });
+        let mut peer = Peer {
+            id: answer["participant"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            node: answer["node"].as_str().unwrap_or_default().to_owned(),
+            frames,
+            sink,
+            reader,
+        };
+        peer.wait(Duration::from_secs(5), |f| f["type"] == "welcome")
+            .await
+            .context("welcome")?;
+        Ok(peer)
+    }
+
+    /// The first frame (from the start) that `pred` accepts, waiting up to `timeout`.
+    async fn wait(
+        &mut self,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Result<(Instant, Value)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(f) = self
+                .frames
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .find(|(_, f)| pred(f))
+            {
+                return Ok(f.clone());
+            }
+            if Instant::now() > deadline {
+                let all: Vec<Value> = self.all();
+                bail!("{}: no such frame within {timeout:?}; got {all:?}", self.id);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Every event of every `events` frame so far, with when it arrived.
+    fn events(&self) -> Vec<(Instant, Value)> {
+        let frames = self.frames.lock().unwrap_or_else(|e| e.into_inner());
+        frames
+            .iter()
+            .filter(|(_, f)| f["type"] == "events")
+            .flat_map(|(t, f)| {
+                f["events"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |e| (*t, e))
+            })
+            .collect()
+    }
+
+    fn all(&self) -> Vec<Value> {
+        let frames = self.frames.lock().unwrap_or_else(|e| e.into_inner());
+        frames.iter().map(|(_, f)| f.clone()).collect()
+    }
+
+    /// Sends a frame; the receipt or error frame for its key, and when it was sent.
+    async fn send(&mut self, frame: Value) -> Result<(Instant, Value)> {
+        let key = frame["key"].clone();
+        let seen = self.all().len();
+        let sent = Instant::now();
+        self.sink
+            .send(Message::Text(frame.to_string().into()))
+            .await?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let all = self.all();
+            if let Some(r) = all[seen.min(all.len())..].iter().find(|f| {
+                (f["type"] == "receipt" || f["type"] == "error" || f["type"] == "subscribed")
+                    && f["key"] == key
+            }) {
+                return Ok((sent, r.clone()));
+            }
+            if Instant::now() > deadline {
+                bail!("{}: no answer to {frame}", self.id);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// When the event `pred` accepts arrived.
+    async fn event(&mut self, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Result<Instant> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((t, _)) = self.events().into_iter().find(|(_, e)| pred(e)) {
+                return Ok(t);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{}: no such event within {timeout:?}; got {:?}",
+                    self.id,
+                    self.events()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// Sends `command` to page `from`; once every page of `ids` logged an event `pred` accepts at
+/// or after the command's receipt went out from `from`, the delays (ms, per page).
+async fn delays(
+    collector: &ferry_tests::Collector,
+    ids: &[String],
+    from: &str,
+    command: &str,
+    pred: &dyn Fn(&Value) -> bool,
+) -> Result<Vec<f64>> {
+    let measure = |reports: &ferry_tests::Reports| -> Option<Vec<f64>> {
+        let sent = reports.get(from)?["sent"]
+            .as_array()?
+            .iter()
+            .rev()
+            .find(|s| s["what"] == command && s["receipt"].is_object())?["wall"]
+            .as_f64()?;
+        ids.iter()
+            .map(|id| {
+                let e = reports.get(id)?["roomEvents"]
+                    .as_array()?
+                    .iter()
+                    .find(|e| pred(e) && e["wall"].as_f64().is_some_and(|w| w >= sent - 5.0))?;
+                Some(e["wall"].as_f64()? - sent)
+            })
+            .collect()
+    };
+    collector.command(from, command);
+    let r = collector
+        .wait_until(Duration::from_secs(10), |r| measure(r).is_some())
+        .await?;
+    measure(&r).context("delays")
+}
+
+fn join_answer(dev: &Dev, room: &str, participant: &str) -> Result<Value> {
+    let r = http(
+        &format!("{}/v1/rooms/{room}/join", dev.gateway),
+        "POST",
+        &[
+            ("authorization", &format!("Bearer {}", dev.token)),
+            ("content-type", "application/json"),
+        ],
+        json!({"participant": participant}).to_string().as_bytes(),
+    )?;
+    ensure!(
+        r.status == 200,
+        "join {participant}: {} {}",
+        r.status,
+        r.body
+    );
+    Ok(serde_json::from_str(&r.body)?)
+}
+
+fn room_on(url: &str, room: &str) -> Result<Value> {
+    let r = http(&format!("{url}/v1/rooms/{room}"), "GET", &[], b"")?;
+    ensure!(r.status == 200, "{url}: {} {}", r.status, r.body);
+    Ok(serde_json::from_str(&r.body)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn participants_on_both_nodes_share_one_room() -> Result<()> {
+    let dev = start_dev_registered(&[], &[]).await?;
+    let room = "standup";
+    // Three participants the scheduler places on both nodes (two on one, one on the other).
+    let mut answers: Vec<Value> = Vec::new();
+    for i in 0..64 {
+        let a = join_answer(&dev, room, &format!("u{i}"))?;
+        let nodes: std::collections::BTreeSet<&str> = answers
+            .iter()
+            .chain(std::iter::once(&a))
+            .filter_map(|x| x["node"].as_str())
+            .collect();
+        if answers.len() < 2 || nodes.len() == 2 {
+            answers.push(a);
+        }
+        if answers.len() == 3 {
+            break;
+        }
+    }
+    ensure!(
+        answers.len() == 3,
+        "placement never used both nodes: {answers:?}"
+    );
+    let mut peers = Vec::new();
+    for a in &answers {
+        peers.push(Peer::connect(a, &dev.token).await?);
+    }
+    eprintln!(
+        "participants: {:?}",
+        peers.iter().map(|p| (&p.id, &p.node)).collect::<Vec<_>>()
+    );
+
+    // Joins: everyone sees everyone within 200 ms of the join being sent.
+    let mut latencies = Vec::new();
+    for i in 0..peers.len() {
+        let id = peers[i].id.clone();
+        let (sent, r) = peers[i]
+            .send(json!({"type": "join", "key": format!("join-{id}"), "name": id.to_uppercase()}))
+            .await?;
+        ensure!(r["type"] == "receipt" && r["duplicate"] == false, "{r}");
+        for p in peers.iter_mut() {
+            let t = p
+                .event(Duration::from_secs(2), |e| {
+                    e["type"] == "joined" && e["participant"] == id
+                })
+                .await?;
+            latencies.push(("join", t - sent));
+        }
+    }
+    // Mute.
+    let a = peers[0].id.clone();
+    let (sent, r) = peers[0]
+        .send(json!({"type": "set", "key": "mute-1", "register": "audio_muted", "value": true}))
+        .await?;
+    ensure!(r["type"] == "receipt", "{r}");
+    for p in peers.iter_mut() {
+        let t = p
+            .event(Duration::from_secs(2), |e| {
+                e["type"] == "register" && e["participant"] == a && e["value"] == true
+            })
+            .await?;
+        latencies.push(("mute", t - sent));
+    }
+    // Chat, and its retry with the same key: one message, the same receipt.
+    let chat = json!({"type": "chat", "key": "chat-1", "text": "hello room"});
+    let (sent, first) = peers[2].send(chat.clone()).await?;
+    let (_, retry) = peers[2].send(chat).await?;
+    ensure!(
+        first["duplicate"] == false && retry["duplicate"] == true,
+        "{first} {retry}"
+    );
+    ensure!(first["stamp"] == retry["stamp"], "{first} {retry}");
+    for p in peers.iter_mut() {
+        let t = p
+            .event(Duration::from_secs(2), |e| {
+                e["type"] == "chat" && e["text"] == "hello room"
+            })
+            .await?;
+        latencies.push(("chat", t - sent));
+    }
+    // The same key for another command, from another node's participant: refused.
+    let (_, reused) = peers[1]
+        .send(json!({"type": "chat", "key": "chat-1", "text": "something else"}))
+        .await?;
+    ensure!(
+        reused["type"] == "error" && reused["code"] == "key_reused",
+        "{reused}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for p in &peers {
+        let n = p
+            .events()
+            .iter()
+            .filter(|(_, e)| e["type"] == "chat")
+            .count();
+        ensure!(n == 1, "{} saw {n} chat messages", p.id);
+    }
+    let worst = latencies.iter().map(|(_, d)| *d).max().unwrap_or_default();
+    eprintln!(
+        "event latencies (ms): {:?}",
+        latencies
+            .iter()
+            .map(|(w, d)| format!("{w} {:.1}", d.as_secs_f64() * 1e3))
+            .collect::<Vec<_>>()
+    );
+    ensure!(
+        worst <= Duration::from_millis(200),
+        "an event took {worst:?} (goal: 200 ms)"
+    );
+
+    // Bad input: specific errors, the connection stays.
+    let (_, e) = peers[0]
+        .send(json!({"type": "set", "key": "bad-1", "register": "volume", "value": 3}))
+        .await?;
+    ensure!(e["code"] == "bad_request", "{e}");
+    let (_, e) = peers[0]
+        .send(json!({"type": "chat", "key": "bad-2", "text": "x".repeat(5000)}))
+        .await?;
+    ensure!(e["code"] == "too_large", "{e}");
+    peers[0].sink.send(Message::Text("not json".into())).await?;
+    peers[0]
+        .wait(Duration::from_secs(2), |f| {
+            f["type"] == "error" && f["code"] == "bad_request" && f["key"].is_null()
+        })
+        .await?;
+    // A participant that did not join may not chat.
+    let late = join_answer(&dev, room, "late")?;
+    let mut late = Peer::connect(&late, &dev.token).await?;
+    let (_, e) = late
+        .send(json!({"type": "chat", "key": "late-1", "text": "hi"}))
+        .await?;
+    ensure!(e["code"] == "not_in_room", "{e}");
+    drop(late);
+
+    // Credentials: no token, a forged one, replication without the cluster token.
+    let ws = answers[0]["ws"].as_str().context("ws")?;
+    ensure!(
+        connect_async(ws).await.is_err(),
+        "a WebSocket without a token"
+    );
+    ensure!(
+        connect_async(format!("{ws}&access_token=forged").as_str())
+            .await
+            .is_err(),
+        "a WebSocket with a forged token"
+    );
+    let r = http(
+        &format!("{}/v1/rooms/{room}/join", dev.gateway),
+        "POST",
+        &[],
+        b"{}",
+    )?;
+    ensure!(
+        r.status == 401,
+        "join without a token: {} {}",
+        r.status,
+        r.body
+    );
+    let r = http(
+        &format!("{}/v1/rooms/{room}/join", dev.gateway),
+        "POST",
+        &[("authorization", &format!("Bearer {}", dev.token))],
+        br#"{"participant":"not ok!"}"#,
+    )?;
+    ensure!(
+        r.status == 400,
+        "a bad participant id: {} {}",
+        r.status,
+        r.body
+    );
+    let r = http(
+        &format!("{}/v1/rooms/replica", dev.node_a),
+        "POST",
+        &[],
+        b"\x01\x00",
+    )?;
+    ensure!(
+        r.status == 401,
+        "replication without the cluster token: {}",
+        r.status
+    );
+    let r = http(
+        &format!("{}/v1/rooms/replica", dev.node_a),
+        "POST",
+        &[("authorization", &format!("Bearer {}", dev.token))],
+        b"\x07garbage",
+    )?;
+    ensure!(r.status == 400, "a garbage batch: {} {}", r.status, r.body);
+
+    // Both replicas hold the same state, and know each other.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (ra, rb) = (room_on(&dev.node_a, room)?, room_on(&dev.node_b, room)?);
+        if ra["digest"] == rb["digest"] && ra["peers"] == json!(["node-b"]) {
+            ensure!(rb["peers"] == json!(["node-a"]), "{rb}");
+            ensure!(
+                ra["state"]["participants"].as_object().map(|o| o.len()) == Some(3),
+                "{ra}"
+            );
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("replicas differ: {ra} / {rb}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A connection gone without `leave`: the participant leaves after the grace (10 s).
+    let gone = peers.pop().context("peer")?;
+    let gone_id = gone.id.clone();
+    let closed = Instant::now();
+    drop(gone);
+    let t = peers[0]
+        .event(Duration::from_secs(15), |e| {
+            e["type"] == "left" && e["participant"] == gone_id
+        })
+        .await?;
+    let after = t - closed;
+    ensure!(
+        after >= Duration::from_secs(9),
+        "left after {after:?}, before its grace"
+    );
+    // An explicit leave goes at once.
+    let b = peers[1].id.clone();
+    let (sent, _) = peers[1]
+        .send(json!({"type": "leave", "key": "leave-b"}))
+        .await?;
+    let t = peers[0]
+        .event(Duration::from_secs(2), |e| {
+            e["type"] == "left" && e["participant"] == b
+        })
+        .await?;
+    eprintln!(
+        "grace leave after {:.1} s, explicit leave seen after {:.1} ms",
+        after.as_secs_f64(),
+        (t - sent).as_secs_f64() * 1e3
+    );
+
+    let metric = |name: &str| -> Result<f64> {
+        let mut sum = 0.0;
+        for url in [&dev.node_a, &dev.node_b] {
+            let text = http(&format!("{url}/metrics"), "GET", &[], b"")?.body;
+            let v: f64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+                .with_context(|| format!("{name} on {url}"))?;
+            sum += v;
+        }
+        Ok(sum)
+    };
+    ensure!(
+        metric("ferry_room_rooms")? == 2.0,
+        "both nodes host the room"
+    );
+    ensure!(
+        metric("ferry_room_duplicates_total")? == 1.0,
+        "one retried command"
+    );
+    ensure!(
+        metric("ferry_room_grace_leaves_total")? == 1.0,
+        "one grace leave"
+    );
+    ensure!(
+        metric("ferry_room_replication_received_total")? > 0.0,
+        "replication"
+    );
+    Ok(())
+}
+
+/// Three Chromium participants (browser SDK, `client.join`) in one room across both nodes: they
+/// see each other's join, track, mute and chat within 200 ms; a retried chat with the same key
+/// is one message; the publisher's session migrates to the other node, its room connection
+/// follows it, and room events keep flowing both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_participants_follow_a_room_across_a_migration() -> Result<()> {
+    use ferry_tests::Browser;
+    use ferry_tests::Collector;
+    use ferry_tests::cluster::{migration_end, start_migration};
+
+    let dev = start_dev_registered(&[], &[]).await?;
+    let collector = Collector::start()?;
+    let room = "meet";
+    // Participants the scheduler puts on both nodes; the first publishes.
+    let mut picked: Vec<(String, String)> = Vec::new();
+    for i in 0..64 {
+        let id = format!("c{i}");
+        let node = join_answer(&dev, room, &id)?["node"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let nodes: std::collections::BTreeSet<&str> = picked
+            .iter()
+            .map(|(_, n)| n.as_str())
+            .chain(std::iter::once(node.as_str()))
+            .collect();
+        if picked.len() < 2 || nodes.len() == 2 {
+            picked.push((id, node));
+        }
+        if picked.len() == 3 {
+            break;
+        }
+    }
+    ensure!(picked.len() == 3, "placement never used both nodes");
+    let mut pages = Vec::new();
+    for (i, (id, _)) in picked.iter().enumerate() {
+        let mut q = vec![
+            ("sdk", dev.gateway.as_str()),
+            ("base", dev.gateway.as_str()),
+            ("room", room),
+            ("participant", id.as_str()),
+            ("name", id.as_str()),
+            ("token", dev.token.as_str()),
+            ("id", id.as_str()),
+        ];
+        if i == 0 {
+            q.push(("publish", "1"));
+        }
+        pages.push(Browser::open(&collector.page_url("room.html", &q))?);
+    }
+    let ids: Vec<String> = picked.iter().map(|(id, _)| id.clone()).collect();
+    let everyone = json!(
+        ids.iter()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    let (alice, bob, carol) = (ids[0].clone(), ids[1].clone(), ids[2].clone());
+    // Everyone in, alice's camera announced as a track and live.
+    collector
+        .wait_until(Duration::from_secs(30), |r| {
+            ids.iter().all(|id| {
+                r.get(id).is_some_and(|p| {
+                    p["phase"] == "joined"
+                        && p["participants"] == everyone
+                        && p["view"][alice.as_str()]["tracks"]["cam"]["kind"] == "video"
+                })
+            }) && r
+                .get(&alice)
+                .is_some_and(|p| p["state"] == "connected" && p["session"].is_string())
+        })
+        .await
+        .context("three participants, alice publishing")?;
+
+    let mut latencies: Vec<(String, f64)> = Vec::new();
+
+    let is_mute = |e: &Value| {
+        e["type"] == "register"
+            && e["participant"] == alice.as_str()
+            && e["register"] == "audio_muted"
+            && e["value"] == true
+    };
+    for l in delays(&collector, &ids, &alice, "mute", &is_mute)
+        .await
+        .context("alice's mute")?
+    {
+        latencies.push(("mute".into(), l));
+    }
+
+    let hello = format!("hello from {bob}");
+    let is_hello = |e: &Value| e["type"] == "chat" && e["text"] == hello.as_str();
+    for l in delays(&collector, &ids, &bob, "chat-hello", &is_hello)
+        .await
+        .context("bob's chat")?
+    {
+        latencies.push(("chat".into(), l));
+    }
+
+    // A retried chat (the same key twice): one message everywhere, the retry a duplicate.
+    collector.command(&carol, "chat-retry");
+    let r = collector
+        .wait_until(Duration::from_secs(10), |r| {
+            r.get(&carol).is_some_and(|p| {
+                p["sent"].as_array().is_some_and(|s| {
+                    s.iter()
+                        .filter(|x| x["what"] == "chat-retry" && x["receipt"].is_object())
+                        .count()
+                        == 2
+                })
+            })
+        })
+        .await
+        .context("carol's retried chat")?;
+    let receipts: Vec<Value> = r[&carol]["sent"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter(|x| x["what"] == "chat-retry")
+                .map(|x| x["receipt"].clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    ensure!(
+        receipts[0]["duplicate"] == false && receipts[1]["duplicate"] == true,
+        "{receipts:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let r = collector.reports();
+    for id in &ids {
+        let n = r[id]["chat"]
+            .as_array()
+            .map_or(0, |c| c.iter().filter(|t| *t == "retried once").count());
+        ensure!(n == 1, "{id} shows the retried chat {n} times");
+    }
+
+    // Alice's session migrates; her room connection follows to the new node.
+    let session = r[&alice]["session"]
+        .as_str()
+        .context("alice's session")?
+        .to_owned();
+    let from = r[&alice]["sessionNode"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let target = if from == "node-a" { "node-b" } else { "node-a" };
+    let m = start_migration(&dev.gateway, &dev.token, &session, target, "ice-restart")?;
+    let v = migration_end(&dev.gateway, &m).await?;
+    ensure!(v["state"] == "committed", "migration: {v}");
+    collector
+        .wait_until(Duration::from_secs(15), |r| {
+            r.get(&alice).is_some_and(|p| {
+                p["node"] == target
+                    && p["roomEvents"]
+                        .as_array()
+                        .is_some_and(|e| e.iter().any(|x| x["type"] == "moved"))
+            })
+        })
+        .await
+        .with_context(|| format!("alice's room connection moving from {from} to {target}"))?;
+    let is_unmute = |e: &Value| {
+        e["type"] == "register"
+            && e["participant"] == alice.as_str()
+            && e["register"] == "audio_muted"
+            && e["value"] == false
+    };
+    for l in delays(&collector, &ids, &alice, "unmute", &is_unmute)
+        .await
+        .context("alice's unmute after the migration")?
+    {
+        latencies.push(("unmute after migration".into(), l));
+    }
+    let hello_c = format!("hello from {carol}");
+    let is_hello_c = |e: &Value| e["type"] == "chat" && e["text"] == hello_c.as_str();
+    for l in delays(&collector, &ids, &carol, "chat-hello", &is_hello_c)
+        .await
+        .context("carol's chat after the migration")?
+    {
+        latencies.push(("chat after migration".into(), l));
+    }
+    ensure!(
+        r.get(&alice).is_some_and(|p| p["participants"] == everyone),
+        "alice still sees everyone: {}",
+        r[&alice]["participants"]
+    );
+    eprintln!("room event latencies (ms, per page): {latencies:?}");
+    let worst = latencies.iter().map(|(_, l)| *l).fold(0.0, f64::max);
+    ensure!(worst <= 200.0, "a room event took {worst} ms (goal: 200)");
+    drop(pages);
+    Ok(())
+}
