@@ -87,7 +87,15 @@ class Connection {
       if (this.closed) return;
       this.closed = true;
       const reason = `closed (${e?.code ?? 'no code'}${e?.reason ? `: ${e.reason}` : ''})`;
-      this.onNoWelcome(roomError('closed', `the room connection ${reason}`));
+      // 4401 / 4403: the node refused the token (4000 + the HTTP status); retrying cannot help.
+      const refused = e?.code === 4401 || e?.code === 4403;
+      this.refusal = refused
+        ? roomError(e.code === 4403 ? 'forbidden' : 'unauthorized', `the node refused the access token: ${e?.reason ?? ''}`, {
+            fatal: true,
+            status: e.code - 4000,
+          })
+        : null;
+      this.onNoWelcome(this.refusal ?? roomError('closed', `the room connection ${reason}`));
       handlers.closed(this, reason);
     };
     // An error is followed by a close, which is where the room acts.
@@ -612,6 +620,10 @@ export class Room {
 
   #closed(conn, reason) {
     this.#conns.delete(conn);
+    if (conn.refusal && conn === this.#conn && this.#state === 'joined') {
+      this.#fail(conn.refusal);
+      return;
+    }
     const err = roomError('closed', `the room connection ${reason}`);
     for (const entry of this.#pending.filter((e) => e.once && e.conn === conn)) this.#settle(entry, err, null);
     if (conn === this.#conn && !conn.retired && this.#state === 'joined') this.#reconnect(reason).catch(report);

@@ -12,7 +12,13 @@ pub fn file(name: &str) -> Option<&'static str> {
 mod tests {
     #[test]
     fn the_entry_module_and_the_machine_are_embedded() {
-        for name in ["ferry.js", "fsm.js", "room.js", "room-view.js", "ferry.d.ts"] {
+        for name in [
+            "ferry.js",
+            "fsm.js",
+            "room.js",
+            "room-view.js",
+            "ferry.d.ts",
+        ] {
             assert!(super::file(name).is_some_and(|c| !c.is_empty()), "{name}");
         }
         assert_eq!(super::file("../Cargo.toml"), None);

@@ -26,6 +26,8 @@ struct Peer {
     frames: Arc<Mutex<Vec<(Instant, Value)>>>,
     sink: Sink,
     reader: tokio::task::JoinHandle<()>,
+    /// The connection's local TCP port (the partition test lets it through).
+    port: u16,
 }
 
 impl Drop for Peer {
@@ -44,6 +46,10 @@ impl Peer {
         let (ws, _) = connect_async(url.as_str())
             .await
             .context("room WebSocket")?;
+        let port = match ws.get_ref() {
+            MaybeTlsStream::Plain(s) => s.local_addr()?.port(),
+            _ => 0,
+        };
         let (sink, mut stream) = ws.split();
         let frames: Arc<Mutex<Vec<(Instant, Value)>>> = Arc::default();
         let log = frames.clone();
@@ -67,6 +73,7 @@ impl Peer {
             frames,
             sink,
             reader,
+            port,
         };
         peer.wait(Duration::from_secs(5), |f| f["type"] == "welcome")
             .await
@@ -197,12 +204,35 @@ async fn delays(
     measure(&r).context("delays")
 }
 
+/// A WebSocket the node refuses (a browser cannot read a refused upgrade's status): its error
+/// frame and close code.
+async fn refusal(url: &str) -> Result<(Value, Option<u16>)> {
+    let (mut ws, _) = connect_async(url).await.context("room WebSocket")?;
+    let mut error = Value::Null;
+    while let Some(m) = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .context("no close")?
+    {
+        match m? {
+            Message::Text(t) => error = serde_json::from_str(t.as_str())?,
+            Message::Close(c) => return Ok((error, c.map(|c| u16::from(c.code)))),
+            _ => {}
+        }
+    }
+    Ok((error, None))
+}
+
 fn join_answer(dev: &Dev, room: &str, participant: &str) -> Result<Value> {
+    join_at(&dev.gateway, &dev.token, room, participant)
+}
+
+/// `POST {base}/v1/rooms/{room}/join` (the scheduler places; a node answers with itself).
+fn join_at(base: &str, token: &str, room: &str, participant: &str) -> Result<Value> {
     let r = http(
-        &format!("{}/v1/rooms/{room}/join", dev.gateway),
+        &format!("{base}/v1/rooms/{room}/join"),
         "POST",
         &[
-            ("authorization", &format!("Bearer {}", dev.token)),
+            ("authorization", &format!("Bearer {token}")),
             ("content-type", "application/json"),
         ],
         json!({"participant": participant}).to_string().as_bytes(),
@@ -359,16 +389,16 @@ async fn participants_on_both_nodes_share_one_room() -> Result<()> {
 
     // Credentials: no token, a forged one, replication without the cluster token.
     let ws = answers[0]["ws"].as_str().context("ws")?;
-    ensure!(
-        connect_async(ws).await.is_err(),
-        "a WebSocket without a token"
-    );
-    ensure!(
-        connect_async(format!("{ws}&access_token=forged").as_str())
-            .await
-            .is_err(),
-        "a WebSocket with a forged token"
-    );
+    for (url, what) in [
+        (ws.to_owned(), "no token"),
+        (format!("{ws}&access_token=forged"), "a forged token"),
+    ] {
+        let (error, close) = refusal(&url).await?;
+        ensure!(
+            error["code"] == "unauthorized" && close == Some(4401),
+            "{what}: {error} / close code {close:?}"
+        );
+    }
     let r = http(
         &format!("{}/v1/rooms/{room}/join", dev.gateway),
         "POST",
@@ -680,5 +710,190 @@ async fn chromium_participants_follow_a_room_across_a_migration() -> Result<()> 
     let worst = latencies.iter().map(|(_, l)| *l).fold(0.0, f64::max);
     ensure!(worst <= 200.0, "a room event took {worst} ms (goal: 200)");
     drop(pages);
+    Ok(())
+}
+
+/// An nftables table that drops TCP between two nodes' HTTP ports (their room replication) and
+/// lets the test's own connections through; removed on drop.
+struct Partition {
+    table: String,
+}
+
+impl Partition {
+    fn new(ports: [u16; 2], keep: &[u16]) -> Result<Partition> {
+        let table = format!("ferry_rooms_{}", std::process::id());
+        let ports = format!("{{ {}, {} }}", ports[0], ports[1]);
+        let keep = keep
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rules = format!(
+            "table inet {table} {{\n\
+               chain input {{\n\
+                 type filter hook input priority 0; policy accept;\n\
+                 tcp dport {ports} tcp sport != {{ {keep} }} drop\n\
+                 tcp sport {ports} tcp dport != {{ {keep} }} drop\n\
+               }}\n\
+             }}\n"
+        );
+        let mut child = std::process::Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .context("nft (apt-get install nftables; the test needs root)")?;
+        std::io::Write::write_all(child.stdin.as_mut().context("stdin")?, rules.as_bytes())?;
+        let status = child.wait()?;
+        ensure!(status.success(), "nft -f: {status}; rules:\n{rules}");
+        Ok(Partition { table })
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("nft")
+            .args(["delete", "table", "inet", &self.table])
+            .status();
+    }
+}
+
+fn port_of(url: &str) -> Result<u16> {
+    url.rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .with_context(|| format!("no port in {url}"))
+}
+
+/// Both replicas' digests are equal (and each knows the other): the state of node-a's.
+async fn converged(dev: &Dev, room: &str, within: Duration) -> Result<Value> {
+    let deadline = Instant::now() + within;
+    loop {
+        let (ra, rb) = (room_on(&dev.node_a, room)?, room_on(&dev.node_b, room)?);
+        if ra["digest"] == rb["digest"] && ra["peers"] == json!(["node-b"]) {
+            return Ok(ra);
+        }
+        if Instant::now() > deadline {
+            bail!("replicas differ after {within:?}: {ra} / {rb}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A real partition between the two nodes of `ferry dev` (nftables drops their replication,
+/// both ways): participants on both sides make conflicting changes; after the heal the replicas
+/// converge to one state (equal digests) holding every acknowledged join, the last write of a
+/// register both sides wrote, both sides' chat, and the leave made on one side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_between_the_nodes_heals_to_one_state() -> Result<()> {
+    let dev = start_dev_registered(&[], &[]).await?;
+    let room = "split";
+    // x on both nodes (two connections of one participant), ya on node-a, yb on node-b.
+    let mut xa = Peer::connect(&join_at(&dev.node_a, &dev.token, room, "x")?, &dev.token).await?;
+    let mut xb = Peer::connect(&join_at(&dev.node_b, &dev.token, room, "x")?, &dev.token).await?;
+    let mut ya = Peer::connect(&join_at(&dev.node_a, &dev.token, room, "ya")?, &dev.token).await?;
+    let mut yb = Peer::connect(&join_at(&dev.node_b, &dev.token, room, "yb")?, &dev.token).await?;
+    for (p, k) in [(&mut xa, "x-a"), (&mut ya, "ya-1"), (&mut yb, "yb-1")] {
+        let (_, r) = p.send(json!({"type": "join", "key": k, "name": k})).await?;
+        ensure!(r["type"] == "receipt", "{r}");
+    }
+    converged(&dev, room, Duration::from_secs(5)).await?;
+
+    let ports = [port_of(&dev.node_a)?, port_of(&dev.node_b)?];
+    let mut keep: Vec<u16> = [&xa, &xb, &ya, &yb].iter().map(|p| p.port).collect();
+    // New participants of each side, connected before the partition (new connections to a
+    // node would be dropped too).
+    let mut na = Peer::connect(&join_at(&dev.node_a, &dev.token, room, "na")?, &dev.token).await?;
+    let mut nb = Peer::connect(&join_at(&dev.node_b, &dev.token, room, "nb")?, &dev.token).await?;
+    keep.extend([na.port, nb.port]);
+    let partition = Partition::new(ports, &keep)?;
+    let cut = Instant::now();
+
+    // Side a: a join, x's layout (first), chat, ya leaves. Side b: a join, x's layout (later,
+    // so it wins), chat, an attribute.
+    let steps: Vec<(&str, Value)> = vec![
+        ("na", json!({"type": "join", "key": "na-1", "name": "NA"})),
+        (
+            "xa",
+            json!({"type": "set", "key": "x-l1", "register": "layout", "value": "grid"}),
+        ),
+        (
+            "xa",
+            json!({"type": "chat", "key": "x-c1", "text": "from a"}),
+        ),
+        ("ya", json!({"type": "leave", "key": "ya-2"})),
+        ("nb", json!({"type": "join", "key": "nb-1", "name": "NB"})),
+        (
+            "xb",
+            json!({"type": "set", "key": "x-l2", "register": "layout", "value": "speaker"}),
+        ),
+        (
+            "xb",
+            json!({"type": "chat", "key": "x-c2", "text": "from b"}),
+        ),
+        (
+            "yb",
+            json!({"type": "set", "key": "yb-a", "register": "attribute", "name": "side", "value": "b"}),
+        ),
+    ];
+    for (who, frame) in steps {
+        let p = match who {
+            "na" => &mut na,
+            "nb" => &mut nb,
+            "xa" => &mut xa,
+            "xb" => &mut xb,
+            "ya" => &mut ya,
+            _ => &mut yb,
+        };
+        let (_, r) = p.send(frame.clone()).await?;
+        ensure!(r["type"] == "receipt", "{frame}: {r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Partitioned: each side sees only its own changes.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    ensure!(
+        !xa.events().iter().any(|(_, e)| e["participant"] == "nb"),
+        "node-a heard of nb through the partition"
+    );
+    ensure!(
+        !xb.events().iter().any(|(_, e)| e["participant"] == "na"),
+        "node-b heard of na through the partition"
+    );
+    drop(partition);
+    let healed = Instant::now();
+    let state = converged(&dev, room, Duration::from_secs(20)).await?;
+    let took = healed.elapsed();
+    let ps = &state["state"]["participants"];
+    let names: Vec<&String> = ps
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    ensure!(
+        names == ["na", "nb", "x", "yb"],
+        "participants after the heal: {names:?}"
+    );
+    ensure!(ps["x"]["layout"] == "speaker", "x's layout: {}", ps["x"]);
+    ensure!(ps["yb"]["attributes"]["side"] == "b", "{}", ps["yb"]);
+    let chat: Vec<&str> = state["state"]["chat"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|m| m["text"].as_str()).collect())
+        .unwrap_or_default();
+    ensure!(
+        chat == ["from a", "from b"],
+        "chat after the heal: {chat:?}"
+    );
+    // The clients of each side heard of the other side's changes.
+    xa.event(Duration::from_secs(5), |e| {
+        e["type"] == "joined" && e["participant"] == "nb"
+    })
+    .await?;
+    xb.event(Duration::from_secs(5), |e| {
+        e["type"] == "left" && e["participant"] == "ya"
+    })
+    .await?;
+    eprintln!(
+        "partitioned {:.1} s; converged {:.0} ms after the heal",
+        (healed - cut).as_secs_f64(),
+        took.as_secs_f64() * 1e3
+    );
     Ok(())
 }

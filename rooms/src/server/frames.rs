@@ -78,6 +78,9 @@ pub enum ClientFrame {
     },
     /// Lazy subscription.
     Subscribe {
+        /// Echoed in the `subscribed` (or `error`) answer, to match it (not an idempotency key).
+        #[serde(default)]
+        key: Option<String>,
         /// Event types wanted (`None`: all).
         #[serde(default)]
         events: Option<Vec<String>>,

@@ -54,7 +54,7 @@ fn refused(
     room: &RoomId,
     query: Option<&str>,
     headers: &HeaderMap,
-) -> Option<Response> {
+) -> Option<(StatusCode, String)> {
     let tokens = s.config.tokens.as_ref()?;
     let authorization = headers
         .get(header::AUTHORIZATION)
@@ -67,7 +67,7 @@ fn refused(
         .authorize(token.as_deref(), Grant::Join, room.as_str(), now)
         .err()?;
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
-    Some(error(status, e.to_string()))
+    Some((status, e.to_string()))
 }
 
 fn fresh_participant() -> String {
@@ -94,8 +94,8 @@ async fn join_room(
         Ok(x) => x,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    if let Some(r) = refused(&s, &room, query.as_deref(), &headers) {
-        return r;
+    if let Some((status, why)) = refused(&s, &room, query.as_deref(), &headers) {
+        return error(status, why);
     }
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
         return error(StatusCode::BAD_REQUEST, "no Host header");
@@ -134,16 +134,45 @@ async fn websocket(
         Ok(p) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad participant id: {e}")),
     };
-    if let Some(r) = refused(&s, &room, query.as_deref(), &headers) {
-        return r;
+    let upgrade = upgrade.max_message_size(MAX_FRAME);
+    // A browser cannot read the status of a refused upgrade: a bad token gets the WebSocket,
+    // an error frame and close code 4401 / 4403 (4000 + the HTTP status) with the reason.
+    if let Some((status, why)) = refused(&s, &room, query.as_deref(), &headers) {
+        return upgrade.on_upgrade(move |socket| refuse(socket, status, why));
     }
-    upgrade
-        .max_message_size(MAX_FRAME)
-        .on_upgrade(move |socket| serve(s, room, participant, socket))
+    upgrade.on_upgrade(move |socket| serve(s, room, participant, socket))
 }
+
+async fn refuse(mut socket: WebSocket, status: StatusCode, why: String) {
+    let code = if status == StatusCode::FORBIDDEN {
+        "forbidden"
+    } else {
+        "unauthorized"
+    };
+    let e = super::FrameError {
+        code,
+        message: why.clone(),
+    };
+    let _ = socket
+        .send(WsMessage::Text(super::error_frame(None, &e).into()))
+        .await;
+    let _ = socket
+        .send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
+            code: 4000 + status.as_u16(),
+            reason: why.chars().take(100).collect::<String>().into(),
+        })))
+        .await;
+}
+
+/// How long a new connection waits for its node's replica to catch up before its welcome.
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One connection: the welcome, then client frames in and room frames out.
 async fn serve(s: Arc<RoomServer>, room: RoomId, participant: ParticipantId, socket: WebSocket) {
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
+    while !s.open(&room) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     let (id, mut rx, welcome) = s.connect(&room, &participant);
     let (mut sink, mut stream) = socket.split();
     let mut left = false;

@@ -223,6 +223,22 @@ impl RoomServer {
         self.rooms.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Hosts `room` (creating its replica, which asks the other nodes for the room); whether
+    /// the replica caught up: every node asked answered and clients were told everything, so
+    /// a welcome now does not show a participant missing that a peer knows (a client moving
+    /// here would see false `left` events).
+    fn open(&self, room: &RoomId) -> bool {
+        let now = now_ms();
+        let mut rooms = self.lock();
+        let r = rooms.entry(room.clone()).or_insert_with(|| {
+            tracing::info!(room = %room, "hosting room");
+            self.wake.notify_one();
+            Room::new(&self.config.node, room.clone(), now)
+        });
+        r.idle_since = None;
+        r.asked_all && r.asking.is_empty() && r.dirty_since.is_none()
+    }
+
     /// A client connected: its queue, the welcome frame.
     fn connect(
         &self,
@@ -304,6 +320,7 @@ impl RoomServer {
             );
         };
         if let ClientFrame::Subscribe {
+            key,
             events,
             participants,
         } = frame
@@ -311,9 +328,9 @@ impl RoomServer {
             return match Subscription::new(events, participants) {
                 Ok(s) => {
                     client.subscription = s;
-                    (json!({"type": "subscribed"}).to_string(), false)
+                    (json!({"type": "subscribed", "key": key}).to_string(), false)
                 }
-                Err(e) => (error_frame(None, &e), false),
+                Err(e) => (error_frame(key.as_deref(), &e), false),
             };
         }
         let participant = client.participant.clone();
@@ -671,7 +688,7 @@ fn frame_key(f: &ClientFrame) -> Option<String> {
         | ClientFrame::Unpublish { key, .. }
         | ClientFrame::React { key, .. }
         | ClientFrame::Chat { key, .. } => Some(key.clone()),
-        ClientFrame::Subscribe { .. } => None,
+        ClientFrame::Subscribe { key, .. } => key.clone(),
     }
 }
 

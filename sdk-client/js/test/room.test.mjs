@@ -250,6 +250,13 @@ test('join rejects with the node\'s code, the gateway\'s status, or a closed soc
   const ws2 = await socket(1);
   ws2.drop();
   await assert.rejects(dropped, (err) => err.code === 'closed');
+
+  // A refused token: close code 4401 (a browser cannot read a refused upgrade's status).
+  const unauthorized = client.join('standup', { participant: 'alice', WebSocket: FakeWebSocket, fetch });
+  const ws3 = await socket(2);
+  ws3.readyState = 3;
+  ws3.onclose?.({ code: 4401, reason: 'no access token' });
+  await assert.rejects(unauthorized, (err) => err.code === 'unauthorized' && err.status === 401 && err.fatal === true);
 });
 
 test('commands: frames with unique keys, resolved by receipts, rejected by error frames', async () => {
