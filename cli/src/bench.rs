@@ -40,6 +40,10 @@ pub enum BenchCommand {
     /// load over the nodes, fed by the cascade relay), what each node carries, and what the
     /// viewers receive.
     HotStream(crate::bench_hot::HotStreamArgs),
+    /// A join storm into one room over the nodes (WebSocket participants): events delivered per
+    /// participant, join latency, CPU per node, with and without merge windows and lazy
+    /// subscription.
+    Room(crate::bench_room::RoomArgs),
     /// Drain a node with N sessions: time to empty it, packets lost.
     Drain(crate::bench_migrate::DrainArgs),
     /// SIGKILL the node of an SDK viewer, then of an SDK publisher: time until media plays
@@ -104,6 +108,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Placement(args) => placement(args),
         BenchCommand::Migrate(args) => crate::bench_migrate::migrate(args).await,
         BenchCommand::HotStream(args) => crate::bench_hot::hot_stream(args).await,
+        BenchCommand::Room(args) => crate::bench_room::room(args).await,
         BenchCommand::Drain(args) => crate::bench_migrate::drain(args).await,
         BenchCommand::Recovery(args) => crate::bench_recovery::recovery(args).await,
         BenchCommand::Ha(args) => crate::bench_ha::ha(args).await,

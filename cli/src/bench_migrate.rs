@@ -170,6 +170,18 @@ impl Cluster {
         ha: Option<&HaSchedulers>,
         scheduler_extra: &[&str],
     ) -> Result<Cluster> {
+        Self::start_full(max_sessions, edge, nodes, ha, scheduler_extra, &[]).await
+    }
+
+    /// [`Cluster::start_opts`], the nodes started with `node_extra` flags too.
+    pub(crate) async fn start_full(
+        max_sessions: usize,
+        edge: bool,
+        nodes: usize,
+        ha: Option<&HaSchedulers>,
+        scheduler_extra: &[&str],
+        node_extra: &[&str],
+    ) -> Result<Cluster> {
         ensure!(nodes <= NODE_IDS.len(), "at most {} nodes", NODE_IDS.len());
         let dir = std::env::temp_dir().join(format!("ferry-bench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -261,6 +273,7 @@ impl Cluster {
             if let Some(udp) = &edge_udp {
                 argv.extend(["--edge".to_owned(), udp.clone()]);
             }
+            argv.extend(node_extra.iter().map(|a| (*a).to_owned()));
             node_args.push(argv);
         }
         let mut c = Cluster {

@@ -60,6 +60,10 @@ pub struct DevArgs {
     /// Room events to clients go out once per window (ms; 0: every change at once).
     #[arg(long, env = "FERRY_ROOM_WINDOW_MS", default_value_t = 50)]
     room_window_ms: u64,
+    /// A room with more operations per second than this runs on a task of its own, so the
+    /// node's other rooms keep their latency (0: never).
+    #[arg(long, env = "FERRY_ROOM_HOT_OPS", default_value_t = 300)]
+    room_hot_ops: u64,
     /// Where the scheduler keeps the cluster state (`etcd` needs `--features etcd`).
     #[arg(long, env = "FERRY_STORE", value_enum, default_value_t = StoreKind::Embedded)]
     store: StoreKind,
@@ -175,6 +179,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             node_tokens.clone(),
             node_tls.is_some(),
             args.room_window_ms,
+            args.room_hot_ops,
         );
         let node = driver::start(NodeOptions {
             id: id.clone(),

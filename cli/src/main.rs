@@ -20,6 +20,7 @@ mod bench_janus;
 mod bench_migrate;
 mod bench_peer;
 mod bench_recovery;
+mod bench_room;
 mod config;
 mod dev;
 mod gpu;
@@ -151,6 +152,10 @@ struct NodeArgs {
     /// Room events to clients go out once per window (ms; 0: every change at once).
     #[arg(long, env = "FERRY_ROOM_WINDOW_MS", default_value_t = 50)]
     room_window_ms: u64,
+    /// A room with more operations per second than this runs on a task of its own, so the
+    /// node's other rooms keep their latency (0: never).
+    #[arg(long, env = "FERRY_ROOM_HOT_OPS", default_value_t = 300)]
+    room_hot_ops: u64,
     #[command(flatten)]
     tokens: access::TokenKeyArgs,
     #[command(flatten)]
@@ -291,6 +296,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         tokens.clone(),
         tls.is_some(),
         args.room_window_ms,
+        args.room_hot_ops,
     );
     let node = driver::start(NodeOptions {
         cluster,

@@ -24,12 +24,14 @@ impl NodeRooms {
         tokens: Arc<Verifier>,
         tls: bool,
         window_ms: u64,
+        hot_ops_per_s: u64,
     ) -> Self {
         let mut config = RoomServerConfig::new(id.clone());
         config.cluster_token = Some(cluster_token.to_owned());
         config.tokens = Some(tokens);
         config.tls = tls;
         config.window_ms = window_ms;
+        config.hot_ops_per_s = hot_ops_per_s;
         let directory: SharedDirectory = Arc::default();
         let d = directory.clone();
         let peers: Peers = Arc::new(move || {

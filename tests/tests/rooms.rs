@@ -39,8 +39,13 @@ impl Drop for Peer {
 
 impl Peer {
     async fn connect(answer: &Value, token: &str) -> Result<Peer> {
+        Self::connect_with(answer, token, "").await
+    }
+
+    /// [`Peer::connect`] with `extra` appended to the WebSocket's query (`&events=…`).
+    async fn connect_with(answer: &Value, token: &str, extra: &str) -> Result<Peer> {
         let url = format!(
-            "{}&access_token={token}",
+            "{}&access_token={token}{extra}",
             answer["ws"].as_str().context("ws")?
         );
         let (ws, _) = connect_async(url.as_str())
@@ -386,6 +391,36 @@ async fn participants_on_both_nodes_share_one_room() -> Result<()> {
         .await?;
     ensure!(e["code"] == "not_in_room", "{e}");
     drop(late);
+    // A lazy connection (chat only from the start): a welcome without the participant list,
+    // chat but no join events.
+    let lazy = join_answer(&dev, room, "lazy")?;
+    let mut lazy = Peer::connect_with(&lazy, &dev.token, "&events=chat").await?;
+    let (_, welcome) = lazy
+        .wait(Duration::from_secs(1), |f| f["type"] == "welcome")
+        .await?;
+    ensure!(
+        welcome["state"]["participants"] == json!({})
+            && welcome["state"]["participant_count"] == 3
+            && welcome["state"]["chat"].as_array().map(Vec::len) == Some(1),
+        "a lazy welcome: {welcome}"
+    );
+    let (_, r) = lazy
+        .send(json!({"type": "join", "key": "lazy-j", "name": "Lazy"}))
+        .await?;
+    ensure!(r["type"] == "receipt", "{r}");
+    peers[0]
+        .send(json!({"type": "chat", "key": "chat-lazy", "text": "for the lazy"}))
+        .await?;
+    lazy.event(Duration::from_secs(2), |e| e["text"] == "for the lazy")
+        .await?;
+    ensure!(
+        lazy.events().iter().all(|(_, e)| e["type"] == "chat"),
+        "a chat-only subscription got {:?}",
+        lazy.events()
+    );
+    let (_, r) = lazy.send(json!({"type": "leave", "key": "lazy-l"})).await?;
+    ensure!(r["type"] == "receipt", "{r}");
+    drop(lazy);
 
     // Credentials: no token, a forged one, replication without the cluster token.
     let ws = answers[0]["ws"].as_str().context("ws")?;

@@ -355,20 +355,39 @@ fn participant_json(p: &ParticipantView) -> Json {
 
 /// The `state` of a `welcome` frame.
 pub fn state_json(view: &RoomView) -> Json {
+    state_for(view, &Subscription::default())
+}
+
+/// The `state` of a `welcome` frame for a connection with `sub`: a participant is listed when
+/// the connection wants `joined` events or names it; chat when it wants `chat`
+/// (`participant_count` always). A lazy client of a 10,000-person room gets a small welcome.
+pub fn state_for(view: &RoomView, sub: &Subscription) -> Json {
+    let wants = |kind: &str| sub.events.as_ref().is_none_or(|e| e.contains(kind));
+    let all = wants("joined");
     let participants: serde_json::Map<String, Json> = view
         .participants
         .iter()
+        .filter(|(id, _)| {
+            all || sub
+                .participants
+                .as_ref()
+                .is_some_and(|ps| ps.contains(id.as_str()))
+        })
         .map(|(id, p)| (id.to_string(), participant_json(p)))
         .collect();
-    let chat: Vec<Json> = view
-        .chat
-        .iter()
-        .map(|m| {
-            json!({"participant": m.participant.as_str(), "text": m.text,
-                   "stamp": stamp(&m.stamp), "at": m.stamp.wall_ms})
-        })
-        .collect();
-    json!({"participants": participants, "chat": chat, "reactions": view.reactions})
+    let chat: Vec<Json> = if wants("chat") {
+        view.chat
+            .iter()
+            .map(|m| {
+                json!({"participant": m.participant.as_str(), "text": m.text,
+                       "stamp": stamp(&m.stamp), "at": m.stamp.wall_ms})
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    json!({"participants": participants, "participant_count": view.participants.len(),
+           "chat": chat, "reactions": view.reactions})
 }
 
 fn register_events(id: &str, old: Option<&ParticipantView>, new: &ParticipantView) -> Vec<Json> {

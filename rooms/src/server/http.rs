@@ -33,7 +33,7 @@ pub fn routes(server: Arc<RoomServer>) -> Router {
         .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
         .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]);
     Router::new()
-        .route("/v1/rooms", get(list))
+        .route("/v1/rooms", get(list_rooms))
         .route("/v1/rooms/replica", post(replica))
         .route("/v1/rooms/{room}", get(show))
         .route("/v1/rooms/{room}/join", post(join_room))
@@ -113,6 +113,19 @@ async fn join_room(
 #[derive(Deserialize)]
 struct WsQuery {
     participant: Option<String>,
+    /// The initial subscription's event types, comma-separated (as `subscribe`'s `events`).
+    events: Option<String>,
+    /// The initial subscription's participants, comma-separated.
+    participants: Option<String>,
+}
+
+fn list(s: Option<String>) -> Option<Vec<String>> {
+    s.map(|s| {
+        s.split(',')
+            .filter(|x| !x.is_empty())
+            .map(str::to_owned)
+            .collect()
+    })
 }
 
 async fn websocket(
@@ -134,13 +147,17 @@ async fn websocket(
         Ok(p) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad participant id: {e}")),
     };
+    let subscription = match super::Subscription::new(list(q.events), list(q.participants)) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.message),
+    };
     let upgrade = upgrade.max_message_size(MAX_FRAME);
     // A browser cannot read the status of a refused upgrade: a bad token gets the WebSocket,
     // an error frame and close code 4401 / 4403 (4000 + the HTTP status) with the reason.
     if let Some((status, why)) = refused(&s, &room, query.as_deref(), &headers) {
         return upgrade.on_upgrade(move |socket| refuse(socket, status, why));
     }
-    upgrade.on_upgrade(move |socket| serve(s, room, participant, socket))
+    upgrade.on_upgrade(move |socket| serve(s, room, participant, subscription, socket))
 }
 
 async fn refuse(mut socket: WebSocket, status: StatusCode, why: String) {
@@ -168,12 +185,18 @@ async fn refuse(mut socket: WebSocket, status: StatusCode, why: String) {
 const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One connection: the welcome, then client frames in and room frames out.
-async fn serve(s: Arc<RoomServer>, room: RoomId, participant: ParticipantId, socket: WebSocket) {
+async fn serve(
+    s: Arc<RoomServer>,
+    room: RoomId,
+    participant: ParticipantId,
+    subscription: super::Subscription,
+    socket: WebSocket,
+) {
     let deadline = tokio::time::Instant::now() + CATCH_UP;
     while !s.open(&room) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    let (id, mut rx, welcome) = s.connect(&room, &participant);
+    let (id, mut rx, welcome) = s.connect(&room, &participant, subscription);
     let (mut sink, mut stream) = socket.split();
     let mut left = false;
     if sink.send(WsMessage::Text(welcome.into())).await.is_ok() {
@@ -181,7 +204,7 @@ async fn serve(s: Arc<RoomServer>, room: RoomId, participant: ParticipantId, soc
             tokio::select! {
                 frame = rx.recv() => match frame {
                     Some(f) => {
-                        if sink.send(WsMessage::Text(f.into())).await.is_err() {
+                        if sink.send(WsMessage::Text(f.as_ref().into())).await.is_err() {
                             break;
                         }
                     }
@@ -243,14 +266,13 @@ async fn replica(State(s): State<Arc<RoomServer>>, headers: HeaderMap, body: Byt
             None => answer.gone.push(room),
         }
     }
-    s.wake.notify_one();
     match codec::encode(&answer) {
         Ok(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
         Err(e) => error(StatusCode::INSUFFICIENT_STORAGE, e.to_string()),
     }
 }
 
-async fn list(State(s): State<Arc<RoomServer>>) -> Response {
+async fn list_rooms(State(s): State<Arc<RoomServer>>) -> Response {
     axum::Json(s.list()).into_response()
 }
 

@@ -7,12 +7,12 @@ mod frames;
 mod http;
 mod replication;
 
-pub use frames::{ClientFrame, FrameError, Subscription, diff, state_json};
+pub use frames::{ClientFrame, FrameError, Subscription, diff, state_for, state_json};
 pub use http::routes;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use serde_json::{Value as Json, json};
@@ -25,6 +25,9 @@ use crate::replica::{Replica, ReplicaConfig};
 use crate::state::RoomView;
 use ferry_proto::auth::Verifier;
 use ferry_proto::ids::NodeId;
+
+/// An `events` frame and how many events it carries.
+type Frame = (Arc<str>, u64);
 
 /// Frames a slow connection may have queued before it is closed.
 const CLIENT_QUEUE: usize = 4096;
@@ -55,6 +58,10 @@ pub struct RoomServerConfig {
     pub tokens: Option<Arc<Verifier>>,
     /// `https`/`wss` when the node serves TLS.
     pub tls: bool,
+    /// A room with more operations per second than this (client commands and ops from other
+    /// nodes) is hot: it moves to a task of its own, so that the other rooms of the node keep
+    /// their latency. 0: never.
+    pub hot_ops_per_s: u64,
 }
 
 impl std::fmt::Debug for RoomServerConfig {
@@ -80,6 +87,7 @@ impl RoomServerConfig {
             cluster_token: None,
             tokens: None,
             tls: false,
+            hot_ops_per_s: 300,
         }
     }
 }
@@ -87,7 +95,7 @@ impl RoomServerConfig {
 /// One connected client.
 struct Client {
     participant: ParticipantId,
-    tx: mpsc::Sender<String>,
+    tx: mpsc::Sender<Arc<str>>,
     subscription: Subscription,
 }
 
@@ -97,16 +105,24 @@ struct Room {
     clients: HashMap<u64, Client>,
     /// What clients were last told (welcome and events are cut against it).
     told: RoomView,
+    /// Welcome states of `told` per subscription (a join storm serializes each once).
+    welcomes: Vec<(Subscription, Arc<str>)>,
     dirty_since: Option<u64>,
     /// Nodes asked whether they host the room that have not answered.
     asking: BTreeSet<NodeId>,
     /// Every node asked at least once (collection may start once all answered).
     asked_all: bool,
+    /// Clients were told the state after every node asked had answered (welcomes may go).
+    caught_up: bool,
     last_delta: u64,
     last_ae: u64,
     /// Participants whose connection went without `leave`: until when they are kept.
     graces: HashMap<ParticipantId, u64>,
     idle_since: Option<u64>,
+    /// Operations since `rate_since` (the rate is measured each second).
+    ops: u64,
+    rate_since: u64,
+    ops_per_s: f64,
 }
 
 impl Room {
@@ -115,15 +131,20 @@ impl Room {
         replica.set_collecting(false);
         Room {
             told: replica.state().view(),
+            welcomes: Vec::new(),
             replica,
             clients: HashMap::new(),
             dirty_since: None,
             asking: BTreeSet::new(),
             asked_all: false,
+            caught_up: false,
             last_delta: now,
             last_ae: 0,
             graces: HashMap::new(),
             idle_since: None,
+            ops: 0,
+            rate_since: now,
+            ops_per_s: 0.0,
         }
     }
 
@@ -155,17 +176,39 @@ struct Counters {
     received: AtomicU64,
     send_errors: AtomicU64,
     graces: AtomicU64,
+    isolations: AtomicU64,
+}
+
+/// Rooms one task polls. The shared shard holds every room but the hot ones; each hot room is
+/// isolated in a shard (and task) of its own.
+struct Shard {
+    rooms: Mutex<HashMap<RoomId, Room>>,
+    wake: Notify,
+}
+
+impl Shard {
+    fn new() -> Arc<Shard> {
+        Arc::new(Shard {
+            rooms: Mutex::default(),
+            wake: Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<RoomId, Room>> {
+        self.rooms.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A node's rooms.
 pub struct RoomServer {
     config: RoomServerConfig,
     peers: Peers,
-    rooms: Mutex<HashMap<RoomId, Room>>,
+    shared: Arc<Shard>,
+    /// Hot rooms, each in a shard of its own. Lock order: a shard, then this.
+    isolated: RwLock<HashMap<RoomId, Arc<Shard>>>,
     next_client: AtomicU64,
     outbox: replication::Outbox,
     counters: Counters,
-    wake: Notify,
 }
 
 impl std::fmt::Debug for RoomServer {
@@ -190,15 +233,20 @@ impl RoomServer {
             outbox: replication::Outbox::new(config.cluster_token.clone()),
             config,
             peers,
-            rooms: Mutex::default(),
+            shared: Shard::new(),
+            isolated: RwLock::default(),
             next_client: AtomicU64::new(1),
             counters: Counters::default(),
-            wake: Notify::new(),
         })
     }
 
     /// Runs the timers (merge windows, deltas, anti-entropy, graces) and the senders.
     pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        self.spawn_shard(self.shared.clone())
+    }
+
+    /// The task of one shard; an isolated shard's ends with its room.
+    fn spawn_shard(self: &Arc<Self>, shard: Arc<Shard>) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(TICK);
@@ -206,12 +254,66 @@ impl RoomServer {
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
-                    () = me.wake.notified() => {}
+                    () = shard.wake.notified() => {}
                 }
-                me.poll(now_ms());
+                let alive = me.poll(&shard, now_ms());
                 me.flush_outbox();
+                if !alive {
+                    return;
+                }
             }
         })
+    }
+
+    fn isolated(&self) -> std::sync::RwLockReadGuard<'_, HashMap<RoomId, Arc<Shard>>> {
+        self.isolated.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The shard `room` lives in.
+    fn shard(&self, room: &RoomId) -> Arc<Shard> {
+        self.isolated()
+            .get(room)
+            .cloned()
+            .unwrap_or_else(|| self.shared.clone())
+    }
+
+    /// Runs `f` on `room` (created when `create` and missing) under its shard's lock, then
+    /// wakes the shard. `None`: the room is not hosted here.
+    fn with_room<R>(
+        &self,
+        room: &RoomId,
+        create: bool,
+        f: impl FnOnce(&mut Room) -> R,
+    ) -> Option<R> {
+        loop {
+            let shard = self.shard(room);
+            let mut rooms = shard.lock();
+            if !rooms.contains_key(room) {
+                if !Arc::ptr_eq(&shard, &self.shard(room)) {
+                    // Isolated meanwhile: look again.
+                    continue;
+                }
+                if !create {
+                    return None;
+                }
+                tracing::info!(room = %room, "hosting room");
+                rooms.insert(
+                    room.clone(),
+                    Room::new(&self.config.node, room.clone(), now_ms()),
+                );
+            }
+            let out = rooms.get_mut(room).map(f);
+            drop(rooms);
+            shard.wake.notify_one();
+            return out;
+        }
+    }
+
+    /// Every shard: the shared one first.
+    fn shards(&self) -> Vec<Arc<Shard>> {
+        let mut all = vec![self.shared.clone()];
+        all.extend(self.isolated().values().cloned());
+        all
     }
 
     /// This node.
@@ -219,78 +321,77 @@ impl RoomServer {
         &self.config.node
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<RoomId, Room>> {
-        self.rooms.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Hosts `room` (creating its replica, which asks the other nodes for the room); whether
     /// the replica caught up: every node asked answered and clients were told everything, so
     /// a welcome now does not show a participant missing that a peer knows (a client moving
     /// here would see false `left` events).
     fn open(&self, room: &RoomId) -> bool {
-        let now = now_ms();
-        let mut rooms = self.lock();
-        let r = rooms.entry(room.clone()).or_insert_with(|| {
-            tracing::info!(room = %room, "hosting room");
-            self.wake.notify_one();
-            Room::new(&self.config.node, room.clone(), now)
-        });
-        r.idle_since = None;
-        r.asked_all && r.asking.is_empty() && r.dirty_since.is_none()
+        self.with_room(room, true, |r| {
+            r.idle_since = None;
+            r.caught_up || (r.asked_all && r.asking.is_empty() && r.dirty_since.is_none())
+        })
+        .unwrap_or(false)
     }
 
-    /// A client connected: its queue, the welcome frame.
+    /// A client connected (wanting `subscription`): its queue, the welcome frame.
     fn connect(
         &self,
         room: &RoomId,
         participant: &ParticipantId,
-    ) -> (u64, mpsc::Receiver<String>, String) {
-        let now = now_ms();
+        subscription: Subscription,
+    ) -> (u64, mpsc::Receiver<Arc<str>>, String) {
         let id = self.next_client.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(CLIENT_QUEUE);
-        let mut rooms = self.lock();
-        let r = rooms.entry(room.clone()).or_insert_with(|| {
-            tracing::info!(room = %room, "hosting room");
-            Room::new(&self.config.node, room.clone(), now)
+        let state = self.with_room(room, true, |r| {
+            r.graces.remove(participant);
+            r.idle_since = None;
+            let state = match r.welcomes.iter().find(|(s, _)| *s == subscription) {
+                Some((_, state)) => state.clone(),
+                None => {
+                    let state: Arc<str> = state_for(&r.told, &subscription).to_string().into();
+                    r.welcomes.push((subscription.clone(), state.clone()));
+                    state
+                }
+            };
+            r.clients.insert(
+                id,
+                Client {
+                    participant: participant.clone(),
+                    tx,
+                    subscription,
+                },
+            );
+            state
         });
-        r.clients.insert(
-            id,
-            Client {
-                participant: participant.clone(),
-                tx,
-                subscription: Subscription::default(),
-            },
-        );
-        r.graces.remove(participant);
-        r.idle_since = None;
-        let welcome = json!({
+        let state = state.unwrap_or_else(|| Arc::from("{}"));
+        // The state spliced in as text: it is shared by every welcome of this window.
+        let head = json!({
             "type": "welcome",
             "room": room.as_str(),
             "participant": participant.as_str(),
             "node": self.config.node.as_str(),
             "window_ms": self.config.window_ms,
-            "state": state_json(&r.told),
-        });
-        drop(rooms);
-        self.wake.notify_one();
-        (id, rx, welcome.to_string())
+        })
+        .to_string();
+        let welcome = format!("{},\"state\":{state}}}", &head[..head.len() - 1]);
+        (id, rx, welcome)
     }
 
     /// A client went; `left`: it said `leave` (no grace).
     fn disconnect(&self, room: &RoomId, id: u64, left: bool) {
         let now = now_ms();
-        let mut rooms = self.lock();
-        let Some(r) = rooms.get_mut(room) else { return };
-        let Some(c) = r.clients.remove(&id) else {
-            return;
-        };
-        let still = r.clients.values().any(|o| o.participant == c.participant);
-        if !left && !still {
-            r.graces.insert(c.participant, now + self.config.grace_ms);
-        }
-        if r.clients.is_empty() {
-            r.idle_since = Some(now);
-        }
+        self.with_room(room, false, |r| {
+            let Some(c) = r.clients.remove(&id) else {
+                return;
+            };
+            let still = r.clients.values().any(|o| o.participant == c.participant);
+            if !left && !still {
+                r.graces.insert(c.participant, now + self.config.grace_ms);
+            }
+            if r.clients.is_empty() {
+                r.idle_since = Some(now);
+            }
+        });
     }
 
     /// One text frame from client `id`: the reply frame (receipt, error, subscribed).
@@ -306,13 +407,22 @@ impl RoomServer {
             }
         };
         let key = frame_key(&frame);
-        let mut rooms = self.lock();
-        let Some(r) = rooms.get_mut(room) else {
-            return (
-                error_frame(key.as_deref(), &FrameError::bad("room is gone")),
-                false,
-            );
-        };
+        self.with_room(room, false, |r| self.frame_in(r, id, frame, key.clone()))
+            .unwrap_or_else(|| {
+                (
+                    error_frame(key.as_deref(), &FrameError::bad("room is gone")),
+                    false,
+                )
+            })
+    }
+
+    fn frame_in(
+        &self,
+        r: &mut Room,
+        id: u64,
+        frame: ClientFrame,
+        key: Option<String>,
+    ) -> (String, bool) {
         let Some(client) = r.clients.get_mut(&id) else {
             return (
                 error_frame(key.as_deref(), &FrameError::bad("not connected")),
@@ -364,7 +474,7 @@ impl RoomServer {
                     .push(peer, r.replica.state().room(), Message::Op(op.clone()));
             }
             r.touch(now);
-            self.wake.notify_one();
+            r.ops += 1;
         } else {
             self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
         }
@@ -377,11 +487,14 @@ impl RoomServer {
         .to_string())
     }
 
-    /// The timers of every room.
-    fn poll(&self, now: u64) {
+    /// The timers of a shard's rooms; the shared shard hands hot rooms a shard of their own.
+    /// `false`: an isolated shard whose room went (its task ends).
+    fn poll(self: &Arc<Self>, shard: &Arc<Shard>, now: u64) -> bool {
         let directory = (self.peers)();
-        let mut rooms = self.lock();
+        let shared = Arc::ptr_eq(shard, &self.shared);
+        let mut rooms = shard.lock();
         let mut gone = Vec::new();
+        let mut hot = Vec::new();
         for (id, r) in rooms.iter_mut() {
             self.poll_room(now, id, r, &directory);
             if r.clients.is_empty()
@@ -390,15 +503,43 @@ impl RoomServer {
                     .is_some_and(|t| now.saturating_sub(t) >= self.config.idle_ms)
             {
                 gone.push(id.clone());
+            } else if shared
+                && self.config.hot_ops_per_s > 0
+                && r.ops_per_s >= self.config.hot_ops_per_s as f64
+            {
+                hot.push(id.clone());
             }
         }
         for id in gone {
             tracing::info!(room = %id, "no longer hosting room (idle)");
             rooms.remove(&id);
         }
+        for id in hot {
+            let Some(r) = rooms.remove(&id) else { continue };
+            tracing::warn!(room = %id, ops_per_s = r.ops_per_s, "hot room: isolated on a task of its own");
+            self.counters.isolations.fetch_add(1, Ordering::Relaxed);
+            let own = Shard::new();
+            own.lock().insert(id.clone(), r);
+            self.isolated
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, own.clone());
+            self.spawn_shard(own);
+        }
+        if !shared && rooms.is_empty() {
+            let mut isolated = self.isolated.write().unwrap_or_else(|e| e.into_inner());
+            isolated.retain(|_, s| !Arc::ptr_eq(s, shard));
+            return false;
+        }
+        true
     }
 
     fn poll_room(&self, now: u64, id: &RoomId, r: &mut Room, directory: &[(NodeId, String)]) {
+        if now.saturating_sub(r.rate_since) >= 1_000 {
+            r.ops_per_s = r.ops as f64 * 1_000.0 / now.saturating_sub(r.rate_since) as f64;
+            r.ops = 0;
+            r.rate_since = now;
+        }
         // Graces that ran out: the node that stamped the latest join removes the participant.
         let due: Vec<ParticipantId> = r
             .graces
@@ -456,6 +597,8 @@ impl RoomServer {
             let view = r.replica.state().view();
             let events = diff(&r.told, &view);
             r.told = view;
+            r.welcomes.clear();
+            r.caught_up |= r.asked_all && r.asking.is_empty();
             if !events.is_empty() {
                 self.deliver(r, &events);
             }
@@ -466,15 +609,24 @@ impl RoomServer {
     /// full is dropped (it reconnects and gets the state in its welcome).
     fn deliver(&self, r: &mut Room, events: &[Json]) {
         let mut slow = Vec::new();
+        // One frame per distinct subscription (most clients share one), serialized once.
+        let mut frames: Vec<(&Subscription, Option<Frame>)> = Vec::new();
         for (id, c) in &r.clients {
-            let mine: Vec<&Json> = events.iter().filter(|e| c.subscription.wants(e)).collect();
-            if mine.is_empty() {
-                continue;
-            }
-            self.counters
-                .events
-                .fetch_add(mine.len() as u64, Ordering::Relaxed);
-            let frame = json!({"type": "events", "events": mine}).to_string();
+            let frame = match frames.iter().find(|(s, _)| **s == c.subscription) {
+                Some((_, f)) => f.clone(),
+                None => {
+                    let mine: Vec<&Json> =
+                        events.iter().filter(|e| c.subscription.wants(e)).collect();
+                    let f = (!mine.is_empty()).then(|| {
+                        let text = json!({"type": "events", "events": mine}).to_string();
+                        (Arc::from(text), mine.len() as u64)
+                    });
+                    frames.push((&c.subscription, f.clone()));
+                    f
+                }
+            };
+            let Some((frame, n)) = frame else { continue };
+            self.counters.events.fetch_add(n, Ordering::Relaxed);
             if c.tx.try_send(frame).is_err() {
                 slow.push(*id);
             }
@@ -493,8 +645,19 @@ impl RoomServer {
         messages: Vec<Message>,
     ) -> Option<Vec<Message>> {
         let now = now_ms();
-        let mut rooms = self.lock();
-        let r = rooms.get_mut(room)?;
+        self.with_room(room, false, |r| {
+            self.receive_in(now, r, from, room, messages)
+        })
+    }
+
+    fn receive_in(
+        &self,
+        now: u64,
+        r: &mut Room,
+        from: &NodeId,
+        room: &RoomId,
+        messages: Vec<Message>,
+    ) -> Vec<Message> {
         r.asking.remove(from);
         if r.replica.add_peer(from.clone()) {
             tracing::info!(room = %room, peer = %from, "room replica found");
@@ -538,18 +701,18 @@ impl RoomServer {
             };
             if changed {
                 r.touch(now);
+                r.ops += 1;
             }
         }
         if r.asked_all && r.asking.is_empty() {
             r.replica.set_collecting(true);
         }
-        Some(replies)
+        replies
     }
 
     /// `peer` does not host `room`: stop waiting for it.
     fn not_hosted(&self, peer: &NodeId, room: &RoomId) {
-        let mut rooms = self.lock();
-        if let Some(r) = rooms.get_mut(room) {
+        self.with_room(room, false, |r| {
             r.asking.remove(peer);
             if r.replica.remove_peer(peer) {
                 tracing::info!(room = %room, peer = %peer, "peer no longer hosts room");
@@ -557,7 +720,7 @@ impl RoomServer {
             if r.asked_all && r.asking.is_empty() {
                 r.replica.set_collecting(true);
             }
-        }
+        });
     }
 
     fn flush_outbox(self: &Arc<Self>) {
@@ -596,62 +759,69 @@ impl RoomServer {
                     }
                 }
                 me.outbox.done(&peer);
-                me.wake.notify_one();
+                // What queued meanwhile goes with the next poll of the shared shard.
+                me.shared.wake.notify_one();
             });
         }
     }
 
     /// `GET /v1/rooms`: the rooms hosted here.
     pub fn list(&self) -> Json {
-        let rooms = self.lock();
-        let mut out: Vec<Json> = rooms
-            .iter()
-            .map(|(id, r)| {
+        let mut out: Vec<Json> = Vec::new();
+        for shard in self.shards() {
+            let isolated = !Arc::ptr_eq(&shard, &self.shared);
+            out.extend(shard.lock().iter().map(|(id, r)| {
                 json!({
                     "room": id.as_str(),
                     "participants": r.told.participants.len(),
                     "connections": r.clients.len(),
                     "peers": r.replica.peers().map(NodeId::as_str).collect::<Vec<_>>(),
                     "digest": hex(&r.replica.state().digest().root),
+                    "ops_per_s": r.ops_per_s,
+                    "isolated": isolated,
                 })
-            })
-            .collect();
+            }));
+        }
         out.sort_by(|a, b| a["room"].as_str().cmp(&b["room"].as_str()));
         Json::Array(out)
     }
 
     /// `GET /v1/rooms/{room}`: one room as this node sees it.
     pub fn show(&self, room: &RoomId) -> Option<Json> {
-        let rooms = self.lock();
-        let r = rooms.get(room)?;
-        Some(json!({
-            "room": room.as_str(),
-            "node": self.config.node.as_str(),
-            "peers": r.replica.peers().map(NodeId::as_str).collect::<Vec<_>>(),
-            "connections": r.clients.len(),
-            "digest": hex(&r.replica.state().digest().root),
-            "collecting": r.asked_all && r.asking.is_empty(),
-            "state": state_json(&r.replica.state().view()),
-        }))
+        let isolated = self.isolated().contains_key(room);
+        self.with_room(room, false, |r| {
+            json!({
+                "room": room.as_str(),
+                "node": self.config.node.as_str(),
+                "peers": r.replica.peers().map(NodeId::as_str).collect::<Vec<_>>(),
+                "connections": r.clients.len(),
+                "digest": hex(&r.replica.state().digest().root),
+                "collecting": r.asked_all && r.asking.is_empty(),
+                "ops_per_s": r.ops_per_s,
+                "isolated": isolated,
+                "state": state_json(&r.replica.state().view()),
+            })
+        })
     }
 
     /// Prometheus text for the node's `/metrics`.
     pub fn prometheus(&self) -> String {
-        let (rooms, connections, participants) = {
-            let rooms = self.lock();
-            (
-                rooms.len(),
-                rooms.values().map(|r| r.clients.len()).sum::<usize>(),
-                rooms
-                    .values()
-                    .map(|r| r.told.participants.len())
-                    .sum::<usize>(),
-            )
-        };
+        let (mut rooms, mut connections, mut participants) = (0, 0, 0);
+        let shards = self.shards();
+        for shard in &shards {
+            let all = shard.lock();
+            rooms += all.len();
+            connections += all.values().map(|r| r.clients.len()).sum::<usize>();
+            participants += all
+                .values()
+                .map(|r| r.told.participants.len())
+                .sum::<usize>();
+        }
+        let isolated = shards.len() - 1;
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         #[rustfmt::skip]
-        let figures: [(&str, &str, &str, u64); 12] = [
+        let figures: [(&str, &str, &str, u64); 14] = [
             ("ferry_room_rooms", "gauge", "Rooms this node hosts a replica of.", rooms as u64),
             ("ferry_room_connections", "gauge", "Room WebSockets open on this node.", connections as u64),
             ("ferry_room_participants", "gauge", "Participants of the rooms hosted here (as last told to clients).", participants as u64),
@@ -664,6 +834,8 @@ impl RoomServer {
             ("ferry_room_replication_received_total", "counter", "Replica messages received from other nodes.", get(&c.received)),
             ("ferry_room_replication_errors_total", "counter", "Failed replication requests.", get(&c.send_errors)),
             ("ferry_room_grace_leaves_total", "counter", "Participants removed after their connection went without leave.", get(&c.graces)),
+            ("ferry_room_isolated_rooms", "gauge", "Hot rooms running on a task of their own.", isolated as u64),
+            ("ferry_room_isolations_total", "counter", "Rooms isolated for their operation rate.", get(&c.isolations)),
         ];
         let mut s = String::new();
         for (name, kind, help, v) in figures {
@@ -694,4 +866,70 @@ fn frame_key(f: &ClientFrame) -> Option<String> {
 
 fn error_frame(key: Option<&str>, e: &FrameError) -> String {
     json!({"type": "error", "key": key, "code": e.code, "message": e.message}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn next_event(rx: &mut mpsc::Receiver<Arc<str>>, what: &str) -> Json {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let f = tokio::time::timeout_at(deadline, rx.recv())
+                .await
+                .ok()
+                .flatten();
+            let f = f.unwrap_or_else(|| panic!("no events frame with {what}"));
+            if f.contains(what) {
+                return serde_json::from_str(&f).unwrap_or_default();
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hot_room_gets_a_task_of_its_own_and_keeps_working() {
+        let mut config = RoomServerConfig::new(NodeId::new("node-a").unwrap());
+        config.hot_ops_per_s = 50;
+        config.window_ms = 10;
+        let s = RoomServer::new(config, Arc::new(Vec::new));
+        s.start();
+        let (hot, calm) = (RoomId::new("hot").unwrap(), RoomId::new("calm").unwrap());
+        let p = ParticipantId::new("p").unwrap();
+        let (h, mut hrx, _) = s.connect(&hot, &p, Subscription::default());
+        let (c, mut crx, _) = s.connect(&calm, &p, Subscription::default());
+        for (room, id) in [(&hot, h), (&calm, c)] {
+            let (reply, _) = s.frame(room, id, r#"{"type":"join","key":"j","name":"P"}"#);
+            assert!(reply.contains("receipt"), "{reply}");
+        }
+        // 100 operations per second for 1.5 s.
+        for n in 0..150 {
+            let f = format!(
+                r#"{{"type":"set","key":"m{n}","register":"audio_muted","value":{}}}"#,
+                n % 2 == 0
+            );
+            let (reply, _) = s.frame(&hot, h, &f);
+            assert!(reply.contains("receipt"), "{reply}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let list = s.list();
+        let of = |name: &str| {
+            list.as_array()
+                .and_then(|a| a.iter().find(|r| r["room"] == name).cloned())
+                .unwrap_or_default()
+        };
+        assert_eq!(of("hot")["isolated"], true, "{list}");
+        assert_eq!(of("calm")["isolated"], false, "{list}");
+        assert!(s.prometheus().contains("ferry_room_isolated_rooms 1"));
+        // Both rooms still work: commands answered, events delivered.
+        let (reply, _) = s.frame(&hot, h, r#"{"type":"chat","key":"c1","text":"still hot"}"#);
+        assert!(reply.contains("receipt"), "{reply}");
+        next_event(&mut hrx, "still hot").await;
+        let (reply, _) = s.frame(&calm, c, r#"{"type":"chat","key":"c2","text":"calm"}"#);
+        assert!(reply.contains("receipt"), "{reply}");
+        next_event(&mut crx, "\"calm\"").await;
+        // A connection to the hot room now lands in its shard.
+        let q = ParticipantId::new("q").unwrap();
+        let (_, _, welcome) = s.connect(&hot, &q, Subscription::default());
+        assert!(welcome.contains("\"p\""), "{welcome}");
+    }
 }
