@@ -33,6 +33,32 @@ pub enum SdkError {
     /// credentials, or every relay refused or did not answer).
     #[error("no TURN relay: {0}")]
     Relay(RelayError),
+    /// The room's node refused a command with an `error` frame (`code`: `not_in_room`,
+    /// `bad_request`, `bad_value`, `key_reused`, `overloaded`, … — docs/rooms.md).
+    #[error("refused by the room: {code}: {message}")]
+    Refused {
+        /// The protocol's code.
+        code: String,
+        /// For people.
+        message: String,
+    },
+    /// The join endpoint did not answer with a place to connect to (`status` 0: no answer).
+    #[error("room join refused: {status} {message}")]
+    JoinFailed {
+        /// The HTTP status (0 when no response came).
+        status: u16,
+        /// The answer's body, or why there was none.
+        message: String,
+    },
+    /// The access token is missing or invalid (HTTP 401, or the room WebSocket's close code 4401).
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    /// The access token does not grant this (HTTP 403, or close code 4403).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// The room's WebSocket could not be opened or closed before a command was answered.
+    #[error("room connection lost: {0}")]
+    Disconnected(String),
 }
 
 /// How a session's media is made.
@@ -131,8 +157,8 @@ pub struct PlayOptions {
 /// A client of one Ferry cluster (its gateway, or any node).
 #[derive(Debug, Clone)]
 pub struct FerryClient {
-    base: String,
-    token: Option<String>,
+    pub(crate) base: String,
+    pub(crate) token: Option<String>,
 }
 
 impl FerryClient {

@@ -29,6 +29,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Rooms: [`FerryClient::join`] returns a [`Room`] (participants and their state, chat,
+//! reactions, commands answered by receipts, events), which reconnects by itself and can move
+//! to another node ([`Room::move_to`]); see `docs/sdk.md`, "Rooms (Rust)".
+//!
 //! [`fsm`] is the state machine the browser SDK (`js/`, served at `/sdk/ferry.js`) shares; the
 //! transports are [`ferry_rtc`]'s sans-IO peer, the same code the media node is built from.
 
@@ -41,6 +45,7 @@ mod h264;
 pub mod js;
 mod relay;
 mod relay_move;
+mod room;
 mod signalling;
 
 pub use client::{Events, FerryClient, Media, PlayOptions, PublishOptions, SdkError, Session};
@@ -51,3 +56,7 @@ pub use ferry_rtc::peer::{PeerStats, ReceivedFrame};
 pub use ferry_rtc::turn::{TurnError, TurnStats};
 pub use fsm::{Event, State};
 pub use relay::{IceServer, RelayError, RelayStats};
+pub use room::{
+    ChatMessage, JOIN_TIMEOUT, JoinOptions, MediaKind, Participant, Receipt, RegisterValue, Room,
+    RoomEvent, RoomState, Track,
+};

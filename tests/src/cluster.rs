@@ -413,3 +413,26 @@ pub fn start_cluster(name: &str) -> Result<Cluster> {
         dir,
     })
 }
+
+/// `POST {base}/v1/rooms/{room}/join` for `participant` (the scheduler places it; a node answers
+/// with itself): the answer (`node`, `http`, `ws`).
+pub fn room_join(base: &str, token: &str, room: &str, participant: &str) -> Result<Value> {
+    let r = http(
+        &format!("{base}/v1/rooms/{room}/join"),
+        "POST",
+        &[
+            ("authorization", &format!("Bearer {token}")),
+            ("content-type", "application/json"),
+        ],
+        serde_json::json!({"participant": participant})
+            .to_string()
+            .as_bytes(),
+    )?;
+    ensure!(
+        r.status == 200,
+        "join {participant}: {} {}",
+        r.status,
+        r.body
+    );
+    Ok(serde_json::from_str(&r.body)?)
+}

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use ferry_tests::cluster::{Dev, start_dev_registered};
+use ferry_tests::cluster::{Dev, room_join as join_at, start_dev_registered};
 use ferry_tests::http;
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
@@ -229,26 +229,6 @@ async fn refusal(url: &str) -> Result<(Value, Option<u16>)> {
 
 fn join_answer(dev: &Dev, room: &str, participant: &str) -> Result<Value> {
     join_at(&dev.gateway, &dev.token, room, participant)
-}
-
-/// `POST {base}/v1/rooms/{room}/join` (the scheduler places; a node answers with itself).
-fn join_at(base: &str, token: &str, room: &str, participant: &str) -> Result<Value> {
-    let r = http(
-        &format!("{base}/v1/rooms/{room}/join"),
-        "POST",
-        &[
-            ("authorization", &format!("Bearer {token}")),
-            ("content-type", "application/json"),
-        ],
-        json!({"participant": participant}).to_string().as_bytes(),
-    )?;
-    ensure!(
-        r.status == 200,
-        "join {participant}: {} {}",
-        r.status,
-        r.body
-    );
-    Ok(serde_json::from_str(&r.body)?)
 }
 
 fn room_on(url: &str, room: &str) -> Result<Value> {
