@@ -176,6 +176,16 @@ impl Peer {
     }
 }
 
+/// An event: `who`'s microphone muted (`on`) or unmuted.
+fn muted(who: &str, on: bool) -> impl Fn(&Value) -> bool + '_ {
+    move |e| {
+        e["type"] == "register"
+            && e["participant"] == who
+            && e["register"] == "audio_muted"
+            && e["value"] == on
+    }
+}
+
 /// Sends `command` to page `from`; once every page of `ids` logged an event `pred` accepts at
 /// or after the command's receipt went out from `from`, the delays (ms, per page).
 async fn delays(
@@ -613,12 +623,7 @@ async fn chromium_participants_follow_a_room_across_a_migration() -> Result<()> 
 
     let mut latencies: Vec<(String, f64)> = Vec::new();
 
-    let is_mute = |e: &Value| {
-        e["type"] == "register"
-            && e["participant"] == alice.as_str()
-            && e["register"] == "audio_muted"
-            && e["value"] == true
-    };
+    let is_mute = muted(&alice, true);
     for l in delays(&collector, &ids, &alice, "mute", &is_mute)
         .await
         .context("alice's mute")?
@@ -696,12 +701,7 @@ async fn chromium_participants_follow_a_room_across_a_migration() -> Result<()> 
         })
         .await
         .with_context(|| format!("alice's room connection moving from {from} to {target}"))?;
-    let is_unmute = |e: &Value| {
-        e["type"] == "register"
-            && e["participant"] == alice.as_str()
-            && e["register"] == "audio_muted"
-            && e["value"] == false
-    };
+    let is_unmute = muted(&alice, false);
     for l in delays(&collector, &ids, &alice, "unmute", &is_unmute)
         .await
         .context("alice's unmute after the migration")?

@@ -551,7 +551,10 @@ impl RoomServer {
             r.graces.remove(&p);
             if r.hosts(&self.config.node, &p) {
                 self.counters.graces.fetch_add(1, Ordering::Relaxed);
-                let key = IdempotencyKey::new(format!("grace-{now}"));
+                // Unique per leave: two graces ending in the same millisecond must not share a key
+                // (the second would be refused as a reused key and its participant stay).
+                let n = self.next_client.fetch_add(1, Ordering::Relaxed);
+                let key = IdempotencyKey::new(format!("grace-{now}-{n}"));
                 if let Ok(key) = key {
                     tracing::info!(room = %id, participant = %p, "connection gone: leaves");
                     let _ = self.apply(r, key, Command::Leave { participant: p });
