@@ -1,6 +1,8 @@
-//! `ferry record …`: recordings on a node (its `/v1/recordings` API, with the operator token) —
-//! `ferry record start --node URL --stream S [--target T]`, `ferry record list --node URL`,
-//! `ferry record stop --node URL ID` (answers once the playlist with `EXT-X-ENDLIST` is stored).
+//! `ferry record …`: recordings through the scheduler (default; `--scheduler URL[,URL…]`),
+//! which places each on a node where its stream is published and keeps it going through drains
+//! and node failures — or on one node directly (`--node URL`, that node's own API):
+//! `ferry record start --stream S [--target T]`, `ferry record list`, `ferry record stop ID`
+//! (answers once the playlist with `EXT-X-ENDLIST` is stored). With the operator token.
 //! Exit status as the other operator commands: 0 done, 2 an error.
 
 use std::io::Write;
@@ -12,19 +14,23 @@ use serde_json::Value;
 
 use crate::ops::{HTTP_TIMEOUT, expect, table, text};
 
-/// How long `stop` waits for the node to store the recording's end.
+/// How long `stop` waits for the recording's end to be stored.
 const STOP_TIMEOUT: Duration = Duration::from_secs(40);
 
-/// Which node and how to talk to it.
+/// Whom to ask and how to talk to them.
 #[derive(clap::Args, Debug, Clone)]
 pub struct NodeApiArgs {
-    /// The node's base URL (its HTTP API).
-    #[arg(long, env = "FERRY_NODE", default_value = "http://127.0.0.1:8081")]
-    node: String,
+    /// Scheduler replicas' base URLs, comma-separated (the default way: it places the
+    /// recording and keeps it going).
+    #[arg(long, env = "FERRY_SCHEDULER", default_value = "http://127.0.0.1:8080")]
+    scheduler: String,
+    /// One node's base URL instead of the scheduler: a recording started there stays there.
+    #[arg(long, env = "FERRY_NODE")]
+    node: Option<String>,
     /// API bearer token (default: $FERRY_API_TOKEN).
     #[arg(long, env = "FERRY_API_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// CA certificates (PEM) to trust for an `https://` node.
+    /// CA certificates (PEM) to trust for `https://` URLs.
     #[arg(long, env = "FERRY_TLS_CA")]
     tls_ca: Option<std::path::PathBuf>,
     /// Print JSON instead of a table.
@@ -38,11 +44,23 @@ impl NodeApiArgs {
         if token.is_empty() {
             bail!("an API token is needed: --token or $FERRY_API_TOKEN");
         }
-        // The same HTTP client as the scheduler's: one base URL, bearer token.
-        let mut link = SchedulerLink::new(&self.node, &token);
-        if link.urls.len() != 1 {
-            bail!("--node names one URL");
-        }
+        let link = match &self.node {
+            Some(node) => {
+                let link = SchedulerLink::new(node, &token);
+                if link.urls.len() != 1 {
+                    bail!("--node names one URL");
+                }
+                link
+            }
+            None => {
+                let link = SchedulerLink::new(&self.scheduler, &token);
+                if link.urls.is_empty() {
+                    bail!("--scheduler names no URL");
+                }
+                link
+            }
+        };
+        let mut link = link;
         link.tls = ferry_sfu::tls::client_tls(self.tls_ca.as_deref()).context("--tls-ca")?;
         Ok(link)
     }
@@ -51,7 +69,7 @@ impl NodeApiArgs {
 /// `ferry record`.
 #[derive(clap::Subcommand, Debug)]
 pub enum RecordCommand {
-    /// Start recording a stream live on the node.
+    /// Start recording a stream.
     Start {
         #[command(flatten)]
         api: NodeApiArgs,
@@ -62,8 +80,12 @@ pub enum RecordCommand {
         /// recordings directory).
         #[arg(long)]
         target: Option<String>,
+        /// The node to record on (default: the scheduler records where the stream is
+        /// published).
+        #[arg(long)]
+        on: Option<String>,
     },
-    /// The node's recordings.
+    /// The recordings.
     List {
         #[command(flatten)]
         api: NodeApiArgs,
@@ -84,6 +106,7 @@ fn rows(list: &[Value]) -> Vec<Vec<String>> {
                 text(&r["id"]),
                 text(&r["stream"]),
                 text(&r["state"]),
+                text(&r["node"]),
                 text(&r["segments"]),
                 text(&r["bytes"]),
                 text(&r["target"]),
@@ -92,10 +115,11 @@ fn rows(list: &[Value]) -> Vec<Vec<String>> {
         .collect()
 }
 
-const HEADER: [&str; 6] = [
+const HEADER: [&str; 7] = [
     "RECORDING",
     "STREAM",
     "STATE",
+    "NODE",
     "SEGMENTS",
     "BYTES",
     "TARGET",
@@ -121,10 +145,19 @@ pub fn run(cmd: &RecordCommand, out: &mut dyn Write) -> Result<i32> {
             api,
             stream,
             target,
+            on,
         } => {
             let mut body = serde_json::json!({ "stream": stream });
             if let Some(t) = target {
                 body["target"] = Value::String(t.clone());
+            }
+            if let Some(n) = on {
+                if api.node.is_some() {
+                    bail!(
+                        "--on names a node for the scheduler to record on; with --node, leave it out"
+                    );
+                }
+                body["node"] = Value::String(n.clone());
             }
             let v = expect(
                 api.link()?

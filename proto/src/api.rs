@@ -78,6 +78,31 @@ pub mod lenient {
     pub fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         d.deserialize_any(Whole(MAX_SECONDS))
     }
+
+    /// An optional number of seconds (as [`seconds`]): `null` or absent is `None`.
+    pub fn opt_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        struct Opt;
+        impl<'de> Visitor<'de> for Opt {
+            type Value = Option<u64>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "null or an integer in [0, {MAX_SECONDS}]")
+            }
+
+            fn visit_none<E: Error>(self) -> Result<Option<u64>, E> {
+                Ok(None)
+            }
+
+            fn visit_unit<E: Error>(self) -> Result<Option<u64>, E> {
+                Ok(None)
+            }
+
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Option<u64>, D2::Error> {
+                seconds(d).map(Some)
+            }
+        }
+        d.deserialize_option(Opt)
+    }
 }
 
 #[cfg(feature = "openapi")]
@@ -350,6 +375,82 @@ pub struct RecordingReport {
     /// The node that runs it (set by the scheduler; empty in a heartbeat).
     #[serde(default)]
     pub node: String,
+    /// Times the scheduler moved it to another node (a drain).
+    #[serde(default, deserialize_with = "lenient::count")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000))]
+    pub moves: u32,
+    /// Times the scheduler resumed it on another node after its node died.
+    #[serde(default, deserialize_with = "lenient::count")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000))]
+    pub resumes: u32,
+    /// Why its last move or resumption failed, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `POST /v1/recordings` (scheduler and node).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RecordingRequest {
+    /// The stream to record.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9._-]{1,64}$"))]
+    pub stream: String,
+    /// Where to store it: a directory, `file:///dir` or `s3://bucket/prefix` (default: the
+    /// node's recordings directory).
+    #[serde(default)]
+    // The pattern is RECORDING_TARGET_PATTERN (utoipa takes a literal; the scheduler's API test
+    // checks that the document says the same).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 1024,
+            pattern = r"^(?:file:///[^\x00-\x1f\x7f-\x9f]*|s3://[^/\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*|(?:[^:\x00-\x1f\x7f-\x9f]|:+(?:/:+)*(?:[^:/\x00-\x1f\x7f-\x9f]|/[^:/\x00-\x1f\x7f-\x9f]|/?$))+)$"
+        )
+    )]
+    pub target: Option<String>,
+    /// The node to record on (default: where the stream is published). The stream is relayed
+    /// there; the recording still moves when that node drains and resumes elsewhere when it
+    /// dies.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
+    pub node: Option<NodeId>,
+}
+
+/// Longest recording target accepted.
+pub const MAX_RECORDING_TARGET: usize = 1024;
+
+/// What [`check_recording_target`] accepts, as the OpenAPI document says it (ECMA-262): no
+/// control character; `file:///…`, `s3://bucket…`, or no `://` at all (a directory).
+pub const RECORDING_TARGET_PATTERN: &str = r"^(?:file:///[^\x00-\x1f\x7f-\x9f]*|s3://[^/\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*|(?:[^:\x00-\x1f\x7f-\x9f]|:+(?:/:+)*(?:[^:/\x00-\x1f\x7f-\x9f]|/[^:/\x00-\x1f\x7f-\x9f]|/?$))+)$";
+
+/// Checks a recording target's form: a directory, `file:///dir` or `s3://bucket/prefix` (the
+/// store checks the rest when it opens it).
+pub fn check_recording_target(t: &str) -> Result<(), String> {
+    if t.is_empty() {
+        return Err("target is empty".into());
+    }
+    if t.len() > MAX_RECORDING_TARGET {
+        return Err(format!(
+            "target is longer than {MAX_RECORDING_TARGET} bytes"
+        ));
+    }
+    if t.chars().any(char::is_control) {
+        return Err("target holds a control character".into());
+    }
+    match t.split_once("://") {
+        None => Ok(()),
+        Some(("file", path)) if path.starts_with('/') => Ok(()),
+        Some(("file", _)) => Err("a file:// target needs an absolute path (file:///dir)".into()),
+        Some(("s3", rest)) => match rest.split_once('/').map_or(rest, |(b, _)| b) {
+            "" => Err("an s3:// target needs a bucket (s3://bucket/prefix)".into()),
+            _ => Ok(()),
+        },
+        Some((scheme, _)) => Err(format!(
+            "unsupported target scheme {scheme:?}: use a directory, file:///dir or s3://bucket/prefix"
+        )),
+    }
 }
 
 /// A stream in `GET /v1/streams`.
@@ -445,7 +546,7 @@ pub struct TurnDrain {
 #[serde(deny_unknown_fields)]
 pub struct TurnDrainRequest {
     /// Seconds until the relay counts as drained even with allocations left (default 600).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_seconds")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 86_400))]
     pub deadline_s: Option<u64>,
 }
@@ -749,4 +850,42 @@ pub struct TicketUse {
     #[serde(deserialize_with = "lenient::u64")]
     #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
     pub expires: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_recording_target;
+
+    #[test]
+    fn recording_targets() {
+        for ok in [
+            "/var/lib/ferry/rec",
+            "rec/r1",
+            "file:///tmp/r",
+            "s3://bucket",
+            "s3://bucket/a/b",
+        ] {
+            assert_eq!(check_recording_target(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "http://x/y",
+            "s3://",
+            "s3:///prefix",
+            "file://relative",
+            "a\nb",
+        ] {
+            assert!(check_recording_target(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_recording_target(&"x".repeat(1025)).is_err());
+    }
+
+    proptest::proptest! {
+        /// The pattern the OpenAPI document gives is what the check accepts.
+        #[test]
+        fn the_recording_target_pattern_is_the_check(t in "[as3file:/ \\x01\\x85é]{0,12}") {
+            let re = regex::Regex::new(super::RECORDING_TARGET_PATTERN).unwrap();
+            proptest::prop_assert_eq!(re.is_match(&t), check_recording_target(&t).is_ok(), "{:?}", t);
+        }
+    }
 }

@@ -18,12 +18,13 @@ use axum::routing::{delete, get, post, put};
 use axum::{Extension, Json, middleware};
 use ferry_proto::api::{
     ApiError, DrainStatus, Heartbeat, MigrationAccepted, MigrationRequest, MigrationView, NodeView,
-    PlacementRequest, PlacementResponse, ReclaimNotice, RecordingReport, RoutingTable, SessionKind,
-    SessionView, StreamView, TicketUse, TurnCredentialsRequest, TurnCredentialsResponse, TurnDrain,
-    TurnDrainRequest, TurnRelayRequest, TurnRelayView, WeightUpdate,
+    PlacementRequest, PlacementResponse, ReclaimNotice, RecordingReport, RecordingRequest,
+    RoutingTable, SessionKind, SessionView, StreamView, TicketUse, TurnCredentialsRequest,
+    TurnCredentialsResponse, TurnDrain, TurnDrainRequest, TurnRelayRequest, TurnRelayView,
+    WeightUpdate,
 };
 use ferry_proto::auth::{AuthError, Claims, Grant, Signer, Verifier};
-use ferry_proto::{MigrationId, NodeId, StreamId};
+use ferry_proto::{MigrationId, NodeId, RecordingId, StreamId};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use tower_http::cors::{AllowHeaders, Any, CorsLayer};
@@ -42,7 +43,7 @@ const MAX_BODY: usize = 256 * 1024;
     info(title = "Ferry scheduler API", description = "Placement, nodes, sessions, drains and migrations of a Ferry cluster."),
     paths(
         list_nodes, get_node, heartbeat, set_weight, reclaim_notice, start_drain, cancel_drain, drain_status,
-        list_sessions, list_streams, list_recordings, place, create_migration, get_migration, list_migrations, routing, healthz,
+        list_sessions, list_streams, list_recordings, start_recording, get_recording, stop_recording, place, create_migration, get_migration, list_migrations, routing, healthz,
         readyz, whip, whep, consume_ticket, turn_credentials, turn_relays, add_turn_relay, remove_turn_relay, start_turn_drain, cancel_turn_drain
     ),
     modifiers(&BearerAuth),
@@ -214,6 +215,8 @@ pub fn router_with_tokens(
         )
         .route("/v1/placements", post(place))
         .route("/v1/migrations", post(create_migration))
+        .route("/v1/recordings", post(start_recording))
+        .route("/v1/recordings/{id}", delete(stop_recording))
         .route("/v1/tickets/consume", post(consume_ticket))
         .route(
             "/v1/turn/relays/{id}/drain",
@@ -248,6 +251,7 @@ pub fn router_with_tokens(
         .route("/v1/sessions", get(list_sessions))
         .route("/v1/streams", get(list_streams))
         .route("/v1/recordings", get(list_recordings))
+        .route("/v1/recordings/{id}", get(get_recording))
         .route("/v1/migrations", get(list_migrations))
         .route("/v1/migrations/{id}", get(get_migration))
         .route("/v1/routing", get(routing))
@@ -270,9 +274,17 @@ pub fn router_with_tokens(
     if let Some(extra) = extra {
         app = app.merge(extra);
     }
-    app.layer(DefaultBodyLimit::max(MAX_BODY))
-        .layer(cors)
-        .with_state(s)
+    // An unknown path gets the API's JSON error too (a client following a link it built
+    // wrong, say `/v1/recordings/` with an empty id).
+    app.fallback(|uri: axum::http::Uri| async move {
+        error(
+            StatusCode::NOT_FOUND,
+            format!("no such API path: {}", uri.path()),
+        )
+    })
+    .layer(DefaultBodyLimit::max(MAX_BODY))
+    .layer(cors)
+    .with_state(s)
 }
 
 /// Liveness.
@@ -462,10 +474,89 @@ async fn list_streams(State(s): State<Arc<Scheduler>>) -> Json<Vec<StreamView>> 
     Json(s.with(|c| c.streams()))
 }
 
-/// Recordings on the nodes that are up (from their heartbeats), each with its node.
+/// Every recording: those the scheduler keeps going (placed by it; moved when their node
+/// drains, resumed elsewhere when it dies), with the figures their node reports, and those
+/// started on a node directly that its heartbeat lists.
 #[utoipa::path(get, path = "/v1/recordings", responses((status = 200, body = Vec<RecordingReport>)))]
 async fn list_recordings(State(s): State<Arc<Scheduler>>) -> Json<Vec<RecordingReport>> {
-    Json(s.with(|c| c.recordings()))
+    Json(s.with(|c| c.recording_views()))
+}
+
+fn recording_id(id: &str) -> Result<RecordingId, Response> {
+    RecordingId::new(id)
+        .map_err(|e| error(StatusCode::NOT_FOUND, format!("no recording {id:?}: {e}")))
+}
+
+fn recording_error(e: crate::service::RecordingRequestError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut r = error(status, e.reason);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    }
+    r
+}
+
+/// One recording.
+#[utoipa::path(get, path = "/v1/recordings/{id}", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "recording id")),
+    responses((status = 200, body = RecordingReport), (status = 404, body = ApiError)))]
+async fn get_recording(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
+    let id = match recording_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match s.with(|c| c.recording_view(&id)) {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => cluster_error(e),
+    }
+}
+
+/// Records a stream: on the node where it is published (or where it is relayed when that one
+/// cannot take it), into `target` or the node's recordings directory. The scheduler keeps it
+/// going: a drain moves it at a keyframe, a dead node's recording resumes on another node.
+#[utoipa::path(post, path = "/v1/recordings", request_body = RecordingRequest, security(("bearer" = [])),
+    responses((status = 201, body = RecordingReport), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 422, body = ApiError), (status = 502, body = ApiError), (status = 503, body = ApiError)))]
+async fn start_recording(
+    State(s): State<Arc<Scheduler>>,
+    req: Result<Json<RecordingRequest>, JsonRejection>,
+) -> Response {
+    let req = match body(req) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let stream = match StreamId::new(req.stream.clone()) {
+        Ok(st) => st,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("stream name: {e}")),
+    };
+    if let Some(t) = &req.target
+        && let Err(why) = ferry_proto::api::check_recording_target(t)
+    {
+        return error(StatusCode::BAD_REQUEST, why);
+    }
+    match s.start_recording(stream, req.target, req.node).await {
+        Ok(v) => {
+            let mut r = (StatusCode::CREATED, Json(&v)).into_response();
+            if let Ok(loc) = HeaderValue::from_str(&format!("/v1/recordings/{}", v.id)) {
+                r.headers_mut().insert(header::LOCATION, loc);
+            }
+            r
+        }
+        Err(e) => recording_error(e),
+    }
+}
+
+/// Stops a recording; answers once its playlist with `EXT-X-ENDLIST` is stored.
+#[utoipa::path(delete, path = "/v1/recordings/{id}", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "recording id")), security(("bearer" = [])),
+    responses((status = 200, body = RecordingReport), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError), (status = 502, body = ApiError)))]
+async fn stop_recording(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
+    let id = match recording_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match s.stop_recording(id).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => recording_error(e),
+    }
 }
 
 /// Every session in the cluster.

@@ -10,12 +10,15 @@ use ferry_proto::api::{
     NodeState, NodeView, PlacementKind, PlacementRequest, PlacementResponse, RouteEntry, RouteNode,
     RoutingTable, SessionKind, SessionView, StreamView, TicketUse, TurnDrain,
 };
-use ferry_proto::{MigrationId, NodeId, SessionId, StreamId};
+use ferry_proto::{MigrationId, NodeId, RecordingId, SessionId, StreamId};
 use serde::{Deserialize, Serialize};
 
 use crate::drain::{Drain, DrainBudget};
+
+mod recordings;
 use crate::placement::{self, NodeSpec, Requirements};
 use crate::scoring::{self, WeightController};
+pub use recordings::{RESUME_WITHIN, RecordingOrder, RecordingTask, TaskState};
 
 /// Bandwidth assumed for a node that does not report its capacity.
 const DEFAULT_BANDWIDTH_BPS: u64 = 10_000_000_000;
@@ -104,6 +107,8 @@ struct NodeRecord {
 pub enum Action {
     /// Start this (planned) migration.
     StartMigration(MigrationView),
+    /// Move a recording to another node, or resume it there from storage.
+    Recording(RecordingOrder),
 }
 
 /// What survives a restart.
@@ -126,6 +131,9 @@ pub struct Persisted {
     /// TURN relays added (their spec) or removed (`None`) through the API, by relay id.
     #[serde(default)]
     turn_registry: BTreeMap<String, Option<String>>,
+    /// Recordings the scheduler keeps going.
+    #[serde(default)]
+    recordings: BTreeMap<RecordingId, RecordingTask>,
 }
 
 /// The cluster core.
@@ -146,6 +154,8 @@ pub struct Cluster {
     turn_drains: BTreeMap<String, TurnDrain>,
     /// TURN relays added (their spec) or removed (`None`) through the API, by relay id.
     turn_registry: BTreeMap<String, Option<String>>,
+    /// Recordings the scheduler keeps going.
+    recordings: BTreeMap<RecordingId, RecordingTask>,
     /// Viewers placed on a node since its last heartbeat, per stream: counted with the
     /// reported ones, so that a burst of viewers inside one heartbeat spills too.
     placed_views: BTreeMap<(StreamId, NodeId), u64>,
@@ -245,6 +255,7 @@ impl Cluster {
             tickets: BTreeMap::new(),
             turn_drains: BTreeMap::new(),
             turn_registry: BTreeMap::new(),
+            recordings: BTreeMap::new(),
             placed_views: BTreeMap::new(),
             metrics: ClusterMetrics::default(),
         })
@@ -276,6 +287,7 @@ impl Cluster {
         c.tickets = p.tickets;
         c.turn_drains = p.turn_drains;
         c.turn_registry = p.turn_registry;
+        c.recordings = p.recordings;
         Ok(c)
     }
 
@@ -293,6 +305,7 @@ impl Cluster {
             tickets: self.tickets.clone(),
             turn_drains: self.turn_drains.clone(),
             turn_registry: self.turn_registry.clone(),
+            recordings: self.recordings.clone(),
         }
     }
 
@@ -479,6 +492,7 @@ impl Cluster {
             .handle_heartbeat(now, scoring_heartbeat(id, &hb, moving));
         let weight = self.effective_weight(id, state, pinned);
         self.upsert(id, &hb, weight);
+        self.note_recording_reports(id, &hb.recordings);
         if changed {
             self.bump();
         }
@@ -640,7 +654,8 @@ impl Cluster {
             self.placement.compact();
             changed = true;
         }
-        let actions = self.drive_drains(now);
+        let mut actions = self.drive_drains(now);
+        actions.extend(self.drive_recordings(now));
         if changed {
             self.bump();
         }
@@ -676,7 +691,9 @@ impl Cluster {
                 drain.started(session, m.id.clone());
                 actions.push(Action::StartMigration(m));
             }
-            let empty = current.is_empty() && drain.running().next().is_none();
+            // Its recordings move too before it is drained.
+            let empty =
+                current.is_empty() && drain.running().next().is_none() && !self.records_on(&id);
             if let Some(n) = self.nodes.get_mut(&id) {
                 n.drain = Some(drain);
                 if empty {
@@ -878,22 +895,6 @@ impl Cluster {
             .map(|(_, k)| *k)
             .sum();
         sessions + placed >= capacity
-    }
-
-    /// `GET /v1/recordings`: the recordings the nodes that are not down reported, each with
-    /// its node.
-    pub fn recordings(&self) -> Vec<ferry_proto::api::RecordingReport> {
-        self.nodes
-            .iter()
-            .filter(|(_, n)| n.state != NodeState::Down)
-            .flat_map(|(id, n)| {
-                n.heartbeat.recordings.iter().map(move |r| {
-                    let mut r = r.clone();
-                    r.node = id.to_string();
-                    r
-                })
-            })
-            .collect()
     }
 
     /// `GET /v1/streams`: each stream with a publisher or viewers — its origin, viewers per
@@ -1348,7 +1349,12 @@ mod tests {
         assert_eq!(c.node_state(&a), Some(NodeState::Active));
     }
 
-    fn beat_with(c: &mut Cluster, now: Instant, id: &NodeId, sessions: &[(&str, SessionKind)]) {
+    pub(super) fn beat_with(
+        c: &mut Cluster,
+        now: Instant,
+        id: &NodeId,
+        sessions: &[(&str, SessionKind)],
+    ) {
         let hb = Heartbeat {
             http: format!("http://{id}.test"),
             media: "127.0.0.1:1".into(),
@@ -1514,7 +1520,7 @@ mod tests {
             state: "recording".into(),
             segments: 3,
             bytes: 1000,
-            node: String::new(),
+            ..Default::default()
         };
         let hb = Heartbeat {
             http: "http://a.test".into(),
@@ -1524,7 +1530,7 @@ mod tests {
         };
         c.heartbeat(t0, &a, hb).unwrap();
         assert_eq!(
-            c.recordings(),
+            c.recording_views(),
             vec![ferry_proto::api::RecordingReport {
                 node: "a".into(),
                 ..rec
@@ -1533,7 +1539,7 @@ mod tests {
         // A node declared down: its recordings are not listed as running.
         let _ = c.tick(t0 + Duration::from_secs(10));
         assert_eq!(c.node_state(&a), Some(NodeState::Down));
-        assert!(c.recordings().is_empty());
+        assert!(c.recording_views().is_empty());
     }
 
     #[test]

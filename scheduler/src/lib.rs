@@ -7,7 +7,8 @@
 //!   (pure: `now` in, decisions out).
 //! - [`store`]: persistence seam; [`service`]: the process around the core;
 //!   [`api`]: the HTTP API with its OpenAPI document; [`node_client`]: the
-//!   nodes' migration endpoints behind the [`drain::Migrations`] seam.
+//!   nodes' migration endpoints behind the [`drain::Migrations`] seam; [`recording_client`]:
+//!   their recording endpoints (the recordings the scheduler keeps going).
 
 pub mod api;
 pub mod cluster;
@@ -17,6 +18,7 @@ pub mod ha;
 pub mod leadership;
 pub mod node_client;
 pub mod placement;
+pub mod recording_client;
 pub mod scoring;
 pub mod service;
 pub mod store;

@@ -17,6 +17,9 @@ use crate::drain::Migrations;
 use crate::leadership::{Leadership, LeaseCommand, NodeLeases};
 use crate::store::{Store, StoreError};
 
+mod recordings;
+pub use recordings::RecordingRequestError;
+
 /// Milliseconds since the Unix epoch (the service is the driver: it may
 /// read the clock).
 fn unix_ms() -> u64 {
@@ -86,6 +89,8 @@ pub struct Scheduler {
     leases: Option<Arc<NodeLeases>>,
     /// The TURN relays handed out, when configured.
     turn: std::sync::OnceLock<Mutex<crate::turn::TurnFleet>>,
+    /// Calls to nodes for recordings (made on first use, with the node TLS settings then set).
+    recording_client: std::sync::OnceLock<crate::recording_client::RecordingClient>,
 }
 
 /// Why a TURN operator request failed.
@@ -186,6 +191,7 @@ impl Scheduler {
             node_tls: std::sync::OnceLock::new(),
             leases,
             turn: std::sync::OnceLock::new(),
+            recording_client: std::sync::OnceLock::new(),
         }))
     }
 
@@ -739,6 +745,7 @@ impl Scheduler {
             for a in actions {
                 match a {
                     Action::StartMigration(m) => self.start_migration(m),
+                    Action::Recording(o) => self.carry_out_recording(o),
                 }
             }
             let next = self.with(|c| c.poll_timeout(Instant::now()));
@@ -810,6 +817,7 @@ impl Scheduler {
                 "# HELP ferry_scheduler_{name} {help}\n# TYPE ferry_scheduler_{name} {kind}\nferry_scheduler_{name} {v}"
             );
         }
+        s.push_str(&c.recording_metrics());
         let nodes = c.nodes(Instant::now());
         let _ = writeln!(
             s,

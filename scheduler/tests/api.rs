@@ -670,6 +670,8 @@ async fn openapi_document_lists_every_route() {
         "/v1/migrations",
         "/v1/migrations/{id}",
         "/v1/routing",
+        "/v1/recordings",
+        "/v1/recordings/{id}",
         "/whip/{stream}",
         "/whep/{stream}",
     ] {
@@ -678,6 +680,19 @@ async fn openapi_document_lists_every_route() {
     assert_eq!(
         doc["components"]["securitySchemes"]["bearer"]["scheme"],
         "bearer"
+    );
+    // The recording target's pattern is the one the check is tested against.
+    assert_eq!(
+        doc["components"]["schemas"]["RecordingRequest"]["properties"]["target"]["pattern"],
+        ferry_proto::api::RECORDING_TARGET_PATTERN
+    );
+    // An unknown path is a JSON 404 like every other error.
+    let r = call("GET", format!("{}/v1/recordings/", api.base), None, None).await;
+    assert_eq!(r.status, 404);
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no such API path"))
     );
 }
 

@@ -21,9 +21,9 @@ use crate::cluster::{
     ClusterOptions, Directory, MigrationApiError, MigrationBook, SessionEvents, SharedDirectory,
 };
 use crate::node::Node;
-use crate::recording_writer::{RecordingApiError, RecordingView};
 
 mod cores;
+mod recordings;
 use crate::signal::{PatchOutcome, SessionAnswer, SessionInfo, SessionKind, SignalError};
 use cores::{Cores, CoresHost};
 use ferry_proto::api::TicketClaims;
@@ -55,17 +55,8 @@ enum Command {
     MigrationStatus(MigrationId, MigrationReply<MigrationView>),
     Directory(Box<Directory>),
     SubscribeRelay(StreamId, SocketAddr),
-    StartRecording(StreamId, Option<String>, RecordingReply<RecordingView>),
-    /// Stops a recording; the answer comes once its last objects are stored.
-    StopRecording(
-        ferry_proto::RecordingId,
-        RecordingReply<oneshot::Receiver<RecordingView>>,
-    ),
-    Recordings(RecordingReply<Vec<RecordingView>>),
-    Recording(ferry_proto::RecordingId, RecordingReply<RecordingView>),
+    Recording(recordings::RecordingCommand),
 }
-
-type RecordingReply<T> = oneshot::Sender<Result<T, RecordingApiError>>;
 
 type MigrationReply<T> = oneshot::Sender<Result<T, MigrationApiError>>;
 
@@ -450,56 +441,6 @@ impl NodeHandle {
             .await
     }
 
-    async fn recording_call<T>(
-        &self,
-        make: impl FnOnce(RecordingReply<T>) -> Command,
-    ) -> Result<T, RecordingApiError> {
-        let unavailable = || RecordingApiError::new(503, "node is shutting down");
-        let (tx, rx) = oneshot::channel();
-        self.tx.send(make(tx)).await.map_err(|_| unavailable())?;
-        rx.await.map_err(|_| unavailable())?
-    }
-
-    /// Starts recording `stream` into `target` (default: under the node's recordings
-    /// directory).
-    pub async fn start_recording(
-        &self,
-        stream: StreamId,
-        target: Option<String>,
-    ) -> Result<RecordingView, RecordingApiError> {
-        self.recording_call(|r| Command::StartRecording(stream, target, r))
-            .await
-    }
-
-    /// Stops a recording; answers once its playlist with `EXT-X-ENDLIST` is stored (or after
-    /// `wait`, with the view as it stands).
-    pub async fn stop_recording(
-        &self,
-        id: ferry_proto::RecordingId,
-        wait: std::time::Duration,
-    ) -> Result<RecordingView, RecordingApiError> {
-        let done = self
-            .recording_call(|r| Command::StopRecording(id.clone(), r))
-            .await?;
-        match tokio::time::timeout(wait, done).await {
-            Ok(Ok(v)) => Ok(v),
-            _ => self.recording(id).await,
-        }
-    }
-
-    /// The node's recordings.
-    pub async fn recordings(&self) -> Result<Vec<RecordingView>, RecordingApiError> {
-        self.recording_call(Command::Recordings).await
-    }
-
-    /// One recording.
-    pub async fn recording(
-        &self,
-        id: ferry_proto::RecordingId,
-    ) -> Result<RecordingView, RecordingApiError> {
-        self.recording_call(|r| Command::Recording(id, r)).await
-    }
-
     /// Trickle or ICE restart.
     pub async fn patch(
         &self,
@@ -825,12 +766,13 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
             text.push_str(&cores.overload_prometheus());
             text.push_str(&cores.prometheus());
             let active = cores.active_recordings();
+            let counters = cores.recording_counters();
             text.push_str(
                 &cores
                     .writers
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .prometheus(active),
+                    .prometheus(active, counters),
             );
             if let Some(c) = &cluster {
                 text.push_str(&c.book.to_prometheus());
@@ -879,70 +821,8 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
                 n.subscribe_relay(now, &stream, origin)
             });
         }
-        Command::StartRecording(stream, target, r) => {
-            let _ = r.send(cores.drive(of_stream(&stream), |n| {
-                start_recording(n, cores, now, &stream, target)
-            }));
-        }
-        Command::StopRecording(id, r) => {
-            let shard = cores.of_recording(&id).unwrap_or(0);
-            // The writer learns whom to answer before the core's worker can hand it the
-            // recording's end: both under the core's lock.
-            let _ = r.send(cores.drive(shard, |n| match n.stop_recording(now, &id) {
-                Ok(info) => {
-                    let (tx, rx) = oneshot::channel();
-                    cores
-                        .writers
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .on_end(info, tx);
-                    Ok(rx)
-                }
-                Err(e) => Err(e.into()),
-            }));
-        }
-        Command::Recordings(r) => {
-            let list = cores.recordings();
-            let mut writers = cores.writers.lock().unwrap_or_else(|e| e.into_inner());
-            writers.retain(&list);
-            let _ = r.send(Ok(list.iter().map(|i| writers.view(i)).collect()));
-        }
-        Command::Recording(id, r) => {
-            let info = cores
-                .of_recording(&id)
-                .and_then(|i| cores.lock(i).recording(&id));
-            let _ = r.send(match info {
-                Some(info) => Ok(cores
-                    .writers
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .view(&info)),
-                None => Err(RecordingApiError::new(
-                    404,
-                    format!("no recording {id} on this node"),
-                )),
-            });
-        }
+        Command::Recording(cmd) => recordings::handle(cores, now, cmd),
     }
-}
-
-/// Starts a recording in the core and opens its storage (a target that cannot be opened takes
-/// the recording back: 400).
-fn start_recording(
-    node: &mut Node,
-    cores: &Cores,
-    now: Instant,
-    stream: &StreamId,
-    target: Option<String>,
-) -> Result<RecordingView, RecordingApiError> {
-    let info = node.start_recording(now, stream, target)?;
-    let mut writers = cores.writers.lock().unwrap_or_else(|e| e.into_inner());
-    if let Err(e) = writers.open(&info) {
-        node.discard_recording(&info.id);
-        return Err(e);
-    }
-    tracing::info!(recording = %info.id, %stream, target = %info.target, "recording started");
-    Ok(writers.view(&info))
 }
 
 /// A session this node does not have but that migrated away from it is answered with where it

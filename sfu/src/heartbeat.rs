@@ -221,7 +221,7 @@ impl Reporter {
                     state: r.state,
                     segments: r.segments,
                     bytes: r.bytes,
-                    node: String::new(),
+                    ..Default::default()
                 })
                 .collect();
             let (link, path) = (self.link.clone(), path.clone());

@@ -177,8 +177,12 @@ pub fn router(
         )
         .route(
             "/v1/recordings/{id}",
-            get(recordings::show).delete(recordings::stop),
+            get(recordings::show)
+                .put(recordings::continue_here)
+                .delete(recordings::stop),
         )
+        .route("/v1/recordings/{id}/handover", post(recordings::hand_over))
+        .route("/v1/recordings/{id}/resume", post(recordings::resume))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(cors)
         .with_state(AppState {

@@ -45,7 +45,9 @@ mod tunnelling;
 
 pub use idempotency::{IDEMPOTENCY_TTL, MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN};
 pub use migration::MigrateError;
-pub use recording::{RecordingError, RecordingInfo, RecordingOutput, RecordingPhase};
+pub use recording::{
+    AWAIT_LIMIT, RecordingCounters, RecordingError, RecordingInfo, RecordingOutput, RecordingPhase,
+};
 pub use ticket::{TICKET_TTL, TicketError, sign_ticket};
 use tunnelling::{Forward, Held, Ingress};
 

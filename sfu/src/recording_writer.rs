@@ -69,6 +69,8 @@ enum Job {
     Put(Object),
     /// Everything before was put: answer with the view.
     Finish(Box<RecordingInfo>, oneshot::Sender<RecordingView>),
+    /// Everything before was put: say so.
+    Barrier(oneshot::Sender<()>),
     /// Nothing more comes.
     End,
 }
@@ -146,7 +148,11 @@ impl Writers {
                 }
             }
             RecordingOutput::Handover(id, state) => {
+                // Its last objects here are queued: the writer ends after them.
                 tracing::info!(recording = %id, segments = state.segments.len(), "recording handed over");
+                if let Some(w) = self.by_id.get(&id) {
+                    let _ = w.tx.send(Job::End);
+                }
             }
             RecordingOutput::Event(id, e) => {
                 tracing::debug!(recording = %id, event = ?e, "recording event");
@@ -160,6 +166,16 @@ impl Writers {
         if let Some(w) = self.by_id.get_mut(&info.id) {
             w.finish = Some((Box::new(info), reply));
         }
+    }
+
+    /// Resolves once every object of recording `id` output so far is stored (at once when it
+    /// has no writer, or its writer ended: then everything was).
+    pub(crate) fn barrier(&self, id: &RecordingId) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        if let Some(w) = self.by_id.get(id) {
+            let _ = w.tx.send(Job::Barrier(tx));
+        }
+        rx
     }
 
     /// The API view of a recording the core lists.
@@ -188,7 +204,11 @@ impl Writers {
     }
 
     /// `/metrics` series of every recording's storage.
-    pub(crate) fn prometheus(&self, active: usize) -> String {
+    pub(crate) fn prometheus(
+        &self,
+        active: usize,
+        moved: crate::node::RecordingCounters,
+    ) -> String {
         let (mut bytes, mut segments, mut puts, mut errors) = (0, 0, 0, 0);
         let (mut sum_us, mut max_us) = (0u64, 0u64);
         for w in self.by_id.values() {
@@ -219,9 +239,19 @@ impl Writers {
              ferry_recording_upload_seconds_max {}\n\
              # HELP ferry_recordings_active Recordings taking media on this node.\n\
              # TYPE ferry_recordings_active gauge\n\
-             ferry_recordings_active {active}\n",
+             ferry_recordings_active {active}\n\
+             # HELP ferry_recording_handovers_total Recordings moved between nodes at a keyframe (out: handed over, in: taken over).\n\
+             # TYPE ferry_recording_handovers_total counter\n\
+             ferry_recording_handovers_total{{direction=\"out\"}} {}\n\
+             ferry_recording_handovers_total{{direction=\"in\"}} {}\n\
+             # HELP ferry_recording_gaps_total Recordings resumed here after their node died (each gap marked EXT-X-DISCONTINUITY).\n\
+             # TYPE ferry_recording_gaps_total counter\n\
+             ferry_recording_gaps_total {}\n",
             sum_us as f64 / 1e6,
             max_us as f64 / 1e6,
+            moved.handed_over,
+            moved.taken_over,
+            moved.crash_resumes,
         )
     }
 }
@@ -256,6 +286,9 @@ async fn write(
             }
             Job::Finish(info, reply) => {
                 let _ = reply.send(view(&info, &store, &last_error));
+            }
+            Job::Barrier(reply) => {
+                let _ = reply.send(());
             }
             Job::End => break,
         }

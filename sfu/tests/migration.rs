@@ -16,113 +16,15 @@ use std::time::Duration;
 use ferry_proto::{NodeId, SessionId, StreamId};
 use ferry_sfu::codec::Codec;
 use ferry_sfu::peer::RecvStreamStats;
-use ferry_sfu::sim::LinkConfig;
 use ferry_sfu::testbed::Testbed;
-use prost::Message;
 use rand::{RngExt, SeedableRng};
 
-fn addr(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
-
-fn link(loss: f64) -> LinkConfig {
-    LinkConfig {
-        loss,
-        jitter: Duration::from_millis(3),
-        reorder: 0.01,
-        ..LinkConfig::delay(Duration::from_millis(10))
-    }
-}
+mod support;
+use support::{Timing, addr, id_of, link, migrate};
 
 const A: &str = "10.0.0.100:5000";
 const B: &str = "10.0.0.101:5000";
 const EDGE: &str = "10.0.0.200:3478";
-
-fn id_of(tb: &mut Testbed, at: SocketAddr) -> NodeId {
-    tb.node(at).id().clone()
-}
-
-/// Seeded pauses between the steps: the moments a migration's phases fall
-/// on relative to the media.
-struct Timing(rand_chacha::ChaCha8Rng);
-
-impl Timing {
-    fn pause(&mut self) -> Duration {
-        Duration::from_micros(self.0.random_range(200..30_000))
-    }
-    fn rounds(&mut self) -> usize {
-        self.0.random_range(0..5)
-    }
-}
-
-/// Moves `id` from `from` to `to` in protocol order; the snapshot, WAL and
-/// final state go through their wire encoding. Returns the new epoch.
-fn migrate(
-    tb: &mut Testbed,
-    timing: &mut Timing,
-    id: &SessionId,
-    from: SocketAddr,
-    to: SocketAddr,
-) -> u64 {
-    let (stream, publisher) = tb
-        .nodes
-        .iter()
-        .filter(|n| n.addr == from)
-        .find_map(|n| n.node.session(id))
-        .map(|s| {
-            (
-                s.stream.clone(),
-                matches!(s.role, ferry_sfu::session::Role::Publisher(_)),
-            )
-        })
-        .unwrap();
-    let target = id_of(tb, to);
-    let now = tb.now();
-    tb.core(to, &stream)
-        .migration_prewarm(now, id, &stream, publisher)
-        .unwrap();
-    let snap = tb.core(from, &stream).migration_export(now, id).unwrap();
-    let snap = wire(&snap);
-    tb.run_for(timing.pause());
-    let now = tb.now();
-    tb.core(to, &stream).migration_import(now, snap).unwrap();
-    for _ in 0..timing.rounds() {
-        tb.run_for(timing.pause());
-        let now = tb.now();
-        let wal = tb.core(from, &stream).migration_take_wal(id).unwrap();
-        tb.core(to, &stream)
-            .migration_apply_wal(now, id, &wal)
-            .unwrap();
-    }
-    let now = tb.now();
-    let (fin, wal) = tb.core(from, &stream).migration_freeze(now, id).unwrap();
-    let fin = wire(&fin);
-    // The final state travels while the client's datagrams are held.
-    tb.run_for(timing.pause());
-    let now = tb.now();
-    tb.core(to, &stream)
-        .migration_apply_wal(now, id, &wal)
-        .unwrap();
-    tb.core(to, &stream)
-        .migration_install_final(now, fin.clone())
-        .unwrap();
-    tb.run_for(timing.pause());
-    let epoch = fin.epoch + 1;
-    let now = tb.now();
-    tb.core(from, &stream)
-        .migration_release(now, id, &target)
-        .unwrap();
-    tb.run_for(timing.pause());
-    let now = tb.now();
-    tb.core(to, &stream)
-        .migration_activate(now, id, epoch)
-        .unwrap();
-    epoch
-}
-
-fn wire(s: &ferry_proto::state::SessionSnapshot) -> ferry_proto::state::SessionSnapshot {
-    ferry_proto::state::SessionSnapshot::decode(s.encode_to_vec().as_slice()).unwrap()
-}
 
 fn video(tb: &Testbed, peer: usize) -> RecvStreamStats {
     let st = tb.peers[peer].stats();

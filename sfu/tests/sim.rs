@@ -351,7 +351,7 @@ fn a_recording_ends_with_its_stream() {
         let stream = ferry_proto::StreamId::new("cam").unwrap();
         let rec = tb
             .node(node)
-            .start_recording(now, &stream, Some("/tmp/ferry-sim-recording".into()))
+            .start_recording(now, None, &stream, Some("/tmp/ferry-sim-recording".into()))
             .unwrap();
         tb.run_for(Duration::from_secs(5));
         let now = tb.now();

@@ -13,12 +13,14 @@
 //   moves (`ferryDemo.moves`: the cluster panel's moves and their outcome),
 //   sessions (the cluster panel's session rows: { id, node, mode (selected), modes (offered),
 //   targets (the enabled "move to" buttons' nodes), outcome }),
+//   recordings (the cluster panel's recording rows: { id, stream, state, node, moves }),
 //   clicked (what the last `move-viewer-*` command clicked: { session, mode, target, label }),
 //   log (the page's last 30 log lines),
 //   plot (after a `snapshot` command: { t, png }, the plot as a PNG data URL; null before).
 // Commands: `move-viewer-edge`, `move-viewer-ice-restart`, `move-viewer-reconnect` (in the
 // cluster panel's row of the viewer's session: pick the mode, click the first "move to" button;
-// an error when there is no such row or button), `snapshot` (take the plot's PNG).
+// an error when there is no such row or button), `record` (click "record stream"), `snapshot`
+// (take the plot's PNG).
 import { params, startReporting } from './report.js';
 
 const CONTROLS = ['server', 'stream', 'codec', 'publish', 'publish-stop', 'play', 'play-stop', 'local', 'remote'];
@@ -86,6 +88,13 @@ addEventListener('load', () => {
           targets: [...row.querySelectorAll('button[data-target]:not(:disabled)')].map((b) => b.dataset.target),
           outcome: row.cells[6]?.textContent.trim() ?? null,
         })),
+        recordings: [...document.querySelectorAll('#recordings tr[data-recording]')].map((row) => ({
+          id: row.dataset.recording,
+          stream: row.cells[1].textContent.trim(),
+          state: row.cells[2].textContent.trim(),
+          node: row.cells[3].textContent.trim(),
+          moves: row.cells[5].textContent.trim(),
+        })),
         clicked,
         log: demo?.log.slice(-30) ?? [],
         plot,
@@ -95,6 +104,11 @@ addEventListener('load', () => {
       'move-viewer-edge': moveViewer('edge'),
       'move-viewer-ice-restart': moveViewer('ice-restart'),
       'move-viewer-reconnect': moveViewer('reconnect'),
+      record: async () => {
+        const button = document.getElementById('record');
+        if (!button) throw new Error('the cluster panel has no "record stream" button');
+        button.click();
+      },
       snapshot: async () => {
         if (typeof window.ferryDemo?.plotPng !== 'function') throw new Error('the page has no ferryDemo.plotPng');
         plot = { t: Math.round(performance.now()), png: window.ferryDemo.plotPng() };

@@ -188,6 +188,31 @@ pub async fn wait_session_on(gateway: &str, session: &str, node: &str) -> Result
     }
 }
 
+/// Waits (up to `within`) until the scheduler's view of recording `id` satisfies `ok`; that
+/// view.
+pub async fn recording_until(
+    gateway: &str,
+    id: &str,
+    within: Duration,
+    ok: impl Fn(&Value) -> bool,
+) -> Result<Value> {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = http(&format!("{gateway}/v1/recordings/{id}"), "GET", &[], b"")?;
+        let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+        if ok(&v) {
+            return Ok(v);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "recording {id}: {} {}",
+            r.status,
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The id the scheduler `gateway` gives the TURN relay `uri` (`GET /v1/turn/relays`).
 pub fn relay_id(gateway: &str, uri: &str) -> Result<String> {
     let list = http(&format!("{gateway}/v1/turn/relays"), "GET", &[], b"")?;

@@ -257,3 +257,31 @@ pub fn http(url: &str, method: &str, headers: &[(&str, &str)], body: &[u8]) -> R
         body: body.to_owned(),
     })
 }
+
+/// `{method} {base}{path}` with the bearer `token` and a JSON body (none for `null`): the
+/// status and the JSON answer (the body as a JSON string when it is not JSON).
+pub fn api_call(
+    base: &str,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: &serde_json::Value,
+) -> Result<(u16, serde_json::Value)> {
+    let auth = format!("Bearer {token}");
+    let body = if body.is_null() {
+        Vec::new()
+    } else {
+        body.to_string().into_bytes()
+    };
+    let r = http(
+        &format!("{base}{path}"),
+        method,
+        &[
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+        &body,
+    )?;
+    let v = serde_json::from_str(&r.body).unwrap_or(serde_json::Value::String(r.body.clone()));
+    Ok((r.status, v))
+}

@@ -291,6 +291,23 @@ async fn run(edge: bool, png_name: &str, etcd: Option<&Etcd>) -> Result<()> {
     );
     let markers_now = markers(d).len();
     ensure!(markers_now == 1, "one marker: {}", d["markers"]);
+
+    // "record stream" records the page's stream through the scheduler: its row shows where.
+    collector.command("demo", "record");
+    let reports = collector
+        .wait_until(Duration::from_secs(10), |r| {
+            r.get("demo").is_some_and(|d| {
+                has_errors(d)
+                    || d["recordings"].as_array().is_some_and(|l| {
+                        l.iter()
+                            .any(|x| x["state"] == "recording" && x["node"] == source.as_str())
+                    })
+            })
+        })
+        .await?;
+    let d = &reports["demo"];
+    ensure!(!has_errors(d), "page errors: {}", d["errors"]);
+    eprintln!("recordings shown: {}", d["recordings"]);
     eprintln!(
         "timings: playing after {playing_at:?}; move clicked → session on {target} in \
          {moved_in:?}, → marker in {marked_in:?}; {mode} blackout {blackout} ms \

@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use ferry_testkit::{Moto, probe, require_ffprobe};
+use ferry_tests::cluster::recording_until;
 use ferry_tests::cluster::{Dev, open_publisher, start_dev_env};
-use ferry_tests::{Collector, ferry_bin, http};
+use ferry_tests::{Collector, api_call, ferry_bin, http};
 use serde_json::{Value, json};
 
 const SETUP: Duration = Duration::from_secs(40);
@@ -34,24 +35,14 @@ for page in s3.get_paginator('list_objects_v2').paginate(Bucket=bucket, Prefix=p
         s3.download_file(bucket, o['Key'], os.path.join(out, o['Key'][len(prefix):]))
 ";
 
+/// node-a's API.
 fn api(dev: &Dev, method: &str, path: &str, body: &Value) -> Result<(u16, Value)> {
-    let auth = format!("Bearer {}", dev.token);
-    let body = if body.is_null() {
-        Vec::new()
-    } else {
-        body.to_string().into_bytes()
-    };
-    let r = http(
-        &format!("{}{path}", dev.node_a),
-        method,
-        &[
-            ("Authorization", auth.as_str()),
-            ("Content-Type", "application/json"),
-        ],
-        &body,
-    )?;
-    let v = serde_json::from_str(&r.body).unwrap_or(Value::String(r.body.clone()));
-    Ok((r.status, v))
+    api_call(&dev.node_a, &dev.token, method, path, body)
+}
+
+/// The scheduler's API.
+fn gateway_api(dev: &Dev, method: &str, path: &str, body: &Value) -> Result<(u16, Value)> {
+    api_call(&dev.gateway, &dev.token, method, path, body)
 }
 
 /// `ferry record ARGS --node node-a --token … --json`, its JSON output.
@@ -97,7 +88,12 @@ fn check_recording(label: &str, playlist: &str, text: &str, want_s: f64) -> Resu
 
 /// A metric of node-a (the sum of its series).
 fn metric(dev: &Dev, name: &str) -> Result<f64> {
-    let r = http(&format!("{}/metrics", dev.node_a), "GET", &[], b"")?;
+    metric_at(&dev.node_a, name)
+}
+
+/// A metric of the process at `base` (the sum of its series).
+fn metric_at(base: &str, name: &str) -> Result<f64> {
+    let r = http(&format!("{base}/metrics"), "GET", &[], b"")?;
     Ok(r.body
         .lines()
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
@@ -105,31 +101,95 @@ fn metric(dev: &Dev, name: &str) -> Result<f64> {
         .sum())
 }
 
-/// Requests the API must refuse, each with its status.
-fn bad_input(dev: &Dev, live: &str) -> Result<()> {
+/// `POST {base}/v1/recordings` without a token gets 401, and each of `cases` its status with a
+/// reason.
+fn refuses(base: &str, token: &str, cases: &[(Value, u16)]) -> Result<()> {
     let no_auth = http(
-        &format!("{}/v1/recordings", dev.node_a),
+        &format!("{base}/v1/recordings"),
         "POST",
         &[("Content-Type", "application/json")],
-        json!({ "stream": live }).to_string().as_bytes(),
+        json!({ "stream": "s" }).to_string().as_bytes(),
     )?;
     ensure!(no_auth.status == 401, "no token: {}", no_auth.status);
-    for (body, want) in [
-        (json!({ "stream": "nobody-publishes-this" }), 404),
-        (json!({ "stream": live, "target": "ftp://host/x" }), 400),
-        (json!({ "stream": live, "target": "s3://" }), 400),
-        (json!({ "stream": "bad name!" }), 400),
-        (json!({ "stream": live, "extra": 1 }), 400),
-        (json!({ "target": "/tmp/x" }), 400),
-    ] {
-        let (status, v) = api(dev, "POST", "/v1/recordings", &body)?;
+    for (body, want) in cases {
+        let (status, v) = api_call(base, token, "POST", "/v1/recordings", body)?;
         ensure!(
-            status == want && v["error"].as_str().is_some_and(|e| !e.is_empty()),
+            status == *want && v["error"].as_str().is_some_and(|e| !e.is_empty()),
             "{body}: {status} {v}, want {want} with a reason"
         );
     }
+    Ok(())
+}
+
+/// Requests the API must refuse, each with its status.
+fn bad_input(dev: &Dev, live: &str) -> Result<()> {
+    refuses(
+        &dev.node_a,
+        &dev.token,
+        &[
+            (json!({ "stream": "nobody-publishes-this" }), 404),
+            (json!({ "stream": live, "target": "ftp://host/x" }), 400),
+            (json!({ "stream": live, "target": "s3://" }), 400),
+            (json!({ "stream": "bad name!" }), 400),
+            (json!({ "stream": live, "extra": 1 }), 400),
+            (json!({ "target": "/tmp/x" }), 400),
+        ],
+    )?;
     let (status, _) = api(dev, "GET", "/v1/recordings/rec-none", &Value::Null)?;
     ensure!(status == 404, "unknown recording: {status}");
+    // The calls that move a recording between nodes: the operator token, a well-formed body,
+    // a recording in the right phase.
+    for (method, path) in [
+        ("PUT", "/v1/recordings/rec-x"),
+        ("POST", "/v1/recordings/rec-x/handover"),
+        ("POST", "/v1/recordings/rec-x/resume"),
+    ] {
+        let r = http(&format!("{}{path}", dev.node_a), method, &[], b"{}")?;
+        ensure!(
+            r.status == 401,
+            "{method} {path} without a token: {}",
+            r.status
+        );
+    }
+    for (method, path, body, want) in [
+        (
+            "PUT",
+            "/v1/recordings/rec-x",
+            json!({ "stream": live }),
+            400,
+        ),
+        (
+            "PUT",
+            "/v1/recordings/rec-x",
+            json!({ "stream": live, "target": "/tmp/x", "from": "nowhere" }),
+            400,
+        ),
+        (
+            "PUT",
+            "/v1/recordings/rec-x",
+            json!({ "stream": live, "target": "ftp://x/y", "from": "handover" }),
+            400,
+        ),
+        (
+            "PUT",
+            "/v1/recordings/rec-x",
+            json!({ "stream": "nobody-publishes-this", "target": "/tmp/x", "from": "handover" }),
+            404,
+        ),
+        ("POST", "/v1/recordings/rec-x/handover", Value::Null, 404),
+        (
+            "POST",
+            "/v1/recordings/rec-x/resume",
+            json!({ "not": "a state" }),
+            400,
+        ),
+    ] {
+        let (status, v) = api(dev, method, path, &body)?;
+        ensure!(
+            status == want && v["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{method} {path} {body}: {status} {v}, want {want} with a reason"
+        );
+    }
     let (status, _) = api(dev, "DELETE", "/v1/recordings/bad%20id", &Value::Null)?;
     ensure!(status == 400, "bad recording id: {status}");
     Ok(())
@@ -288,5 +348,138 @@ async fn chromium_stream_recorded_on_its_node_to_a_directory_and_to_s3() -> Resu
     );
     let h264 = check_recording("h264 (s3)", &playlist, &text, 10.0)?;
     eprintln!("durations: vp8 {vp8:.3} s (want 30), h264 {h264:.3} s (want 10)");
+    Ok(())
+}
+
+/// Two frame intervals of Chromium's 30 fps fake camera, and a millisecond of rounding.
+const TWO_FRAMES_S: f64 = 2.0 / 30.0 + 0.001;
+
+/// The scheduler's recordings (issue 13, scope 2): `POST /v1/recordings` at the gateway records
+/// the stream where it is published (node-a); the publisher migrates to node-b and back while
+/// the recording stays on node-a (the stream relayed in meanwhile); then node-a is drained —
+/// the publisher moves to node-b and the recording follows it at a keyframe. The one playlist
+/// opens in ffprobe with the recording's whole duration, audio and video, pts strictly
+/// increasing, no step in the video larger than two frame intervals and no discontinuity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_recording_follows_its_stream_across_migrations_and_a_drain() -> Result<()> {
+    require_ffprobe()?;
+    let dev = start_dev_env(true, &[], &[])?;
+    ferry_tests::cluster::wait_registered(&dev.gateway, 2).await?;
+    let collector = Collector::start()?;
+    let stream = "rec-moves";
+    let whip = format!("{}/whip/{stream}", dev.node_a);
+    let page = open_publisher(
+        &collector,
+        &whip,
+        "vp8",
+        "A",
+        &[("token", &dev.token)],
+        SETUP,
+    )
+    .await?;
+    let session = ferry_tests::cluster::session_of(&collector.reports()["A"])?;
+    ferry_tests::cluster::wait_session_on(&dev.gateway, &session, "node-a").await?;
+
+    // The scheduler's API refuses what it cannot do, each with its reason.
+    refuses(
+        &dev.gateway,
+        &dev.token,
+        &[
+            (json!({ "stream": "nobody-publishes-this" }), 404),
+            (json!({ "stream": stream, "target": "ftp://host/x" }), 400),
+            (json!({ "stream": stream, "node": "node-zz" }), 404),
+            (json!({ "stream": "bad name!" }), 400),
+            (json!({ "stream": stream, "extra": 1 }), 400),
+        ],
+    )?;
+    let (status, _) = gateway_api(&dev, "DELETE", "/v1/recordings/rec-none", &Value::Null)?;
+    ensure!(status == 404, "unknown recording: {status}");
+
+    let (status, v) = gateway_api(&dev, "POST", "/v1/recordings", &json!({ "stream": stream }))?;
+    ensure!(status == 201, "POST /v1/recordings: {status} {v}");
+    let started = std::time::Instant::now();
+    let id = v["id"].as_str().context("no id")?.to_owned();
+    let dir = v["target"].as_str().context("no target")?.to_owned();
+    ensure!(v["node"] == "node-a", "placed where it is published: {v}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    for (to, label) in [("node-b", "a→b"), ("node-a", "b→a")] {
+        let m =
+            ferry_tests::cluster::start_migration(&dev.gateway, &dev.token, &session, to, "edge")?;
+        let end = ferry_tests::cluster::migration_end(&dev.gateway, &m).await?;
+        ensure!(end["state"] == "committed", "publisher {label}: {end}");
+        eprintln!("publisher {label}: blackout {} ms", end["blackout_ms"]);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let v = recording_until(&dev.gateway, &id, Duration::from_secs(2), |_| true).await?;
+        ensure!(
+            v["node"] == "node-a" && v["state"] == "recording",
+            "the recording stays on node-a while the publisher moves: {v}"
+        );
+    }
+
+    let (status, v) = gateway_api(&dev, "POST", "/v1/nodes/node-a/drain", &Value::Null)?;
+    ensure!(status == 200 || status == 202, "drain: {status} {v}");
+    let drain_at = std::time::Instant::now();
+    let v = recording_until(&dev.gateway, &id, Duration::from_secs(20), |v| {
+        v["node"] == "node-b" && v["moves"] == 1 && v["state"] == "recording"
+    })
+    .await?;
+    eprintln!(
+        "recording moved to node-b {:?} after the drain: {v}",
+        drain_at.elapsed()
+    );
+    ferry_tests::cluster::wait_session_on(&dev.gateway, &session, "node-b").await?;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    let (status, v) = gateway_api(
+        &dev,
+        "DELETE",
+        &format!("/v1/recordings/{id}"),
+        &Value::Null,
+    )?;
+    let elapsed = started.elapsed().as_secs_f64();
+    ensure!(
+        status == 200 && v["state"] == "stopped",
+        "DELETE: {status} {v}"
+    );
+    let (status, _) = gateway_api(
+        &dev,
+        "DELETE",
+        &format!("/v1/recordings/{id}"),
+        &Value::Null,
+    )?;
+    ensure!(status == 409, "second DELETE: {status}");
+    drop(page);
+
+    let playlist = format!("{dir}/index.m3u8");
+    let text = std::fs::read_to_string(&playlist).with_context(|| playlist.clone())?;
+    ensure!(
+        !text.contains("#EXT-X-DISCONTINUITY"),
+        "a planned move loses nothing, so marks nothing:\n{text}"
+    );
+    let duration = check_recording("vp8 moved", &playlist, &text, elapsed)?;
+    let p = probe(Path::new(&playlist))?;
+    eprintln!(
+        "recorded {duration:.3} s over {elapsed:.3} s, largest video step {:.1} ms",
+        p.max_video_gap * 1000.0
+    );
+    ensure!(
+        metric_at(
+            &dev.node_a,
+            "ferry_recording_handovers_total{direction=\"out\"}"
+        )? == 1.0
+            && metric_at(
+                &dev.node_b,
+                "ferry_recording_handovers_total{direction=\"in\"}"
+            )? == 1.0
+            && metric_at(&dev.gateway, "ferry_scheduler_recording_moves_total")? == 1.0,
+        "the move is counted on both nodes and the scheduler"
+    );
+    ensure!(
+        p.max_video_gap <= TWO_FRAMES_S,
+        "a step of {:.1} ms in the video (two frames: {:.1} ms)",
+        p.max_video_gap * 1000.0,
+        TWO_FRAMES_S * 1000.0
+    );
     Ok(())
 }

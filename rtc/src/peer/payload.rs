@@ -38,9 +38,16 @@ const NAL_IDR: u8 = 5;
 const NAL_SEI: u8 = 6;
 const NAL_STAP_A: u8 = 24;
 const NAL_FU_A: u8 = 28;
-/// SPS and PPS of a Constrained Baseline 3.1 stream (profile-level-id 42e01f).
-const SPS: [u8; 4] = [0x67, 0x42, 0xe0, 0x1f];
-const PPS: [u8; 4] = [0x68, 0xce, 0x3c, 0x80];
+/// SPS and PPS of a Constrained Baseline 3.1 stream (profile-level-id 42e01f), 320×240 at
+/// 30 fps: complete, so a recorder can write its `avcC` from them (x264's, constraint_set2 set).
+const SPS: [u8; 24] = [
+    0x67, 0x42, 0xe0, 0x1f, 0xd9, 0x01, 0x41, 0xfb, 0x01, 0x10, 0x00, 0x00, 0x03, 0x00, 0x10, 0x00,
+    0x00, 0x03, 0x03, 0xc0, 0xf1, 0x83, 0x24, 0x80,
+];
+const PPS: [u8; 5] = [0x68, 0xcb, 0x83, 0xcb, 0x20];
+/// The rest of a VP8 keyframe's header after the frame tag's first byte (RFC 6386 §9.1): the
+/// tag's size bytes, the start code, 320×240 — so a recorder can read the frame size.
+const VP8_KEY_HEADER: [u8; 9] = [0x00, 0x00, 0x9d, 0x01, 0x2a, 0x40, 0x01, 0xf0, 0x00];
 /// Opus TOC: CELT fullband 20 ms, stereo, one frame.
 const OPUS_TOC: u8 = 0xfc;
 
@@ -48,7 +55,18 @@ const OPUS_TOC: u8 = 0xfc;
 pub fn read_stamp(codec: Codec, payload: &[u8]) -> Option<Stamp> {
     let at = match codec {
         Codec::Opus => 1,
-        Codec::Vp8 => vp8_descriptor(payload)?.len + 1,
+        Codec::Vp8 => {
+            let d = vp8_descriptor(payload)?;
+            let keyframe_start =
+                d.start && d.partition == 0 && payload.get(d.len).is_some_and(|tag| tag & 1 == 0);
+            d.len
+                + 1
+                + if keyframe_start {
+                    VP8_KEY_HEADER.len()
+                } else {
+                    0
+                }
+        }
         Codec::H264 => match payload.first()? & 0x1f {
             NAL_STAP_A => return stap_a_sei(payload),
             NAL_FU_A => 2,
@@ -149,6 +167,9 @@ fn vp8(f: &FrameSpec, max_payload: usize) -> Vec<Vec<u8>> {
                 (0, false) => 0x11,
                 _ => 0,
             });
+            if i == 0 && f.keyframe {
+                p.extend_from_slice(&VP8_KEY_HEADER);
+            }
             f.stamp.write(&mut p);
             fill(&mut p, HEADER + STAMP_LEN + len, f.stamp.frame);
             p

@@ -244,6 +244,15 @@ impl Cores {
             .sum()
     }
 
+    /// How recordings came and went, all cores.
+    pub(super) fn recording_counters(&self) -> crate::node::RecordingCounters {
+        let mut c = crate::node::RecordingCounters::default();
+        for i in 0..self.cores.len() {
+            c.add(self.lock(i).recording_counters());
+        }
+        c
+    }
+
     /// Recordings on all cores.
     pub(super) fn recordings(&self) -> Vec<crate::node::RecordingInfo> {
         (0..self.cores.len())

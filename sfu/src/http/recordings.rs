@@ -6,6 +6,14 @@
 //! - `GET /v1/recordings`, `GET /v1/recordings/{id}`.
 //! - `DELETE /v1/recordings/{id}` stops it: 200 once the playlist with `EXT-X-ENDLIST` is stored.
 //!
+//! Moving a recording (the scheduler calls these; docs/recording.md "Moving a recording"):
+//! - `PUT /v1/recordings/{id} {"stream", "target", "from": "handover"}` on the target: it waits
+//!   for the source's state, holding the stream's packets (202); `"from": "crash"`: it continues
+//!   from the state stored under `target` by a node that died (201, gap marked).
+//! - `POST /v1/recordings/{id}/handover` on the source: hands over at the next keyframe; 200 with
+//!   the recorder's state once its last objects are stored (504 when no keyframe came in time).
+//! - `POST /v1/recordings/{id}/resume` (body: that state) on the target: it records on.
+//!
 //! Every call needs the operator token (the cluster's API token): recordings write wherever the
 //! node can.
 
@@ -14,6 +22,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use ferry_proto::RecordingId;
+use ferry_proto::api::check_recording_target;
 use ferry_proto::auth::Grant;
 
 use super::{AppState, parse_stream};
@@ -22,16 +31,37 @@ use crate::recording_writer::RecordingApiError;
 /// How long `DELETE` waits for the recording's last objects to be stored.
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Longest accepted target.
-const MAX_TARGET: usize = 1024;
-
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StartBody {
     stream: String,
     #[serde(default)]
     target: Option<String>,
+    /// The scheduler's name for it (cluster-wide); a fresh one otherwise.
+    #[serde(default)]
+    id: Option<String>,
 }
+
+/// Where a recording continued here comes from.
+#[derive(serde::Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum ContinueFrom {
+    /// A live node hands it over: wait for its state.
+    Handover,
+    /// Its node died: continue from the state it stored.
+    Crash,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContinueBody {
+    stream: String,
+    target: String,
+    from: ContinueFrom,
+}
+
+/// How long `POST …/handover` waits for the stream's next keyframe.
+const HANDOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
 
 fn api_error(status: u16, reason: impl Into<String>) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
@@ -87,33 +117,40 @@ fn check_operator(st: &AppState, headers: &HeaderMap) -> Result<(), Response> {
     Err(r)
 }
 
-/// Checks a target's form (the store checks the rest when it opens it).
-fn check_target(t: &str) -> Result<(), String> {
-    if t.trim().is_empty() {
-        return Err("target is empty".into());
-    }
-    if t.len() > MAX_TARGET {
-        return Err(format!("target is longer than {MAX_TARGET} bytes"));
-    }
-    if t.chars().any(char::is_control) {
-        return Err("target holds a control character".into());
-    }
-    match t.split_once("://") {
-        None => Ok(()),
-        Some(("file", path)) if path.starts_with('/') => Ok(()),
-        Some(("file", _)) => Err("a file:// target needs an absolute path (file:///dir)".into()),
-        Some(("s3", rest)) => match rest.split_once('/').map_or(rest, |(b, _)| b) {
-            "" => Err("an s3:// target needs a bucket (s3://bucket/prefix)".into()),
-            _ => Ok(()),
-        },
-        Some((scheme, _)) => Err(format!(
-            "unsupported target scheme {scheme:?}: use a directory, file:///dir or s3://bucket/prefix"
-        )),
-    }
-}
-
 fn parse_id(id: &str) -> Result<RecordingId, Response> {
     RecordingId::new(id).map_err(|e| api_error(400, format!("recording id: {e}")))
+}
+
+/// The operator token checked, then the recording id of the path.
+fn operator_id(st: &AppState, headers: &HeaderMap, id: &str) -> Result<RecordingId, Response> {
+    check_operator(st, headers)?;
+    parse_id(id)
+}
+
+/// A JSON body of `shape` (named in the error).
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, Response> {
+    serde_json::from_slice(body).map_err(|e| api_error(400, format!("body is not {shape}: {e}")))
+}
+
+fn stream_and_target(
+    stream: &str,
+    target: Option<&str>,
+) -> Result<ferry_proto::StreamId, Response> {
+    let stream =
+        parse_stream(stream).map_err(|_| api_error(400, format!("bad stream name {stream:?}")))?;
+    if let Some(t) = target {
+        check_recording_target(t).map_err(|why| api_error(400, why))?;
+    }
+    Ok(stream)
+}
+
+/// A node's answer: `status` with the view, or the error's status with its reason.
+fn answer<T: serde::Serialize>(
+    status: StatusCode,
+    r: Result<T, RecordingApiError>,
+) -> Result<Response, Response> {
+    r.map(|v| (status, axum::Json(&v)).into_response())
+        .map_err(recording_error)
 }
 
 /// `POST /v1/recordings`.
@@ -121,49 +158,80 @@ pub(super) async fn create(
     State(st): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_operator(&st, &headers) {
-        return r;
+) -> Result<Response, Response> {
+    check_operator(&st, &headers)?;
+    let req: StartBody = json_body(&body, "{\"stream\": ..., \"target\"?: ..., \"id\"?: ...}")?;
+    let stream = stream_and_target(&req.stream, req.target.as_deref())?;
+    let id = req.id.as_deref().map(parse_id).transpose()?;
+    let v = st
+        .node
+        .start_recording(id, stream, req.target)
+        .await
+        .map_err(recording_error)?;
+    let mut r = (StatusCode::CREATED, axum::Json(&v)).into_response();
+    if let Ok(loc) = HeaderValue::from_str(&format!("/v1/recordings/{}", v.id)) {
+        r.headers_mut().insert(header::LOCATION, loc);
     }
-    let req: StartBody = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => {
-            return api_error(
-                400,
-                format!("body is not {{\"stream\": ..., \"target\"?: ...}}: {e}"),
-            );
-        }
-    };
-    let stream = match parse_stream(&req.stream) {
-        Ok(s) => s,
-        Err(_) => return api_error(400, format!("bad stream name {:?}", req.stream)),
-    };
-    if let Some(t) = &req.target
-        && let Err(why) = check_target(t)
-    {
-        return api_error(400, why);
-    }
-    match st.node.start_recording(stream, req.target).await {
-        Ok(v) => {
-            let mut r = (StatusCode::CREATED, axum::Json(&v)).into_response();
-            if let Ok(loc) = HeaderValue::from_str(&format!("/v1/recordings/{}", v.id)) {
-                r.headers_mut().insert(header::LOCATION, loc);
-            }
-            r
-        }
-        Err(e) => recording_error(e),
+    Ok(r)
+}
+
+/// `PUT /v1/recordings/{id}`: continue a recording here (target of a move, or after a crash).
+pub(super) async fn continue_here(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Response> {
+    let id = operator_id(&st, &headers, &id)?;
+    let req: ContinueBody = json_body(
+        &body,
+        "{\"stream\": ..., \"target\": ..., \"from\": \"handover\" | \"crash\"}",
+    )?;
+    let stream = stream_and_target(&req.stream, Some(&req.target))?;
+    match req.from {
+        ContinueFrom::Handover => answer(
+            StatusCode::ACCEPTED,
+            st.node.await_recording(id, stream, req.target).await,
+        ),
+        ContinueFrom::Crash => answer(
+            StatusCode::CREATED,
+            st.node.resume_crashed(id, stream, req.target).await,
+        ),
     }
 }
 
+/// `POST /v1/recordings/{id}/handover`: the source hands the recording over.
+pub(super) async fn hand_over(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Response> {
+    let id = operator_id(&st, &headers, &id)?;
+    answer(StatusCode::OK, st.node.hand_over(id, HANDOVER_WAIT).await)
+}
+
+/// `POST /v1/recordings/{id}/resume`: the target takes the source's state.
+pub(super) async fn resume(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Response> {
+    let id = operator_id(&st, &headers, &id)?;
+    let state = ferry_record::RecorderState::from_json(&body)
+        .map_err(|e| api_error(400, format!("body is not a recorder state: {e}")))?;
+    check_recording_target(&state.target)
+        .map_err(|why| api_error(400, format!("state's target: {why}")))?;
+    answer(StatusCode::OK, st.node.resume_awaiting(id, state).await)
+}
+
 /// `GET /v1/recordings`.
-pub(super) async fn list(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(r) = check_operator(&st, &headers) {
-        return r;
-    }
-    match st.node.recordings().await {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(e) => recording_error(e),
-    }
+pub(super) async fn list(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, Response> {
+    check_operator(&st, &headers)?;
+    answer(StatusCode::OK, st.node.recordings().await)
 }
 
 /// `GET /v1/recordings/{id}`.
@@ -171,18 +239,9 @@ pub(super) async fn show(
     State(st): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Response {
-    if let Err(r) = check_operator(&st, &headers) {
-        return r;
-    }
-    let id = match parse_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
-    match st.node.recording(id).await {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(e) => recording_error(e),
-    }
+) -> Result<Response, Response> {
+    let id = operator_id(&st, &headers, &id)?;
+    answer(StatusCode::OK, st.node.recording(id).await)
 }
 
 /// `DELETE /v1/recordings/{id}`: stops it.
@@ -190,45 +249,7 @@ pub(super) async fn stop(
     State(st): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Response {
-    if let Err(r) = check_operator(&st, &headers) {
-        return r;
-    }
-    let id = match parse_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
-    match st.node.stop_recording(id, STOP_WAIT).await {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(e) => recording_error(e),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::check_target;
-
-    #[test]
-    fn targets() {
-        for ok in [
-            "/var/lib/ferry/rec",
-            "rec/r1",
-            "file:///tmp/r",
-            "s3://bucket",
-            "s3://bucket/a/b",
-        ] {
-            assert_eq!(check_target(ok), Ok(()), "{ok}");
-        }
-        for bad in [
-            "",
-            " ",
-            "http://x/y",
-            "s3://",
-            "s3:///prefix",
-            "file://relative",
-            "a\nb",
-        ] {
-            assert!(check_target(bad).is_err(), "{bad:?}");
-        }
-    }
+) -> Result<Response, Response> {
+    let id = operator_id(&st, &headers, &id)?;
+    answer(StatusCode::OK, st.node.stop_recording(id, STOP_WAIT).await)
 }

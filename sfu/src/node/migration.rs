@@ -194,9 +194,11 @@ impl Node {
             .origin_of(&stream)
             .map(|a| a.to_string())
             .unwrap_or_default();
+        let recorded = self.recordings.records(&stream);
         if publisher && let Some(e) = self.streams.get(&stream) {
             let mut to: Vec<String> = e.relay_out.iter().map(|r| r.addr.to_string()).collect();
-            if !e.viewers.is_empty()
+            // Local viewers and recordings stay here, fed by the target.
+            if (!e.viewers.is_empty() || recorded)
                 && let Some(me) = me
             {
                 to.push(me.to_string());
@@ -279,6 +281,7 @@ impl Node {
         let stream = session.stream.clone();
         let cache = self.config.nack_cache;
         let mut subscribed = None;
+        let recorded = self.recordings.records(&stream);
         if let Some(entry) = self.streams.get_mut(&stream) {
             match session.role {
                 Role::Publisher(tracks) => {
@@ -287,7 +290,7 @@ impl Node {
                     entry.relay_out.clear();
                     self.moved_streams
                         .insert(stream.clone(), (to, now + MOVED_GRACE));
-                    if !entry.viewers.is_empty() {
+                    if !entry.viewers.is_empty() || recorded {
                         let mut r = RelayIn::new(to, now, cache);
                         let media: Vec<_> = session.media.iter().map(MediaLine::to_state).collect();
                         let rid = relay::relay_id(&stream);

@@ -29,6 +29,13 @@ const KEYFRAME_INTERVAL: Duration = Duration::from_secs(4);
 /// Recordings a node keeps listing after they ended.
 const MAX_ENDED: usize = 1000;
 
+/// How long a recording waits here for the state its source hands over; then it is dropped
+/// (the source recorded on, or the scheduler resumes it from storage).
+pub const AWAIT_LIMIT: Duration = Duration::from_secs(30);
+
+/// Most packet bytes a waiting recording holds; the oldest go first beyond.
+const AWAIT_BYTES: usize = 32 << 20;
+
 /// Where a recording is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -39,6 +46,8 @@ pub enum RecordingPhase {
     Stopped,
     /// Handed over or exported (it goes on elsewhere).
     Moved,
+    /// Waiting for the state its source hands over, holding the stream's packets meanwhile.
+    Awaiting,
 }
 
 impl RecordingPhase {
@@ -48,6 +57,7 @@ impl RecordingPhase {
             RecordingPhase::Recording => "recording",
             RecordingPhase::Stopped => "stopped",
             RecordingPhase::Moved => "moved",
+            RecordingPhase::Awaiting => "awaiting",
         }
     }
 }
@@ -69,6 +79,10 @@ pub struct RecordingInfo {
     pub segment_bytes: u64,
     /// Video and audio frames written.
     pub frames: u64,
+    /// Video frames written (by this node's recorder).
+    pub video_frames: u64,
+    /// Audio frames written (by this node's recorder).
+    pub audio_frames: u64,
 }
 
 /// What the driver does for a recording.
@@ -100,6 +114,13 @@ pub enum RecordingError {
     /// The recording ended already.
     #[error("recording {0} has ended")]
     Ended(RecordingId),
+    /// A recording by that id runs here already (for another stream, or not waiting for a
+    /// hand-over).
+    #[error("recording {0} exists on this node")]
+    Exists(RecordingId),
+    /// The recording is not waiting for a hand-over (or is not handed over yet).
+    #[error("recording {0} is {1}")]
+    WrongPhase(RecordingId, &'static str),
     /// No target given and the node has no recordings directory.
     #[error("no target given and this node has no recordings directory (--recordings-dir)")]
     NoTarget,
@@ -116,7 +137,9 @@ impl RecordingError {
     pub fn status(&self) -> u16 {
         match self {
             RecordingError::UnknownStream(_) | RecordingError::UnknownRecording(_) => 404,
-            RecordingError::Ended(_) => 409,
+            RecordingError::Ended(_)
+            | RecordingError::Exists(_)
+            | RecordingError::WrongPhase(..) => 409,
             RecordingError::NothingToRecord(_) => 422,
             _ => 400,
         }
@@ -170,36 +193,139 @@ impl Recording {
             segments: st.segments,
             segment_bytes: st.segment_bytes,
             frames: st.video_frames + st.audio_frames,
+            video_frames: st.video_frames,
+            audio_frames: st.audio_frames,
         }
+    }
+}
+
+/// A packet a waiting recording holds.
+#[derive(Debug)]
+struct Held {
+    at: Instant,
+    line: usize,
+    data: Vec<u8>,
+}
+
+/// A recording that waits here for the state its source hands over ([`Node::await_recording`]):
+/// it holds the stream's packets from before the source's hand-over keyframe, so the recorder
+/// resumed from that state starts at that keyframe with no gap.
+#[derive(Debug)]
+struct Awaiting {
+    id: RecordingId,
+    stream: StreamId,
+    target: String,
+    since: Instant,
+    held: VecDeque<Held>,
+    bytes: usize,
+    /// Packets let go beyond [`AWAIT_BYTES`].
+    dropped: u64,
+}
+
+impl Awaiting {
+    fn info(&self) -> RecordingInfo {
+        RecordingInfo {
+            id: self.id.clone(),
+            stream: self.stream.clone(),
+            target: self.target.clone(),
+            state: RecordingPhase::Awaiting,
+            segments: 0,
+            segment_bytes: 0,
+            frames: 0,
+            video_frames: 0,
+            audio_frames: 0,
+        }
+    }
+
+    fn hold(&mut self, now: Instant, line: usize, pkt: &[u8]) {
+        self.held.push_back(Held {
+            at: now,
+            line,
+            data: pkt.to_vec(),
+        });
+        self.bytes += pkt.len();
+        while self.bytes > AWAIT_BYTES {
+            let Some(h) = self.held.pop_front() else {
+                break;
+            };
+            self.bytes -= h.data.len();
+            self.dropped += 1;
+        }
+    }
+}
+
+/// How recordings came and went on a node (`/metrics`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RecordingCounters {
+    /// Recordings handed over to another node (a move's source).
+    pub handed_over: u64,
+    /// Recordings taken over from another node (a move's target).
+    pub taken_over: u64,
+    /// Recordings resumed here after their node died (each a gap, marked in the playlist).
+    pub crash_resumes: u64,
+}
+
+impl RecordingCounters {
+    /// Adds another core's counters.
+    pub fn add(&mut self, o: RecordingCounters) {
+        self.handed_over += o.handed_over;
+        self.taken_over += o.taken_over;
+        self.crash_resumes += o.crash_resumes;
     }
 }
 
 /// The node's recordings and what they output.
 #[derive(Debug, Default)]
 pub(super) struct Recordings {
+    counters: RecordingCounters,
     list: Vec<Recording>,
+    awaiting: Vec<Awaiting>,
     out: VecDeque<RecordingOutput>,
     /// Directory default targets go under (`{dir}/{id}`).
     pub(super) dir: Option<String>,
 }
 
 impl Recordings {
-    /// Whether `stream` is being recorded.
+    /// Whether `stream` is being recorded here (or a recording of it waits for its state): the
+    /// stream is then wanted here as if it had a viewer.
     pub(super) fn records(&self, stream: &StreamId) -> bool {
         self.list
             .iter()
             .any(|r| &r.stream == stream && r.phase == RecordingPhase::Recording)
+            || self.awaiting.iter().any(|a| &a.stream == stream)
+    }
+
+    /// Makes room for a recording `id` of `stream`: an entry that moved on from here (a
+    /// recording coming back) is forgotten; a running or stopped one refuses.
+    fn claim(&mut self, id: &RecordingId) -> Result<(), RecordingError> {
+        if self.awaiting.iter().any(|a| &a.id == id) {
+            return Err(RecordingError::Exists(id.clone()));
+        }
+        match self.list.iter().find(|r| &r.id == id).map(|r| r.phase) {
+            None => Ok(()),
+            Some(RecordingPhase::Moved) => {
+                self.list.retain(|r| &r.id != id);
+                Ok(())
+            }
+            Some(RecordingPhase::Stopped) => Err(RecordingError::Ended(id.clone())),
+            Some(_) => Err(RecordingError::Exists(id.clone())),
+        }
     }
 
     fn get_mut(&mut self, id: &RecordingId) -> Option<&mut Recording> {
         self.list.iter_mut().find(|r| &r.id == id)
     }
 
-    fn drain(out: &mut VecDeque<RecordingOutput>, r: &mut Recording) {
+    fn drain(
+        out: &mut VecDeque<RecordingOutput>,
+        counters: &mut RecordingCounters,
+        r: &mut Recording,
+    ) {
         while let Some(o) = r.recorder.poll_output() {
             out.push_back(match o {
                 Output::Put(obj) => RecordingOutput::Put(r.id.clone(), obj),
                 Output::Handover(state) => {
+                    counters.handed_over += 1;
                     r.phase = RecordingPhase::Moved;
                     RecordingOutput::Handover(r.id.clone(), state)
                 }
@@ -249,6 +375,16 @@ fn tracks(lines: &[MediaLine]) -> (Option<LineTrack>, Option<LineTrack>) {
     (pick(true), pick(false))
 }
 
+/// Recording `id` of `list`.
+fn find_mut<'a>(
+    list: &'a mut [Recording],
+    id: &RecordingId,
+) -> Result<&'a mut Recording, RecordingError> {
+    list.iter_mut()
+        .find(|r| &r.id == id)
+        .ok_or_else(|| RecordingError::UnknownRecording(id.clone()))
+}
+
 impl Node {
     /// Sets the directory a recording without a target goes under (`{dir}/{id}`).
     pub fn set_recordings_dir(&mut self, dir: Option<String>) {
@@ -256,37 +392,128 @@ impl Node {
     }
 
     /// Starts recording `stream` (live here: published or relayed) into `target`, or
-    /// `{recordings dir}/{id}` when `None`. The driver opens the target's store.
+    /// `{recordings dir}/{id}` when `None`, under `id` (the scheduler names recordings
+    /// cluster-wide) or a fresh one. The driver opens the target's store.
     pub fn start_recording(
         &mut self,
         now: Instant,
+        id: Option<RecordingId>,
         stream: &StreamId,
         target: Option<String>,
     ) -> Result<RecordingInfo, RecordingError> {
-        self.new_recording(now, stream, target, None)
+        self.new_recording(now, id, stream, target, None)
     }
 
-    /// Continues a recording from `state` (a hand-over or export of another node's recorder, or
-    /// — `after_crash` — the last state it stored before its node died: the gap is marked
-    /// `EXT-X-DISCONTINUITY`). Its target is the state's.
+    /// Continues recording `id` from `state` (a hand-over or export of another node's
+    /// recorder, or — `after_crash` — the last state it stored before its node died: the gap is
+    /// marked `EXT-X-DISCONTINUITY`). Its target is the state's.
     pub fn resume_recording(
         &mut self,
         now: Instant,
+        id: RecordingId,
         stream: &StreamId,
         state: &RecorderState,
         after_crash: bool,
     ) -> Result<RecordingInfo, RecordingError> {
-        self.new_recording(
+        let info = self.new_recording(
             now,
+            Some(id),
             stream,
             Some(state.target.clone()),
             Some((state, after_crash)),
-        )
+        )?;
+        if after_crash {
+            self.recordings.counters.crash_resumes += 1;
+        }
+        Ok(info)
+    }
+
+    /// Target of a hand-over: recording `id` of `stream` (live here) waits for the state its
+    /// source hands over ([`Node::resume_awaiting`]), holding the stream's packets meanwhile,
+    /// for at most [`AWAIT_LIMIT`]. Asking again for the same stream changes nothing.
+    pub fn await_recording(
+        &mut self,
+        now: Instant,
+        id: RecordingId,
+        stream: &StreamId,
+        target: String,
+    ) -> Result<RecordingInfo, RecordingError> {
+        self.last_now = now;
+        if let Some(a) = self.recordings.awaiting.iter().find(|a| a.id == id) {
+            return if &a.stream == stream {
+                Ok(a.info())
+            } else {
+                Err(RecordingError::Exists(id))
+            };
+        }
+        let lines = self
+            .source_lines(stream)
+            .ok_or_else(|| RecordingError::UnknownStream(stream.clone()))?;
+        if let (None, None) = tracks(&lines) {
+            return Err(RecordingError::NothingToRecord(stream.clone()));
+        }
+        self.recordings.claim(&id)?;
+        let a = Awaiting {
+            id,
+            stream: stream.clone(),
+            target,
+            since: now,
+            held: VecDeque::new(),
+            bytes: 0,
+            dropped: 0,
+        };
+        let info = a.info();
+        self.recordings.awaiting.push(a);
+        let until = now + AWAIT_LIMIT;
+        self.next_timeout = Some(self.next_timeout.map_or(until, |n| n.min(until)));
+        Ok(info)
+    }
+
+    /// Target of a hand-over: the source's state is in; the waiting recording resumes from it
+    /// and takes the packets it held (what the source already wrote is dropped as stale).
+    pub fn resume_awaiting(
+        &mut self,
+        now: Instant,
+        id: &RecordingId,
+        state: &RecorderState,
+    ) -> Result<RecordingInfo, RecordingError> {
+        let Some(i) = self.recordings.awaiting.iter().position(|a| &a.id == id) else {
+            return Err(match self.recordings.list.iter().find(|r| &r.id == id) {
+                Some(r) => RecordingError::WrongPhase(id.clone(), r.phase.as_str()),
+                None => RecordingError::UnknownRecording(id.clone()),
+            });
+        };
+        let stream = self.recordings.awaiting[i].stream.clone();
+        let info = self.new_recording(
+            now,
+            Some(id.clone()),
+            &stream,
+            Some(state.target.clone()),
+            Some((state, false)),
+        );
+        let a = self.recordings.awaiting.remove(i);
+        let info = info?;
+        self.recordings.counters.taken_over += 1;
+        if a.dropped > 0 {
+            tracing::warn!(recording = %id, dropped = a.dropped, "a hand-over waited long: its oldest packets were let go");
+        }
+        for h in a.held {
+            self.record(h.at.min(now), &stream, h.line, &h.data);
+        }
+        Ok(self.recording(id).unwrap_or(info))
+    }
+
+    /// Drops a recording that waits for a hand-over (the move was called off).
+    pub fn cancel_awaiting(&mut self, id: &RecordingId) -> bool {
+        let before = self.recordings.awaiting.len();
+        self.recordings.awaiting.retain(|a| &a.id != id);
+        before != self.recordings.awaiting.len()
     }
 
     fn new_recording(
         &mut self,
         now: Instant,
+        id: Option<RecordingId>,
         stream: &StreamId,
         target: Option<String>,
         resume: Option<(&RecorderState, bool)>,
@@ -299,12 +526,22 @@ impl Node {
         if video.is_none() && audio.is_none() {
             return Err(RecordingError::NothingToRecord(stream.clone()));
         }
-        let id = loop {
-            let id = RecordingId::new(format!("rec-{}", super::random_token(&mut self.rng, 12)))
-                .map_err(|_| RecordingError::NoTarget)?;
-            if self.recordings.get_mut(&id).is_none() {
-                break id;
+        let id = match id {
+            Some(id) => {
+                // A waiting entry of the same id is the one being resumed.
+                if !self.recordings.awaiting.iter().any(|a| a.id == id) {
+                    self.recordings.claim(&id)?;
+                }
+                id
             }
+            None => loop {
+                let id =
+                    RecordingId::new(format!("rec-{}", super::random_token(&mut self.rng, 12)))
+                        .map_err(|_| RecordingError::NoTarget)?;
+                if self.recordings.get_mut(&id).is_none() {
+                    break id;
+                }
+            },
         };
         let target = match target {
             Some(t) => t,
@@ -359,16 +596,18 @@ impl Node {
         id: &RecordingId,
     ) -> Result<RecordingInfo, RecordingError> {
         self.last_now = now;
-        let Recordings { list, out, .. } = &mut self.recordings;
-        let r = list
-            .iter_mut()
-            .find(|r| &r.id == id)
-            .ok_or_else(|| RecordingError::UnknownRecording(id.clone()))?;
+        let Recordings {
+            list,
+            out,
+            counters,
+            ..
+        } = &mut self.recordings;
+        let r = find_mut(list, id)?;
         if r.phase != RecordingPhase::Recording {
             return Err(RecordingError::Ended(id.clone()));
         }
         r.recorder.finish(now);
-        Recordings::drain(out, r);
+        Recordings::drain(out, counters, r);
         r.phase = RecordingPhase::Stopped;
         out.push_back(RecordingOutput::Ended(id.clone()));
         Ok(r.info())
@@ -377,6 +616,7 @@ impl Node {
     /// `stream` ended here (its publisher left for good): its recordings stop as if asked to —
     /// the open segment and the playlist with `EXT-X-ENDLIST` go out.
     pub(super) fn end_recordings_of(&mut self, now: Instant, stream: &StreamId) {
+        self.recordings.awaiting.retain(|a| &a.stream != stream);
         let ids: Vec<RecordingId> = self
             .recordings
             .list
@@ -404,14 +644,79 @@ impl Node {
     }
 
     /// Hands a recording over at its next video keyframe ([`RecordingOutput::Handover`]; the
-    /// migration of a recording with its stream).
-    pub fn begin_recording_handover(&mut self, id: &RecordingId) -> Result<(), RecordingError> {
-        let r = self
-            .recordings
-            .get_mut(id)
-            .ok_or_else(|| RecordingError::UnknownRecording(id.clone()))?;
+    /// move of a recording to another node), asking the publisher for that keyframe now. Asking
+    /// again changes nothing.
+    pub fn begin_recording_handover(
+        &mut self,
+        now: Instant,
+        id: &RecordingId,
+    ) -> Result<(), RecordingError> {
+        self.last_now = now;
+        let Recordings {
+            list,
+            out,
+            counters,
+            ..
+        } = &mut self.recordings;
+        let r = find_mut(list, id)?;
+        match r.phase {
+            RecordingPhase::Recording => {}
+            RecordingPhase::Moved => return Ok(()),
+            RecordingPhase::Stopped => return Err(RecordingError::Ended(id.clone())),
+            RecordingPhase::Awaiting => {
+                return Err(RecordingError::WrongPhase(id.clone(), "awaiting"));
+            }
+        }
         r.recorder.begin_handover();
+        let (stream, line) = (r.stream.clone(), r.video.map(|v| v.line));
+        Recordings::drain(out, counters, r);
+        if let Some(line) = line {
+            self.request_keyframe(now, &stream, line);
+        }
         Ok(())
+    }
+
+    /// Hands a recording over now, without waiting for a keyframe (its open segment is closed
+    /// at once): the fallback when no keyframe comes. The target's video starts at its first
+    /// keyframe. A recording handed over already answers with the state it handed over with.
+    pub fn export_recording(
+        &mut self,
+        now: Instant,
+        id: &RecordingId,
+    ) -> Result<RecorderState, RecordingError> {
+        self.last_now = now;
+        let Recordings {
+            list,
+            out,
+            counters,
+            ..
+        } = &mut self.recordings;
+        let r = find_mut(list, id)?;
+        match r.phase {
+            RecordingPhase::Recording | RecordingPhase::Moved => {}
+            RecordingPhase::Stopped => return Err(RecordingError::Ended(id.clone())),
+            RecordingPhase::Awaiting => {
+                return Err(RecordingError::WrongPhase(id.clone(), "awaiting"));
+            }
+        }
+        if r.phase == RecordingPhase::Moved {
+            return Ok(r.recorder.state());
+        }
+        let state = r.recorder.export(now);
+        Recordings::drain(out, counters, r);
+        r.phase = RecordingPhase::Moved;
+        counters.handed_over += 1;
+        Ok(state)
+    }
+
+    /// The state a recording handed over with, once it reached its hand-over point (the source
+    /// keeps it for the target, which may ask again).
+    pub fn handed_over_state(&self, id: &RecordingId) -> Option<RecorderState> {
+        self.recordings
+            .list
+            .iter()
+            .find(|r| &r.id == id && r.phase == RecordingPhase::Moved)
+            .map(|r| r.recorder.state())
     }
 
     /// A recording's state as it stands (what a crash-resume would start from once stored).
@@ -430,11 +735,28 @@ impl Node {
             .iter()
             .find(|r| &r.id == id)
             .map(Recording::info)
+            .or_else(|| {
+                self.recordings
+                    .awaiting
+                    .iter()
+                    .find(|a| &a.id == id)
+                    .map(Awaiting::info)
+            })
     }
 
-    /// Every recording this node has (ended ones too, the latest [`MAX_ENDED`]).
+    /// Every recording this node has (ended ones too, the latest [`MAX_ENDED`]), then those
+    /// waiting for a hand-over.
     pub fn recordings(&self) -> Vec<RecordingInfo> {
-        self.recordings.list.iter().map(Recording::info).collect()
+        let Recordings { list, awaiting, .. } = &self.recordings;
+        list.iter()
+            .map(Recording::info)
+            .chain(awaiting.iter().map(Awaiting::info))
+            .collect()
+    }
+
+    /// How recordings came and went here.
+    pub fn recording_counters(&self) -> RecordingCounters {
+        self.recordings.counters
     }
 
     /// Recordings taking media now.
@@ -454,15 +776,28 @@ impl Node {
     /// Feeds a source packet of `stream`'s line `line` to its recordings (called where the node
     /// fans it out); asks the publisher for a keyframe when a recorder lost video.
     pub(super) fn record(&mut self, now: Instant, stream: &StreamId, line: usize, pkt: &[u8]) {
-        if self.recordings.list.is_empty() {
+        if self.recordings.list.is_empty() && self.recordings.awaiting.is_empty() {
             return;
+        }
+        for a in self
+            .recordings
+            .awaiting
+            .iter_mut()
+            .filter(|a| &a.stream == stream)
+        {
+            a.hold(now, line, pkt);
         }
         let Ok(h) = RtpHeader::parse(pkt) else {
             return;
         };
         let mut keyframe = None;
         let mut deadline: Option<Instant> = None;
-        let Recordings { list, out, .. } = &mut self.recordings;
+        let Recordings {
+            list,
+            out,
+            counters,
+            ..
+        } = &mut self.recordings;
         for r in list
             .iter_mut()
             .filter(|r| &r.stream == stream && r.phase == RecordingPhase::Recording)
@@ -487,7 +822,7 @@ impl Node {
             if let Some(t) = r.recorder.poll_timeout() {
                 deadline = Some(deadline.map_or(t, |d| d.min(t)));
             }
-            Recordings::drain(out, r);
+            Recordings::drain(out, counters, r);
         }
         if let Some(t) = deadline {
             self.next_timeout = Some(self.next_timeout.map_or(t, |n| n.min(t)));
@@ -512,14 +847,29 @@ impl Node {
     /// Drives the recorders' timers; the next one.
     pub(super) fn recording_tick(&mut self, now: Instant) -> Option<Instant> {
         let mut next: Option<Instant> = None;
-        let Recordings { list, out, .. } = &mut self.recordings;
+        let Recordings {
+            list,
+            awaiting,
+            out,
+            counters,
+            ..
+        } = &mut self.recordings;
+        awaiting.retain(|a| {
+            let until = a.since + AWAIT_LIMIT;
+            if until <= now {
+                tracing::warn!(recording = %a.id, stream = %a.stream, "no hand-over came for the waiting recording: dropped");
+                return false;
+            }
+            next = Some(next.map_or(until, |n| n.min(until)));
+            true
+        });
         for r in list
             .iter_mut()
             .filter(|r| r.phase == RecordingPhase::Recording)
         {
             if r.recorder.poll_timeout().is_some_and(|t| t <= now) {
                 r.recorder.handle_timeout(now);
-                Recordings::drain(out, r);
+                Recordings::drain(out, counters, r);
             }
             if let Some(t) = r.recorder.poll_timeout() {
                 next = Some(next.map_or(t, |n| n.min(t)));

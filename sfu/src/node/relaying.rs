@@ -422,6 +422,8 @@ impl Node {
         min(self.next_relay_tick);
         let names: Vec<StreamId> = self.streams.keys().cloned().collect();
         for name in names {
+            // A recording wants the stream here as a viewer does.
+            let recorded = self.recordings.records(&name);
             let sr: Vec<(u32, (u64, u64))> = if periodic {
                 self.streams
                     .get(&name)
@@ -457,12 +459,13 @@ impl Node {
                 }
             }
             if let Some(r) = e.relay_in.as_mut() {
-                if !e.viewers.is_empty() {
+                let wanted = !e.viewers.is_empty() || recorded;
+                if wanted {
                     r.used = true;
                 }
                 let idle = r.used || now.saturating_duration_since(r.created) >= relay::RELAY_IDLE;
-                if e.viewers.is_empty() && periodic && r.ready() && idle {
-                    // No local viewer left: tear the relay down.
+                if !wanted && periodic && r.ready() && idle {
+                    // No local viewer or recording left: tear the relay down.
                     sends.push((
                         r.origin,
                         Body::Unsubscribe(Subscribe {
