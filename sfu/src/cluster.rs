@@ -523,6 +523,26 @@ mod tests {
 
     #[allow(clippy::unwrap_used)]
     #[test]
+    fn a_migrate_event_nobody_heard_waits_for_a_late_subscriber() {
+        let events = SessionEvents::default();
+        let s = SessionId::new("s1").unwrap();
+        let migrate = ("migrate", r#"{"target":"node-b"}"#.to_owned());
+        assert!(!events.send(&s, migrate.clone()), "nobody listens yet");
+        assert!(!events.send(&s, ("ticket", "{}".to_owned())));
+        assert_eq!(
+            events.unheard(&s),
+            Some(migrate.clone()),
+            "kept: only a migrate"
+        );
+        let other = SessionId::new("s2").unwrap();
+        assert_eq!(events.unheard(&other), None);
+        let mut rx = events.subscribe(&other);
+        assert!(events.send(&other, migrate.clone()), "heard");
+        assert_eq!(rx.try_recv().unwrap(), migrate);
+        assert_eq!(events.unheard(&other), None, "a heard event is not kept");
+    }
+
+    #[test]
     fn directory_knows_peers_and_publisher_origins() {
         let node = |id: &str, cluster: &str| RouteNode {
             id: NodeId::new(id).unwrap(),
@@ -581,31 +601,73 @@ mod tests {
 
 /// Per-session event streams (`GET …/{session}/events`, server-sent
 /// events): a migrated session's client learns there where to go.
+///
+/// A `migrate` event nobody heard (the client's event stream was between nodes: it had just
+/// moved here and not yet reconnected) is kept for [`UNHEARD_KEEP`], and a late subscriber gets
+/// it — otherwise the client would go on through the source's forwarding pointer until that
+/// expires, and then lose its media.
 #[derive(Debug, Clone, Default)]
-pub struct SessionEvents(
-    Arc<Mutex<HashMap<SessionId, tokio::sync::broadcast::Sender<crate::driver::SessionEvent>>>>,
-);
+pub struct SessionEvents(Arc<Mutex<Streams>>);
+
+#[derive(Debug, Default)]
+struct Streams {
+    live: HashMap<SessionId, tokio::sync::broadcast::Sender<crate::driver::SessionEvent>>,
+    unheard: HashMap<SessionId, (std::time::Instant, crate::driver::SessionEvent)>,
+}
 
 /// Events a session's stream keeps for a slow reader.
 const EVENT_BACKLOG: usize = 8;
 
+/// How long an unheard `migrate` event waits for its client: the source's forwarding pointer
+/// lasts as long.
+pub const UNHEARD_KEEP: std::time::Duration = crate::node::FORWARD_GRACE;
+
+/// Unheard events kept at most.
+const MAX_UNHEARD: usize = 10_000;
+
 impl SessionEvents {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Streams> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A receiver of `session`'s events from now on.
     pub fn subscribe(
         &self,
         session: &SessionId,
     ) -> tokio::sync::broadcast::Receiver<crate::driver::SessionEvent> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.retain(|_, tx| tx.receiver_count() > 0);
-        map.entry(session.clone())
+        let mut s = self.lock();
+        s.live.retain(|_, tx| tx.receiver_count() > 0);
+        s.live
+            .entry(session.clone())
             .or_insert_with(|| tokio::sync::broadcast::channel(EVENT_BACKLOG).0)
             .subscribe()
     }
 
     /// Sends an event (its name and one JSON object) to `session`'s listeners; whether anyone
-    /// listened.
+    /// listened. A `migrate` event nobody heard is kept for a late subscriber.
     pub fn send(&self, session: &SessionId, event: crate::driver::SessionEvent) -> bool {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(session).is_some_and(|tx| tx.send(event).is_ok())
+        let mut s = self.lock();
+        let heard = s
+            .live
+            .get(session)
+            .is_some_and(|tx| tx.send(event.clone()).is_ok());
+        if !heard && event.0 == "migrate" {
+            let now = std::time::Instant::now();
+            s.unheard
+                .retain(|_, (at, _)| now.duration_since(*at) < UNHEARD_KEEP);
+            if s.unheard.len() < MAX_UNHEARD {
+                s.unheard.insert(session.clone(), (now, event));
+            }
+        }
+        heard
+    }
+
+    /// The `migrate` event `session`'s client missed here, if it is recent.
+    pub fn unheard(&self, session: &SessionId) -> Option<crate::driver::SessionEvent> {
+        let s = self.lock();
+        s.unheard
+            .get(session)
+            .filter(|(at, _)| at.elapsed() < UNHEARD_KEEP)
+            .map(|(_, e)| e.clone())
     }
 }

@@ -395,6 +395,11 @@ impl NodeHandle {
         self.call(|r| Command::SetVideo(session, enabled, r)).await
     }
 
+    /// A `migrate` event of `session` that nobody heard here (its client reconnects late).
+    pub fn unheard_event(&self, session: &SessionId) -> Option<SessionEvent> {
+        self.events.unheard(session)
+    }
+
     /// The events of `session` from now on (migrations, ticket refreshes, its end).
     pub fn session_events(
         &self,

@@ -717,6 +717,13 @@ async fn session_events(
     let first = match st.node.ticket(id.clone()).await {
         Ok(t) => t,
         Err(SignalError::SessionNotFound(_)) => {
+            // It moved away before its client's stream reconnected here: the client gets the
+            // `migrate` event it missed, then the stream ends.
+            if let Some((name, data)) = st.node.unheard_event(&id) {
+                let e = Event::default().event(name).data(data);
+                let once = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(e)]);
+                return Sse::new(once).into_response();
+            }
             return error(StatusCode::NOT_FOUND, format!("no session {session} here"));
         }
         Err(e) => return signal_error(e),

@@ -49,6 +49,7 @@ pub use recording::{
     AWAIT_LIMIT, RecordingCounters, RecordingError, RecordingInfo, RecordingOutput, RecordingPhase,
 };
 pub use ticket::{TICKET_TTL, TicketError, sign_ticket};
+pub use tunnelling::FORWARD_GRACE;
 use tunnelling::{Forward, Held, Ingress};
 
 /// Largest datagram the node accepts.

@@ -149,6 +149,58 @@ fn publisher_and_viewer_move_and_back_without_a_gap() {
     }
 }
 
+/// A viewer migrating to a node whose relay of its stream has just lost its last viewer (the
+/// relay would be torn down at the next tick): the relay stays for the imported viewer, which
+/// plays on after its cutover. (Before, a tick between import and activation tore the relay
+/// down, and the viewer activated on a node without its stream: no media until its client
+/// recovered — the Chromium ice-restart test's "no media" flake.)
+#[test]
+fn a_viewer_migrating_in_keeps_the_relay_it_needs() {
+    for seed in [21, 22] {
+        let (a, b) = (addr(A), addr(B));
+        let mut tb = Testbed::new(seed, link(0.0));
+        tb.add_node(NodeId::new("node-a").unwrap(), a).unwrap();
+        tb.add_node(NodeId::new("node-b").unwrap(), b).unwrap();
+        let (publisher, _) = tb
+            .publish(a, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
+            .unwrap();
+        tb.run_for(Duration::from_secs(1));
+        let stream = StreamId::new("cam").unwrap();
+        let now = tb.now();
+        tb.node(b).subscribe_relay(now, &stream, a);
+        tb.run_for(Duration::from_millis(300));
+        let (_, leaving) = tb.view(b, "cam", addr("10.0.0.2:4000")).unwrap();
+        let (mover, mover_id) = tb.view(a, "cam", addr("10.0.0.3:4000")).unwrap();
+        tb.run_for(Duration::from_secs(2));
+        // B's relay loses its only viewer, and the mover arrives while the relay's teardown is
+        // due (it is checked every relay::REFRESH).
+        let now = tb.now();
+        tb.node(b).delete(now, &leaving).unwrap();
+        let mut timing = Timing(rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+        support::migrate_slowly(
+            &mut tb,
+            &mut timing,
+            &mover_id,
+            a,
+            b,
+            ferry_sfu::relay::REFRESH * 3,
+        );
+        let before = video(&tb, mover).packets;
+        tb.run_for(Duration::from_secs(2));
+        let after = video(&tb, mover).packets;
+        eprintln!(
+            "seed {seed}: {} video packets in the 2 s after the cutover",
+            after - before
+        );
+        assert!(
+            after - before > 100,
+            "seed {seed}: the migrated viewer gets its stream on node-b ({} packets)",
+            after - before
+        );
+        tb.peers[publisher].pause_media();
+    }
+}
+
 /// The same between nodes of two cores each (`--workers 2`): the stream lives on core 1 of
 /// both; every datagram — the clients', the edge's tunnels, the relay, the forwarding
 /// pointers' — reaches it through the router, wherever the kernel's hash delivered it.

@@ -95,6 +95,16 @@ impl Node {
         })
     }
 
+    /// Whether a viewer of `stream` has been imported and awaits activation (its stream's
+    /// relay must stay: the viewer is not attached to the stream before it activates).
+    pub(super) fn importing_viewer(&self, stream: &StreamId) -> bool {
+        self.imports.keys().any(|&k| {
+            self.sessions[k]
+                .as_ref()
+                .is_some_and(|s| s.stream == *stream && matches!(s.role, Role::Viewer(_)))
+        })
+    }
+
     /// Target: whether this node can take the session; nothing is reserved.
     pub fn migration_prewarm(
         &mut self,

@@ -422,8 +422,9 @@ impl Node {
         min(self.next_relay_tick);
         let names: Vec<StreamId> = self.streams.keys().cloned().collect();
         for name in names {
-            // A recording wants the stream here as a viewer does.
-            let recorded = self.recordings.records(&name);
+            // A recording wants the stream here as a viewer does, and so does a viewer that
+            // migrates in (imported, not attached until it activates).
+            let wanted_here = self.recordings.records(&name) || self.importing_viewer(&name);
             let sr: Vec<(u32, (u64, u64))> = if periodic {
                 self.streams
                     .get(&name)
@@ -459,7 +460,7 @@ impl Node {
                 }
             }
             if let Some(r) = e.relay_in.as_mut() {
-                let wanted = !e.viewers.is_empty() || recorded;
+                let wanted = !e.viewers.is_empty() || wanted_here;
                 if wanted {
                     r.used = true;
                 }

@@ -54,6 +54,19 @@ pub fn migrate(
     from: SocketAddr,
     to: SocketAddr,
 ) -> u64 {
+    migrate_slowly(tb, timing, id, from, to, Duration::ZERO)
+}
+
+/// [`migrate`], the target holding the imported session `slow` longer before the WAL phase (a
+/// slow transfer: the nodes' timers run meanwhile).
+pub fn migrate_slowly(
+    tb: &mut Testbed,
+    timing: &mut Timing,
+    id: &SessionId,
+    from: SocketAddr,
+    to: SocketAddr,
+    slow: Duration,
+) -> u64 {
     let (stream, publisher) = tb
         .nodes
         .iter()
@@ -76,6 +89,7 @@ pub fn migrate(
     tb.run_for(timing.pause());
     let now = tb.now();
     tb.core(to, &stream).migration_import(now, snap).unwrap();
+    tb.run_for(slow);
     for _ in 0..timing.rounds() {
         tb.run_for(timing.pause());
         let now = tb.now();
