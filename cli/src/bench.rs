@@ -44,6 +44,9 @@ pub enum BenchCommand {
     /// participant, join latency, CPU per node, with and without merge windows and lazy
     /// subscription.
     Room(crate::bench_room::RoomArgs),
+    /// Transcodes of a real VP8 stream, 1, 2, 4 … at once: each rung's real-time factor and
+    /// CPU, the node's CPU, and bare ffmpeg on the same file as the baseline.
+    Transcode(crate::bench_transcode::TranscodeArgs),
     /// Drain a node with N sessions: time to empty it, packets lost.
     Drain(crate::bench_migrate::DrainArgs),
     /// SIGKILL the node of an SDK viewer, then of an SDK publisher: time until media plays
@@ -109,6 +112,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Migrate(args) => crate::bench_migrate::migrate(args).await,
         BenchCommand::HotStream(args) => crate::bench_hot::hot_stream(args).await,
         BenchCommand::Room(args) => crate::bench_room::room(args).await,
+        BenchCommand::Transcode(args) => crate::bench_transcode::transcode(args).await,
         BenchCommand::Drain(args) => crate::bench_migrate::drain(args).await,
         BenchCommand::Recovery(args) => crate::bench_recovery::recovery(args).await,
         BenchCommand::Ha(args) => crate::bench_ha::ha(args).await,

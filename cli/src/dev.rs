@@ -181,6 +181,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             args.room_window_ms,
             args.room_hot_ops,
         );
+        let transcoders = ferry_transcode::Transcoders::new(
+            &token,
+            false,
+            crate::ffmpeg_path(),
+            Some(state_dir.join(name)),
+        );
         let node = driver::start(NodeOptions {
             id: id.clone(),
             http,
@@ -189,7 +195,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             ice_servers: Vec::new(),
             nack_cache: 1000,
             max_sessions: 2000,
-            process_metrics: Some(rooms.metrics()),
+            process_metrics: Some(rooms.metrics(&transcoders)),
             scheduler: Some({
                 let mut l = crate::scheduler::link(&gateway, &token, name);
                 l.tls = client_tls.clone();
@@ -204,7 +210,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 SocketAddr::new(args.udp.ip(), 0),
                 &token,
             )?),
-            extra_routes: Some(rooms.routes()),
+            extra_routes: Some(rooms.routes(&transcoders)),
             tokens: node_tokens.clone(),
             tls: node_tls.clone(),
             recordings_dir: Some(
@@ -218,6 +224,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         })
         .await
         .with_context(|| format!("starting {name}"))?;
+        transcoders.set_node(format!(
+            "{}://{}",
+            ferry_sfu::tls::scheme(node_tls.is_some()),
+            node.http
+        ));
         nodes.push((name, node));
     }
     // First line: machine-readable addresses (tests and scripts read it).

@@ -21,6 +21,7 @@ mod bench_migrate;
 mod bench_peer;
 mod bench_recovery;
 mod bench_room;
+mod bench_transcode;
 mod config;
 mod dev;
 mod gpu;
@@ -32,6 +33,7 @@ mod rooms;
 mod scheduler;
 mod sdk_files;
 mod telemetry;
+mod transcode;
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
@@ -79,6 +81,9 @@ enum Command {
     /// Recordings on a node: start, list, stop.
     #[command(subcommand)]
     Record(record::RecordCommand),
+    /// Transcodes (ABR ladders): start, list, show, stop.
+    #[command(subcommand)]
+    Transcode(transcode::TranscodeCommand),
 }
 
 #[derive(clap::Args, Debug)]
@@ -206,6 +211,7 @@ fn main() -> anyhow::Result<()> {
         Command::Undrain(_) => "undrain".to_owned(),
         Command::Turn(_) => "turn".to_owned(),
         Command::Record(_) => "record".to_owned(),
+        Command::Transcode(_) => "transcode".to_owned(),
     };
     let _telemetry = telemetry::init(&instance)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -226,6 +232,9 @@ fn main() -> anyhow::Result<()> {
             Command::Undrain(args) => ops::run("undrain", move |o| ops::undrain(&args, o)).await,
             Command::Turn(cmd) => ops::run("turn", move |o| ops_turn::run(&cmd, o)).await,
             Command::Record(cmd) => ops::run("record", move |o| record::run(&cmd, o)).await,
+            Command::Transcode(cmd) => {
+                ops::run("transcode", move |o| transcode::run(&cmd, o)).await
+            }
         }
     })
 }
@@ -298,6 +307,12 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         args.room_window_ms,
         args.room_hot_ops,
     );
+    let transcoders = ferry_transcode::Transcoders::new(
+        &token,
+        args.gpu_vram_gib.is_some() || args.nvml,
+        ffmpeg_path(),
+        args.cluster_dir.clone(),
+    );
     let node = driver::start(NodeOptions {
         cluster,
         id,
@@ -315,7 +330,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             .collect(),
         nack_cache: args.nack_cache,
         max_sessions: args.max_sessions,
-        process_metrics: Some(rooms.metrics()),
+        process_metrics: Some(rooms.metrics(&transcoders)),
         scheduler: args.scheduler.as_ref().map(|url| {
             let mut l = scheduler::link(url, &token, &args.id);
             l.tls = client_tls.clone();
@@ -335,7 +350,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             }
             l
         }),
-        extra_routes: Some(rooms.routes()),
+        extra_routes: Some(rooms.routes(&transcoders)),
         tokens,
         tls: tls.clone(),
         recordings_dir: args
@@ -352,6 +367,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         .map(|m| m.to_string())
         .unwrap_or_else(|| "-".into());
     let scheme = ferry_sfu::tls::scheme(tls.is_some());
+    transcoders.set_node(format!("{scheme}://{}", node.http));
     println!(
         "node {} http {scheme}://{} media udp {} (candidate {}) migration {migration}",
         args.id, node.http, node.udp, node.candidate
@@ -371,6 +387,13 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => println!("shutting down"),
     }
     Ok(())
+}
+
+/// The ffmpeg transcodes run: `$FERRY_FFMPEG`, else `ffmpeg` on the PATH.
+pub(crate) fn ffmpeg_path() -> std::path::PathBuf {
+    std::env::var_os("FERRY_FFMPEG")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| "ffmpeg".into(), Into::into)
 }
 
 /// `--workers`: 0 is one per CPU this process may run on.

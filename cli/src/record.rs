@@ -26,7 +26,7 @@ pub struct NodeApiArgs {
     scheduler: String,
     /// One node's base URL instead of the scheduler: a recording started there stays there.
     #[arg(long, env = "FERRY_NODE")]
-    node: Option<String>,
+    pub(crate) node: Option<String>,
     /// API bearer token (default: $FERRY_API_TOKEN).
     #[arg(long, env = "FERRY_API_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -35,11 +35,25 @@ pub struct NodeApiArgs {
     tls_ca: Option<std::path::PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 impl NodeApiArgs {
-    fn link(&self) -> Result<SchedulerLink> {
+    /// Puts `on` (the node the scheduler is to run a task on) into `body`; refused with
+    /// `--node`, which talks to one node and runs it there.
+    pub(crate) fn pin(&self, on: Option<&String>, body: &mut Value, what: &str) -> Result<()> {
+        if let Some(n) = on {
+            if self.node.is_some() {
+                bail!(
+                    "--on names a node for the scheduler to {what} on; with --node, leave it out"
+                );
+            }
+            body["node"] = Value::String(n.clone());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn link(&self) -> Result<SchedulerLink> {
         let token = self.token.clone().unwrap_or_default();
         if token.is_empty() {
             bail!("an API token is needed: --token or $FERRY_API_TOKEN");
@@ -151,14 +165,7 @@ pub fn run(cmd: &RecordCommand, out: &mut dyn Write) -> Result<i32> {
             if let Some(t) = target {
                 body["target"] = Value::String(t.clone());
             }
-            if let Some(n) = on {
-                if api.node.is_some() {
-                    bail!(
-                        "--on names a node for the scheduler to record on; with --node, leave it out"
-                    );
-                }
-                body["node"] = Value::String(n.clone());
-            }
+            api.pin(on.as_ref(), &mut body, "record")?;
             let v = expect(
                 api.link()?
                     .call("/v1/recordings", Some(&body), HTTP_TIMEOUT)?,

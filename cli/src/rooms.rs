@@ -44,16 +44,25 @@ impl NodeRooms {
     }
 
     /// The node's extra routes: the browser SDK's files and the rooms.
-    pub fn routes(&self) -> axum::Router {
-        crate::sdk_files::routes().merge(ferry_room::server::routes(self.server.clone()))
+    /// The routes the binary adds to a node: the browser SDK's files, the rooms' and the
+    /// transcodes' APIs.
+    pub fn routes(&self, transcoders: &ferry_transcode::Transcoders) -> axum::Router {
+        crate::sdk_files::routes()
+            .merge(ferry_room::server::routes(self.server.clone()))
+            .merge(transcoders.routes())
     }
 
-    /// `/metrics` extras: process figures and the rooms'.
-    pub fn metrics(&self) -> ferry_sfu::http::ProcessMetrics {
+    /// `/metrics` extras: process figures, the rooms' and the transcodes'.
+    pub fn metrics(
+        &self,
+        transcoders: &ferry_transcode::Transcoders,
+    ) -> ferry_sfu::http::ProcessMetrics {
         let server = self.server.clone();
+        let transcoders = transcoders.clone();
         ferry_sfu::http::ProcessMetrics(Arc::new(move || {
             let mut s = crate::alloc::prometheus();
             s.push_str(&server.prometheus());
+            s.push_str(&transcoders.prometheus());
             s
         }))
     }

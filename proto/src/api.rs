@@ -177,7 +177,7 @@ pub struct SessionReport {
     #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub id: SessionId,
     /// Stream name.
-    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._~-]{1,64}$"))]
     pub stream: StreamId,
     /// Publish or view.
     pub kind: SessionKind,
@@ -313,7 +313,7 @@ pub struct SessionView {
     #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub id: SessionId,
     /// Stream name.
-    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._~-]{1,64}$"))]
     pub stream: StreamId,
     /// Publish or view.
     pub kind: SessionKind,
@@ -394,7 +394,7 @@ pub struct RecordingReport {
 #[serde(deny_unknown_fields)]
 pub struct RecordingRequest {
     /// The stream to record.
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9._-]{1,64}$"))]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9._~-]{1,64}$"))]
     pub stream: String,
     /// Where to store it: a directory, `file:///dir` or `s3://bucket/prefix` (default: the
     /// node's recordings directory).
@@ -451,6 +451,153 @@ pub fn check_recording_target(t: &str) -> Result<(), String> {
             "unsupported target scheme {scheme:?}: use a directory, file:///dir or s3://bucket/prefix"
         )),
     }
+}
+
+/// `POST /v1/transcodes` (scheduler and node): make `ladder`'s rungs of `stream`, each
+/// published as `{stream}~{rung}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TranscodeRequest {
+    /// The source stream.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9._-]{1,64}$"))]
+    pub stream: String,
+    /// Rungs by height, each at most once.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = std::collections::BTreeSet<RungName>, min_items = 1, max_items = 6)
+    )]
+    pub ladder: Vec<RungName>,
+    /// The node to run on (default: placed by the GPU-aware score).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
+    pub node: Option<NodeId>,
+    /// Its id (default: one is given; `409` where a transcode has it already).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
+    pub id: Option<String>,
+}
+
+/// A rung of a transcode's ladder, by its height.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub enum RungName {
+    /// 1920×1080.
+    #[serde(rename = "1080p")]
+    P1080,
+    /// 1280×720.
+    #[serde(rename = "720p")]
+    P720,
+    /// 854×480.
+    #[serde(rename = "480p")]
+    P480,
+    /// 640×360.
+    #[serde(rename = "360p")]
+    P360,
+    /// 426×240.
+    #[serde(rename = "240p")]
+    P240,
+    /// 320×180.
+    #[serde(rename = "180p")]
+    P180,
+}
+
+impl RungName {
+    /// Every rung, highest first.
+    pub const ALL: [RungName; 6] = [
+        RungName::P1080,
+        RungName::P720,
+        RungName::P480,
+        RungName::P360,
+        RungName::P240,
+        RungName::P180,
+    ];
+
+    /// `360p`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RungName::P1080 => "1080p",
+            RungName::P720 => "720p",
+            RungName::P480 => "480p",
+            RungName::P360 => "360p",
+            RungName::P240 => "240p",
+            RungName::P180 => "180p",
+        }
+    }
+
+    /// Its picture height.
+    pub fn height(self) -> u16 {
+        match self {
+            RungName::P1080 => 1080,
+            RungName::P720 => 720,
+            RungName::P480 => 480,
+            RungName::P360 => 360,
+            RungName::P240 => 240,
+            RungName::P180 => 180,
+        }
+    }
+}
+
+/// One rung of a transcode as its node reports it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct TranscodeRungView {
+    /// `360p`.
+    pub name: String,
+    /// The stream it is published as (`{stream}~360p`).
+    pub stream: String,
+    /// Frames published.
+    #[serde(default)]
+    pub frames: u64,
+    /// Keyframes among them.
+    #[serde(default)]
+    pub keyframes: u64,
+    /// Media seconds published.
+    #[serde(default)]
+    pub media_s: f64,
+    /// CPU seconds its encoder process used.
+    #[serde(default)]
+    pub cpu_s: f64,
+    /// Media seconds published per wall second (1.0 keeps up with a live source).
+    #[serde(default)]
+    pub realtime_factor: f64,
+    /// Why it stopped, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A transcode in `GET /v1/transcodes`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct TranscodeView {
+    /// Its id.
+    pub id: String,
+    /// The source stream.
+    pub stream: String,
+    /// Where it runs.
+    #[serde(default)]
+    pub node: String,
+    /// `starting`, `running`, `moving`, `stopped`, `failed`.
+    pub state: String,
+    /// The encoder: `h264_nvenc` or `libx264`.
+    #[serde(default)]
+    pub encoder: String,
+    /// Why the encoder is not the node's first choice (no NVENC reachable), if it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoder_note: Option<String>,
+    /// Source frames taken.
+    #[serde(default)]
+    pub frames_in: u64,
+    /// Its rungs.
+    #[serde(default)]
+    pub rungs: Vec<TranscodeRungView>,
+    /// Times the scheduler moved it to another node.
+    #[serde(default, deserialize_with = "lenient::count")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1_000_000))]
+    pub moves: u32,
+    /// Why it failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A stream in `GET /v1/streams`.
@@ -779,7 +926,7 @@ pub struct RouteEntry {
     #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub session: SessionId,
     /// Stream name.
-    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._~-]{1,64}$"))]
     pub stream: StreamId,
     /// Owning node.
     #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9._-]{1,64}$"))]

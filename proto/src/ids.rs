@@ -8,6 +8,9 @@
 #[macro_export]
 macro_rules! typed_id {
     ($(#[$meta:meta])* $name:ident) => {
+        $crate::typed_id!($(#[$meta])* $name, $crate::ids::validate);
+    };
+    ($(#[$meta:meta])* $name:ident, $validate:path) => {
         $(#[$meta])*
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
         #[serde(try_from = "String", into = "String")]
@@ -17,7 +20,7 @@ macro_rules! typed_id {
             /// Parses and validates an ID.
             pub fn new(s: impl Into<String>) -> Result<Self, $crate::ids::IdError> {
                 let s = s.into();
-                $crate::ids::validate(&s)?;
+                $validate(&s)?;
                 Ok(Self(s.into()))
             }
 
@@ -74,23 +77,41 @@ pub enum IdError {
     /// The ID holds a character outside `[A-Za-z0-9._-]`.
     #[error("id holds {0:?}; only A-Z a-z 0-9 . _ - are allowed")]
     BadChar(char),
+    /// The stream name holds a character outside `[A-Za-z0-9._~-]`.
+    #[error("stream name holds {0:?}; only A-Z a-z 0-9 . _ - ~ are allowed")]
+    BadStreamChar(char),
 }
 
-/// Checks the ID alphabet and length.
-pub fn validate(s: &str) -> Result<(), IdError> {
+fn check(s: &str, ok: impl Fn(char) -> bool, bad: fn(char) -> IdError) -> Result<(), IdError> {
     if s.is_empty() {
         return Err(IdError::Empty);
     }
     if s.len() > 64 {
         return Err(IdError::TooLong);
     }
-    match s
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        Some(c) => Err(IdError::BadChar(c)),
+    match s.chars().find(|c| !ok(*c)) {
+        Some(c) => Err(bad(c)),
         None => Ok(()),
     }
+}
+
+/// Checks the ID alphabet (`[A-Za-z0-9._-]`) and length (1–64 bytes).
+pub fn validate(s: &str) -> Result<(), IdError> {
+    check(
+        s,
+        |c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'),
+        IdError::BadChar,
+    )
+}
+
+/// A stream name's alphabet also has `~`: a stream made from another is named after it
+/// (`cam~360p`, a transcoded rung of `cam`).
+pub fn validate_stream(s: &str) -> Result<(), IdError> {
+    check(
+        s,
+        |c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '~'),
+        IdError::BadStreamChar,
+    )
 }
 
 typed_id!(
@@ -102,8 +123,9 @@ typed_id!(
     NodeId
 );
 typed_id!(
-    /// A stream name as it appears in `/whip/{stream}`.
-    StreamId
+    /// A stream name as it appears in `/whip/{stream}` (`~` allowed: `cam~360p`).
+    StreamId,
+    crate::ids::validate_stream
 );
 typed_id!(
     /// One media track of a stream (its publisher-side `mid`).
@@ -117,6 +139,10 @@ typed_id!(
     /// One recording of one stream.
     RecordingId
 );
+typed_id!(
+    /// One transcode of one stream (its ladder of rungs).
+    TranscodeId
+);
 
 #[cfg(test)]
 mod tests {
@@ -126,7 +152,9 @@ mod tests {
     fn ids_validate_alphabet_and_length() {
         assert!(SessionId::new("abc-DEF_0.9").is_ok());
         assert_eq!(SessionId::new(""), Err(IdError::Empty));
-        assert_eq!(StreamId::new("a/b"), Err(IdError::BadChar('/')));
+        assert_eq!(StreamId::new("a/b"), Err(IdError::BadStreamChar('/')));
+        assert!(StreamId::new("cam~360p").is_ok());
+        assert_eq!(SessionId::new("a~b"), Err(IdError::BadChar('~')));
         assert_eq!(NodeId::new("x".repeat(65)), Err(IdError::TooLong));
     }
 

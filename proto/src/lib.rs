@@ -14,4 +14,6 @@ pub mod trace;
 #[cfg(feature = "turn")]
 pub mod turn;
 
-pub use ids::{IdError, MigrationId, NodeId, RecordingId, SessionId, StreamId, TrackId};
+pub use ids::{
+    IdError, MigrationId, NodeId, RecordingId, SessionId, StreamId, TrackId, TranscodeId,
+};

@@ -70,15 +70,7 @@ impl WebmTrack {
 }
 
 /// The size of a VP8 keyframe (RFC 6386 §9.1), `None` for an interframe or bad data.
-pub fn vp8_keyframe_size(frame: &[u8]) -> Option<(u16, u16)> {
-    let b = frame.get(..10)?;
-    if b[0] & 1 != 0 || b[3..6] != [0x9d, 0x01, 0x2a] {
-        return None;
-    }
-    let w = u16::from_le_bytes([b[6], b[7]]) & 0x3fff;
-    let h = u16::from_le_bytes([b[8], b[9]]) & 0x3fff;
-    Some((w, h))
-}
+pub use ferry_rtc::media::ivf::vp8_keyframe_size;
 
 /// An EBML element ID as written (its length marker is part of the value).
 fn put_id(out: &mut Vec<u8>, id: u32) {

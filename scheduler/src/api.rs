@@ -19,12 +19,12 @@ use axum::{Extension, Json, middleware};
 use ferry_proto::api::{
     ApiError, DrainStatus, Heartbeat, MigrationAccepted, MigrationRequest, MigrationView, NodeView,
     PlacementRequest, PlacementResponse, ReclaimNotice, RecordingReport, RecordingRequest,
-    RoutingTable, SessionKind, SessionView, StreamView, TicketUse, TurnCredentialsRequest,
-    TurnCredentialsResponse, TurnDrain, TurnDrainRequest, TurnRelayRequest, TurnRelayView,
-    WeightUpdate,
+    RoutingTable, SessionKind, SessionView, StreamView, TicketUse, TranscodeRequest, TranscodeView,
+    TurnCredentialsRequest, TurnCredentialsResponse, TurnDrain, TurnDrainRequest, TurnRelayRequest,
+    TurnRelayView, WeightUpdate,
 };
 use ferry_proto::auth::{AuthError, Claims, Grant, Signer, Verifier};
-use ferry_proto::{MigrationId, NodeId, RecordingId, StreamId};
+use ferry_proto::{MigrationId, NodeId, RecordingId, StreamId, TranscodeId};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use tower_http::cors::{AllowHeaders, Any, CorsLayer};
@@ -43,7 +43,8 @@ const MAX_BODY: usize = 256 * 1024;
     info(title = "Ferry scheduler API", description = "Placement, nodes, sessions, drains and migrations of a Ferry cluster."),
     paths(
         list_nodes, get_node, heartbeat, set_weight, reclaim_notice, start_drain, cancel_drain, drain_status,
-        list_sessions, list_streams, list_recordings, start_recording, get_recording, stop_recording, place, create_migration, get_migration, list_migrations, routing, healthz,
+        list_sessions, list_streams, list_recordings, start_recording, get_recording, stop_recording, list_transcodes,
+        start_transcode, get_transcode, stop_transcode, place, create_migration, get_migration, list_migrations, routing, healthz,
         readyz, whip, whep, consume_ticket, turn_credentials, turn_relays, add_turn_relay, remove_turn_relay, start_turn_drain, cancel_turn_drain
     ),
     modifiers(&BearerAuth),
@@ -217,6 +218,8 @@ pub fn router_with_tokens(
         .route("/v1/migrations", post(create_migration))
         .route("/v1/recordings", post(start_recording))
         .route("/v1/recordings/{id}", delete(stop_recording))
+        .route("/v1/transcodes", post(start_transcode))
+        .route("/v1/transcodes/{id}", delete(stop_transcode))
         .route("/v1/tickets/consume", post(consume_ticket))
         .route(
             "/v1/turn/relays/{id}/drain",
@@ -252,6 +255,8 @@ pub fn router_with_tokens(
         .route("/v1/streams", get(list_streams))
         .route("/v1/recordings", get(list_recordings))
         .route("/v1/recordings/{id}", get(get_recording))
+        .route("/v1/transcodes", get(list_transcodes))
+        .route("/v1/transcodes/{id}", get(get_transcode))
         .route("/v1/migrations", get(list_migrations))
         .route("/v1/migrations/{id}", get(get_migration))
         .route("/v1/routing", get(routing))
@@ -495,6 +500,82 @@ fn recording_error(e: crate::service::RecordingRequestError) -> Response {
             .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
     }
     r
+}
+
+/// Every transcode the scheduler placed: its node, state, encoder and rungs (with the figures its
+/// node reports while it runs).
+#[utoipa::path(get, path = "/v1/transcodes", responses((status = 200, body = Vec<TranscodeView>)))]
+async fn list_transcodes(State(s): State<Arc<Scheduler>>) -> Json<Vec<TranscodeView>> {
+    Json(s.transcodes().await)
+}
+
+fn transcode_id(id: &str) -> Result<TranscodeId, Response> {
+    TranscodeId::new(id)
+        .map_err(|e| error(StatusCode::NOT_FOUND, format!("no transcode {id:?}: {e}")))
+}
+
+/// One transcode, with its node's figures (frames, real-time factor, CPU per rung).
+#[utoipa::path(get, path = "/v1/transcodes/{id}", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "transcode id")),
+    responses((status = 200, body = TranscodeView), (status = 404, body = ApiError)))]
+async fn get_transcode(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
+    let id = match transcode_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match s.transcode(id).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => recording_error(e),
+    }
+}
+
+/// Transcodes a stream into a ladder of rungs, each published as `{stream}~{rung}` (H.264):
+/// placed on a node whose GPU has NVENC sessions left for its rungs when one has, else on the
+/// node with the most headroom (or on `node`). Each rung at most once.
+#[utoipa::path(post, path = "/v1/transcodes", request_body = TranscodeRequest, security(("bearer" = [])),
+    responses((status = 201, body = TranscodeView), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError), (status = 502, body = ApiError), (status = 503, body = ApiError)))]
+async fn start_transcode(
+    State(s): State<Arc<Scheduler>>,
+    req: Result<Json<TranscodeRequest>, JsonRejection>,
+) -> Response {
+    let req = match body(req) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let id = match req.id.map(TranscodeId::new).transpose() {
+        Ok(id) => id,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("transcode id: {e}")),
+    };
+    let stream = match StreamId::new(req.stream.clone()) {
+        Ok(st) => st,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("stream name: {e}")),
+    };
+    if req.ladder.is_empty() || req.ladder.len() > 6 {
+        return error(StatusCode::BAD_REQUEST, "the ladder has 1 to 6 rungs");
+    }
+    match s.start_transcode(id, stream, req.ladder, req.node).await {
+        Ok(v) => {
+            let mut r = (StatusCode::CREATED, Json(&v)).into_response();
+            if let Ok(loc) = HeaderValue::from_str(&format!("/v1/transcodes/{}", v.id)) {
+                r.headers_mut().insert(header::LOCATION, loc);
+            }
+            r
+        }
+        Err(e) => recording_error(e),
+    }
+}
+
+/// Stops a transcode: its rungs' streams end.
+#[utoipa::path(delete, path = "/v1/transcodes/{id}", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "transcode id")), security(("bearer" = [])),
+    responses((status = 200, body = TranscodeView), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+async fn stop_transcode(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
+    let id = match transcode_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match s.stop_transcode(id).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => recording_error(e),
+    }
 }
 
 /// One recording.

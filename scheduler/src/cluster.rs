@@ -10,15 +10,17 @@ use ferry_proto::api::{
     NodeState, NodeView, PlacementKind, PlacementRequest, PlacementResponse, RouteEntry, RouteNode,
     RoutingTable, SessionKind, SessionView, StreamView, TicketUse, TurnDrain,
 };
-use ferry_proto::{MigrationId, NodeId, RecordingId, SessionId, StreamId};
+use ferry_proto::{MigrationId, NodeId, RecordingId, SessionId, StreamId, TranscodeId};
 use serde::{Deserialize, Serialize};
 
 use crate::drain::{Drain, DrainBudget};
 
 mod recordings;
+mod transcodes;
 use crate::placement::{self, NodeSpec, Requirements};
 use crate::scoring::{self, WeightController};
 pub use recordings::{RESUME_WITHIN, RecordingOrder, RecordingTask, TaskState};
+pub use transcodes::TranscodeTask;
 
 /// Bandwidth assumed for a node that does not report its capacity.
 const DEFAULT_BANDWIDTH_BPS: u64 = 10_000_000_000;
@@ -134,6 +136,9 @@ pub struct Persisted {
     /// Recordings the scheduler keeps going.
     #[serde(default)]
     recordings: BTreeMap<RecordingId, RecordingTask>,
+    /// Transcodes the scheduler placed.
+    #[serde(default)]
+    transcodes: BTreeMap<TranscodeId, TranscodeTask>,
 }
 
 /// The cluster core.
@@ -156,6 +161,8 @@ pub struct Cluster {
     turn_registry: BTreeMap<String, Option<String>>,
     /// Recordings the scheduler keeps going.
     recordings: BTreeMap<RecordingId, RecordingTask>,
+    /// Transcodes the scheduler placed.
+    transcodes: BTreeMap<TranscodeId, TranscodeTask>,
     /// Viewers placed on a node since its last heartbeat, per stream: counted with the
     /// reported ones, so that a burst of viewers inside one heartbeat spills too.
     placed_views: BTreeMap<(StreamId, NodeId), u64>,
@@ -256,6 +263,7 @@ impl Cluster {
             turn_drains: BTreeMap::new(),
             turn_registry: BTreeMap::new(),
             recordings: BTreeMap::new(),
+            transcodes: BTreeMap::new(),
             placed_views: BTreeMap::new(),
             metrics: ClusterMetrics::default(),
         })
@@ -288,6 +296,7 @@ impl Cluster {
         c.turn_drains = p.turn_drains;
         c.turn_registry = p.turn_registry;
         c.recordings = p.recordings;
+        c.transcodes = p.transcodes;
         Ok(c)
     }
 
@@ -306,6 +315,7 @@ impl Cluster {
             turn_drains: self.turn_drains.clone(),
             turn_registry: self.turn_registry.clone(),
             recordings: self.recordings.clone(),
+            transcodes: self.transcodes.clone(),
         }
     }
 

@@ -7,7 +7,7 @@
 //!   (pure: `now` in, decisions out).
 //! - [`store`]: persistence seam; [`service`]: the process around the core;
 //!   [`api`]: the HTTP API with its OpenAPI document; [`node_client`]: the
-//!   nodes' migration endpoints behind the [`drain::Migrations`] seam; [`recording_client`]:
+//!   nodes' migration endpoints behind the [`drain::Migrations`] seam; [`task_client`]:
 //!   their recording endpoints (the recordings the scheduler keeps going).
 
 pub mod api;
@@ -18,10 +18,10 @@ pub mod ha;
 pub mod leadership;
 pub mod node_client;
 pub mod placement;
-pub mod recording_client;
 pub mod scoring;
 pub mod service;
 pub mod store;
+pub mod task_client;
 pub mod ticket;
 mod trace;
 pub mod turn;

@@ -18,6 +18,7 @@ use crate::leadership::{Leadership, LeaseCommand, NodeLeases};
 use crate::store::{Store, StoreError};
 
 mod recordings;
+mod transcodes;
 pub use recordings::RecordingRequestError;
 
 /// Milliseconds since the Unix epoch (the service is the driver: it may
@@ -90,7 +91,7 @@ pub struct Scheduler {
     /// The TURN relays handed out, when configured.
     turn: std::sync::OnceLock<Mutex<crate::turn::TurnFleet>>,
     /// Calls to nodes for recordings (made on first use, with the node TLS settings then set).
-    recording_client: std::sync::OnceLock<crate::recording_client::RecordingClient>,
+    task_client: std::sync::OnceLock<crate::task_client::TaskClient>,
 }
 
 /// Why a TURN operator request failed.
@@ -191,7 +192,7 @@ impl Scheduler {
             node_tls: std::sync::OnceLock::new(),
             leases,
             turn: std::sync::OnceLock::new(),
-            recording_client: std::sync::OnceLock::new(),
+            task_client: std::sync::OnceLock::new(),
         }))
     }
 

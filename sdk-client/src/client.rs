@@ -246,15 +246,8 @@ impl FerryClient {
         first_endpoint: Option<String>,
         relays: RelaySetup,
     ) -> Result<Session, SdkError> {
-        if stream.is_empty()
-            || stream.len() > 64
-            || !stream
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        {
-            return Err(SdkError::Invalid(format!(
-                "stream name {stream:?}: 1-64 of A-Z a-z 0-9 . _ -"
-            )));
+        if let Err(e) = ferry_proto::StreamId::new(stream) {
+            return Err(SdkError::Invalid(format!("stream name {stream:?}: {e}")));
         }
         let seed = seed.unwrap_or_else(rand::random);
         let key_seed = format!("{:016x}{:016x}", rand::random::<u64>(), seed);

@@ -14,12 +14,14 @@
 //   sessions (the cluster panel's session rows: { id, node, mode (selected), modes (offered),
 //   targets (the enabled "move to" buttons' nodes), outcome }),
 //   recordings (the cluster panel's recording rows: { id, stream, state, node, moves }),
+//   transcodes (its transcode rows: { id, rungs, state, node, encoder, rtf }),
 //   clicked (what the last `move-viewer-*` command clicked: { session, mode, target, label }),
 //   log (the page's last 30 log lines),
 //   plot (after a `snapshot` command: { t, png }, the plot as a PNG data URL; null before).
 // Commands: `move-viewer-edge`, `move-viewer-ice-restart`, `move-viewer-reconnect` (in the
 // cluster panel's row of the viewer's session: pick the mode, click the first "move to" button;
-// an error when there is no such row or button), `record` (click "record stream"), `snapshot`
+// an error when there is no such row or button), `record` (click "record stream"), `transcode`
+// (click "transcode 360p"), `snapshot`
 // (take the plot's PNG).
 import { params, startReporting } from './report.js';
 
@@ -95,6 +97,14 @@ addEventListener('load', () => {
           node: row.cells[3].textContent.trim(),
           moves: row.cells[5].textContent.trim(),
         })),
+        transcodes: [...document.querySelectorAll('#transcodes tr[data-transcode]')].map((row) => ({
+          id: row.dataset.transcode,
+          rungs: row.cells[1].textContent.trim(),
+          state: row.cells[2].textContent.trim(),
+          node: row.cells[3].textContent.trim(),
+          encoder: row.cells[4].textContent.trim(),
+          rtf: row.cells[5].textContent.trim(),
+        })),
         clicked,
         log: demo?.log.slice(-30) ?? [],
         plot,
@@ -107,6 +117,11 @@ addEventListener('load', () => {
       record: async () => {
         const button = document.getElementById('record');
         if (!button) throw new Error('the cluster panel has no "record stream" button');
+        button.click();
+      },
+      transcode: async () => {
+        const button = document.getElementById('transcode');
+        if (!button) throw new Error('the cluster panel has no "transcode 360p" button');
         button.click();
       },
       snapshot: async () => {

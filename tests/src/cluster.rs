@@ -196,16 +196,28 @@ pub async fn recording_until(
     within: Duration,
     ok: impl Fn(&Value) -> bool,
 ) -> Result<Value> {
+    task_until(gateway, "recordings", id, within, ok).await
+}
+
+/// Waits (up to `within`) until the scheduler's view of task `id` — `GET
+/// /v1/{kind}/{id}`, `kind` `recordings` or `transcodes` — satisfies `ok`; that view.
+pub async fn task_until(
+    gateway: &str,
+    kind: &str,
+    id: &str,
+    within: Duration,
+    ok: impl Fn(&Value) -> bool,
+) -> Result<Value> {
     let deadline = Instant::now() + within;
     loop {
-        let r = http(&format!("{gateway}/v1/recordings/{id}"), "GET", &[], b"")?;
+        let r = http(&format!("{gateway}/v1/{kind}/{id}"), "GET", &[], b"")?;
         let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
         if ok(&v) {
             return Ok(v);
         }
         ensure!(
             Instant::now() < deadline,
-            "recording {id}: {} {}",
+            "{kind} {id}: {} {}",
             r.status,
             r.body
         );
@@ -387,6 +399,12 @@ pub fn start_scheduler(args: &[&str], env: &[(&str, &str)]) -> Result<FerryProce
 
 /// Starts the processes; `name` keeps concurrent clusters' directories apart.
 pub fn start_cluster(name: &str) -> Result<Cluster> {
+    start_cluster_with(name, &[], &[])
+}
+
+/// [`start_cluster`] with more arguments for node-a's and node-b's `ferry node` (GPU figures,
+/// say).
+pub fn start_cluster_with(name: &str, a_args: &[&str], b_args: &[&str]) -> Result<Cluster> {
     let dir = std::env::temp_dir().join(format!("ferry-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
@@ -405,8 +423,8 @@ pub fn start_cluster(name: &str) -> Result<Cluster> {
     let gateway = scheduler.after("http")?;
     let edge = FerryProcess::spawn(&["edge", "--udp", "127.0.0.1:0", "--cluster-dir", d])?;
     let edge_udp = edge.after("udp")?;
-    let node = |id: &str| {
-        FerryProcess::spawn(&[
+    let node = |id: &str, extra: &[&str]| {
+        let mut args = vec![
             "node",
             "--id",
             id,
@@ -422,10 +440,12 @@ pub fn start_cluster(name: &str) -> Result<Cluster> {
             d,
             "--edge",
             &edge_udp,
-        ])
+        ];
+        args.extend_from_slice(extra);
+        FerryProcess::spawn(&args)
     };
-    let a = node("node-a")?;
-    let b = node("node-b")?;
+    let a = node("node-a", a_args)?;
+    let b = node("node-b", b_args)?;
     Ok(Cluster {
         node_a: a.after("http")?,
         node_b: b.after("http")?,
@@ -460,4 +480,22 @@ pub fn room_join(base: &str, token: &str, room: &str, participant: &str) -> Resu
         r.body
     );
     Ok(serde_json::from_str(&r.body)?)
+}
+
+/// `POST {path}` at the scheduler with `body`, again while it answers 404 (for up to 10 s: the
+/// scheduler knows a stream once its node's heartbeat reports the publisher); the last answer.
+pub async fn post_once_known(
+    gateway: &str,
+    token: &str,
+    path: &str,
+    body: &Value,
+) -> Result<(u16, Value)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, v) = crate::api_call(gateway, token, "POST", path, body)?;
+        if status != 404 || Instant::now() >= deadline {
+            return Ok((status, v));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

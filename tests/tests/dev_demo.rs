@@ -308,6 +308,29 @@ async fn run(edge: bool, png_name: &str, etcd: Option<&Etcd>) -> Result<()> {
     let d = &reports["demo"];
     ensure!(!has_errors(d), "page errors: {}", d["errors"]);
     eprintln!("recordings shown: {}", d["recordings"]);
+
+    // "transcode 360p" transcodes it: its row shows the rung running, keeping up.
+    collector.command("demo", "transcode");
+    let reports = collector
+        .wait_until(Duration::from_secs(20), |r| {
+            r.get("demo").is_some_and(|d| {
+                has_errors(d)
+                    || d["transcodes"].as_array().is_some_and(|l| {
+                        l.iter().any(|x| {
+                            x["state"] == "running"
+                                && x["rungs"].as_str().is_some_and(|s| s.ends_with("~360p"))
+                                && x["rtf"]
+                                    .as_str()
+                                    .and_then(|f| f.parse::<f64>().ok())
+                                    .is_some_and(|f| f > 0.5)
+                        })
+                    })
+            })
+        })
+        .await?;
+    let d = &reports["demo"];
+    ensure!(!has_errors(d), "page errors: {}", d["errors"]);
+    eprintln!("transcodes shown: {}", d["transcodes"]);
     eprintln!(
         "timings: playing after {playing_at:?}; move clicked → session on {target} in \
          {moved_in:?}, → marker in {marked_in:?}; {mode} blackout {blackout} ms \

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use ferry_testkit::{probe, require_ffprobe};
-use ferry_tests::cluster::{open_publisher, recording_until, start_cluster, wait_registered};
+use ferry_tests::cluster::{
+    open_publisher, post_once_known, recording_until, start_cluster, wait_registered,
+};
 use ferry_tests::{Collector, api_call};
 use serde_json::{Value, json};
 
@@ -29,21 +31,13 @@ async fn a_recording_resumes_on_another_node_when_its_node_is_killed() -> Result
     let whip = format!("{}/whip/{stream}", c.node_a);
     let _page =
         open_publisher(&collector, &whip, "vp8", "A", &[("token", &c.token)], SETUP).await?;
-    // The scheduler knows the publisher once node-a reports it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (status, v) = loop {
-        let (status, v) = api_call(
-            &c.gateway,
-            &c.token,
-            "POST",
-            "/v1/recordings",
-            &json!({ "stream": stream, "node": "node-b" }),
-        )?;
-        if status != 404 || Instant::now() >= deadline {
-            break (status, v);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (status, v) = post_once_known(
+        &c.gateway,
+        &c.token,
+        "/v1/recordings",
+        &json!({ "stream": stream, "node": "node-b" }),
+    )
+    .await?;
     ensure!(status == 201, "POST /v1/recordings: {status} {v}");
     ensure!(v["node"] == "node-b", "recorded where asked: {v}");
     let id = v["id"].as_str().context("no id")?.to_owned();

@@ -104,7 +104,8 @@ impl IvfHeader {
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
-    fn to_bytes(self) -> [u8; IVF_HEADER_LEN] {
+    /// The header as it is written (a stream that cannot seek writes it once, frame count 0).
+    pub fn to_bytes(self) -> [u8; IVF_HEADER_LEN] {
         let mut b = [0u8; IVF_HEADER_LEN];
         b[0..4].copy_from_slice(SIGNATURE);
         b[4..6].copy_from_slice(&self.version.to_le_bytes());
@@ -252,6 +253,15 @@ impl<R: Read> Iterator for IvfReader<R> {
     }
 }
 
+/// The header of one frame of `size` bytes at `pts` (for a stream written as it goes, without
+/// [`IvfWriter`]'s seek).
+pub fn frame_header(size: u32, pts: u64) -> [u8; IVF_FRAME_HEADER_LEN] {
+    let mut h = [0u8; IVF_FRAME_HEADER_LEN];
+    h[..4].copy_from_slice(&size.to_le_bytes());
+    h[4..].copy_from_slice(&pts.to_le_bytes());
+    h
+}
+
 /// Writes an IVF file: the header at once, frames as they come, and the frame count when
 /// finished.
 #[derive(Debug)]
@@ -283,10 +293,7 @@ impl<W: Write + Seek> IvfWriter<W> {
                 index: u64::from(self.frames),
                 size: data.len() as u64,
             })?;
-        let mut h = [0u8; IVF_FRAME_HEADER_LEN];
-        h[..4].copy_from_slice(&size.to_le_bytes());
-        h[4..].copy_from_slice(&pts.to_le_bytes());
-        self.inner.write_all(&h)?;
+        self.inner.write_all(&frame_header(size, pts))?;
         self.inner.write_all(data)?;
         self.frames = self.frames.saturating_add(1);
         Ok(())
@@ -339,6 +346,19 @@ pub fn fuzz_ivf(data: &[u8]) {
         .flatten()
         .collect();
     assert_eq!(again, frames);
+}
+
+/// The size of a VP8 keyframe (RFC 6386 §9.1: the start code after the 3-byte frame tag, then
+/// 14-bit width and height), `None` for an interframe or bad data — what an IVF header of the
+/// stream says.
+pub fn vp8_keyframe_size(frame: &[u8]) -> Option<(u16, u16)> {
+    let b = frame.get(..10)?;
+    if b[0] & 1 != 0 || b[3..6] != [0x9d, 0x01, 0x2a] {
+        return None;
+    }
+    let w = u16::from_le_bytes([b[6], b[7]]) & 0x3fff;
+    let h = u16::from_le_bytes([b[8], b[9]]) & 0x3fff;
+    Some((w, h))
 }
 
 #[cfg(test)]

@@ -92,6 +92,21 @@ pub struct RecordingOrder {
 }
 
 impl Cluster {
+    /// 404 unless `stream` has a publisher somewhere in the cluster (a task of it needs one).
+    pub(super) fn require_published(&self, stream: &StreamId) -> Result<(), ClusterError> {
+        let live = self
+            .sessions
+            .values()
+            .any(|s| s.stream == *stream && s.kind == SessionKind::Publish);
+        if live {
+            Ok(())
+        } else {
+            Err(ClusterError::NotFound(format!(
+                "stream {stream} has no publisher in the cluster"
+            )))
+        }
+    }
+
     /// The node to record `stream` on, other than `exclude`: the publisher's node when it takes
     /// work, else the stream's node by bounded-load consistent hashing (it is relayed there),
     /// else the least loaded active node.
@@ -139,15 +154,7 @@ impl Cluster {
         stream: &StreamId,
         on: Option<&NodeId>,
     ) -> Result<(NodeId, String), ClusterError> {
-        let live = self
-            .sessions
-            .values()
-            .any(|s| s.stream == *stream && s.kind == SessionKind::Publish);
-        if !live {
-            return Err(ClusterError::NotFound(format!(
-                "stream {stream} has no publisher in the cluster"
-            )));
-        }
+        self.require_published(stream)?;
         let node = match on {
             Some(n) => match self.nodes.get(n).map(|r| r.state) {
                 None => return Err(ClusterError::NotFound(format!("no node {n}"))),

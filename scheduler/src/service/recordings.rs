@@ -12,9 +12,9 @@ use tracing::Instrument;
 
 use super::Scheduler;
 use crate::cluster::{ClusterError, RecordingOrder};
-use crate::recording_client::{NodeError, RecordingClient, report_of};
+use crate::task_client::{NodeError, TaskClient, report_of};
 
-/// Why a recording request failed, with its HTTP status.
+/// Why a recording or transcode request failed, with its HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}")]
 pub struct RecordingRequestError {
@@ -51,9 +51,9 @@ impl From<NodeError> for RecordingRequestError {
 }
 
 impl Scheduler {
-    fn recording_client(&self) -> &RecordingClient {
-        self.recording_client
-            .get_or_init(|| RecordingClient::new(&self.token, self.node_tls.get().cloned()))
+    pub(super) fn task_client(&self) -> &TaskClient {
+        self.task_client
+            .get_or_init(|| TaskClient::new(&self.token, self.node_tls.get().cloned()))
     }
 
     /// `POST /v1/recordings`: records `stream` on the node where it is published (or, that one
@@ -73,7 +73,7 @@ impl Scheduler {
             }
         })?;
         let r = self
-            .recording_client()
+            .task_client()
             .start(&http, &id, &stream, target.as_deref())
             .await?;
         tracing::info!(recording = %id, %stream, %node, target = %r.target, "recording started");
@@ -113,7 +113,7 @@ impl Scheduler {
             .with(|c| c.node_http(&task.node))
             .map(|(h, _)| h)
             .unwrap_or_default();
-        let r = self.recording_client().stop(&http, &id).await;
+        let r = self.task_client().stop(&http, &id).await;
         // A recording whose node is gone is stopped here all the same.
         match r {
             Ok(_) | Err(NodeError { status: None, .. }) => {}
@@ -146,7 +146,7 @@ impl Scheduler {
         tokio::spawn(
             async move {
                 let started = Instant::now();
-                let c = s.recording_client().clone();
+                let c = s.task_client().clone();
                 match &o.from {
                     Some(from) => {
                         let result = move_recording(&c, &o, from).await;
@@ -191,13 +191,13 @@ impl Scheduler {
 }
 
 /// Whether recording `id` runs on the node at `base`.
-async fn running_on(c: &RecordingClient, base: &str, id: &RecordingId) -> bool {
+async fn running_on(c: &TaskClient, base: &str, id: &RecordingId) -> bool {
     c.show(base, id).await.is_ok_and(|r| r.state == "recording")
 }
 
 /// The three steps of a move; the error says whether the source had handed over already.
 async fn move_recording(
-    c: &RecordingClient,
+    c: &TaskClient,
     o: &RecordingOrder,
     from: &(NodeId, String),
 ) -> Result<NodeId, (String, bool)> {

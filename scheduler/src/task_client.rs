@@ -1,9 +1,9 @@
-//! The scheduler's calls to nodes for the recordings it keeps going (the node side is
-//! `ferry_sfu`'s `/v1/recordings`, docs/recording.md "Moving a recording"): start one, move one
-//! (the target waits, the source hands over, the target resumes), resume one after its node
-//! died, stop one. Blocking `ureq` calls on tokio's blocking pool, with the cluster's bearer
-//! token; a recorder's state passes through as opaque JSON (the scheduler does not link the
-//! recorder).
+//! The scheduler's calls to nodes for the tasks it keeps going — recordings (the node side is
+//! `ferry_sfu`'s `/v1/recordings`, docs/recording.md "Moving a recording": start one, move one
+//! — the target waits, the source hands over, the target resumes —, resume one after its node
+//! died, stop one) and transcodes (`ferry_transcode`'s `/v1/transcodes`: start, stop). Blocking
+//! `ureq` calls on tokio's blocking pool, with the cluster's bearer token; a recorder's state
+//! passes through as opaque JSON (the scheduler does not link the recorder).
 
 use std::time::Duration;
 
@@ -17,6 +17,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(40);
 /// A stop waits for the playlist with `EXT-X-ENDLIST` to be stored (the node waits 30 s).
 const STOP_TIMEOUT: Duration = Duration::from_secs(35);
+/// Starting a transcode probes the encoder and connects its sessions; stopping one ends them.
+const TRANSCODE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A node's refusal or its silence.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,14 +32,14 @@ pub struct NodeError {
 
 /// Calls nodes' recording endpoints.
 #[derive(Clone)]
-pub struct RecordingClient {
+pub struct TaskClient {
     agent: ureq::Agent,
     auth: String,
 }
 
-impl std::fmt::Debug for RecordingClient {
+impl std::fmt::Debug for TaskClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecordingClient").finish_non_exhaustive()
+        f.debug_struct("TaskClient").finish_non_exhaustive()
     }
 }
 
@@ -52,7 +54,7 @@ pub struct NodeRecording {
     pub state: String,
 }
 
-impl RecordingClient {
+impl TaskClient {
     /// A client presenting `token` (the cluster's API token) with `tls` for `https://` nodes.
     pub fn new(token: &str, tls: Option<ureq::tls::TlsConfig>) -> Self {
         let mut config = ureq::Agent::config_builder()
@@ -224,6 +226,63 @@ impl RecordingClient {
             .await?;
         Self::decode(&b)
     }
+}
+
+impl TaskClient {
+    /// Starts transcode `id` of `stream` with `ladder` on the node at `base`: its view.
+    pub async fn start_transcode(
+        &self,
+        base: &str,
+        id: &ferry_proto::TranscodeId,
+        stream: &StreamId,
+        ladder: &[String],
+    ) -> Result<ferry_proto::api::TranscodeView, NodeError> {
+        let body = serde_json::json!({ "stream": stream, "ladder": ladder, "id": id });
+        let b = self
+            .blocking(
+                "POST",
+                format!("{}/v1/transcodes", base.trim_end_matches('/')),
+                Some(body.to_string().into_bytes()),
+                TRANSCODE_TIMEOUT,
+            )
+            .await?;
+        decode(&b)
+    }
+
+    /// Transcode `id` as the node at `base` runs it (with its figures).
+    pub async fn transcode(
+        &self,
+        base: &str,
+        id: &ferry_proto::TranscodeId,
+    ) -> Result<ferry_proto::api::TranscodeView, NodeError> {
+        let b = self
+            .blocking("GET", transcode_url(base, id), None, CALL_TIMEOUT)
+            .await?;
+        decode(&b)
+    }
+
+    /// Stops transcode `id` on the node at `base`.
+    pub async fn stop_transcode(
+        &self,
+        base: &str,
+        id: &ferry_proto::TranscodeId,
+    ) -> Result<ferry_proto::api::TranscodeView, NodeError> {
+        let b = self
+            .blocking("DELETE", transcode_url(base, id), None, TRANSCODE_TIMEOUT)
+            .await?;
+        decode(&b)
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, NodeError> {
+    serde_json::from_slice(bytes).map_err(|e| NodeError {
+        status: None,
+        reason: format!("the node's answer does not decode: {e}"),
+    })
+}
+
+fn transcode_url(base: &str, id: &ferry_proto::TranscodeId) -> String {
+    format!("{}/v1/transcodes/{id}", base.trim_end_matches('/'))
 }
 
 fn url(base: &str, id: &RecordingId, tail: &str) -> String {

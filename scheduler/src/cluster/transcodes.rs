@@ -1,0 +1,288 @@
+//! Transcodes as tasks of the cluster: the scheduler places each one by the GPU-aware score —
+//! on a node whose GPU has NVENC sessions left for its rungs when one has, else on the node with
+//! the most headroom — and remembers where it runs. Pure, like the rest of the cluster core.
+
+use ferry_proto::api::{NodeState, TranscodeView};
+use ferry_proto::{NodeId, StreamId, TranscodeId};
+use serde::{Deserialize, Serialize};
+
+use super::{Cluster, ClusterError};
+
+/// A transcode the scheduler placed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TranscodeTask {
+    /// Its id, cluster-wide.
+    pub id: TranscodeId,
+    /// The source stream.
+    pub stream: StreamId,
+    /// Its rungs (`360p`, …).
+    pub ladder: Vec<String>,
+    /// The node that runs it.
+    pub node: NodeId,
+    /// Whether it runs (false once stopped).
+    pub running: bool,
+    /// Placed for its GPU (NVENC sessions counted against the node's).
+    pub on_gpu: bool,
+    /// Times it moved to another node.
+    #[serde(default)]
+    pub moves: u32,
+    /// The encoder its node chose (`h264_nvenc`, `libx264`) and, when not the first choice, why.
+    #[serde(default)]
+    pub encoder: String,
+    /// Why not NVENC, where the node reports a GPU but its ffmpeg cannot use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoder_note: Option<String>,
+}
+
+impl Cluster {
+    /// NVENC sessions the scheduler's running transcodes take on `node`.
+    fn nvenc_taken(&self, node: &NodeId) -> u32 {
+        self.transcodes
+            .values()
+            .filter(|t| t.running && t.on_gpu && t.node == *node)
+            .map(|t| u32::try_from(t.ladder.len()).unwrap_or(u32::MAX))
+            .sum()
+    }
+
+    /// Where a transcode of `stream` with `rungs` rungs goes, other than `exclude` (or `on`, when
+    /// the operator names a node): among the active nodes whose GPU has `rungs` NVENC sessions
+    /// left, when any has — the one with the highest placement weight (the score: free VRAM and
+    /// NVENC, headroom, loss), then the fewest transcodes — else among every active node, the
+    /// one with the fewest transcodes, then the highest weight.
+    /// Whether it is placed for a GPU comes with it. 404: the stream has no publisher.
+    pub fn place_transcode(
+        &self,
+        stream: &StreamId,
+        rungs: usize,
+        on: Option<&NodeId>,
+        exclude: Option<&NodeId>,
+    ) -> Result<(NodeId, String, bool), ClusterError> {
+        self.require_published(stream)?;
+        let need = u32::try_from(rungs).unwrap_or(u32::MAX);
+        let gpu_free = |id: &NodeId| {
+            self.nodes
+                .get(id)
+                .and_then(|n| n.heartbeat.gpu)
+                .map_or(0, |g| g.nvenc_sessions_free)
+                .saturating_sub(self.nvenc_taken(id))
+        };
+        let active: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(id, n)| n.state == NodeState::Active && Some(*id) != exclude)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let node = match on {
+            Some(n) if active.contains(n) => n.clone(),
+            Some(n) if self.nodes.contains_key(n) => {
+                return Err(ClusterError::Conflict(format!(
+                    "node {n} is not active: it takes no new transcodes"
+                )));
+            }
+            Some(n) => return Err(ClusterError::NotFound(format!("no node {n}"))),
+            None => {
+                let gpus: Vec<&NodeId> = active.iter().filter(|n| gpu_free(n) >= need).collect();
+                let pool: Vec<&NodeId> = if gpus.is_empty() {
+                    active.iter().collect()
+                } else {
+                    gpus
+                };
+                let count = |n: &NodeId| {
+                    self.transcodes
+                        .values()
+                        .filter(|t| t.running && t.node == *n)
+                        .count()
+                };
+                let weight = |n: &NodeId| {
+                    let r = &self.nodes[n];
+                    self.effective_weight(n, r.state, r.weight_override)
+                };
+                // On the GPUs the score decides (free VRAM and NVENC); on the CPUs the
+                // fewest transcodes first — a GPU node whose NVENC is spent would otherwise
+                // still win on its GPU figures and take x264 work too — then the score.
+                let on_gpus = pool.iter().any(|n| gpu_free(n) >= need);
+                pool.into_iter()
+                    .max_by(|a, b| {
+                        let by_count = count(b).cmp(&count(a));
+                        let by_weight = weight(a).total_cmp(&weight(b));
+                        if on_gpus {
+                            by_weight.then(by_count)
+                        } else {
+                            by_count.then(by_weight)
+                        }
+                        .then_with(|| b.cmp(a))
+                    })
+                    .cloned()
+                    .ok_or_else(|| {
+                        ClusterError::Unavailable("no active node can transcode".into())
+                    })?
+            }
+        };
+        let on_gpu = gpu_free(&node) >= need;
+        let http = self.node_http(&node).map(|(h, _)| h).unwrap_or_default();
+        Ok((node, http, on_gpu))
+    }
+
+    /// Refuses (409) a transcode of `stream` into a rung that a running one makes already: its
+    /// rung's stream has a publisher.
+    pub fn check_rungs_free(
+        &self,
+        stream: &StreamId,
+        ladder: &[String],
+    ) -> Result<(), ClusterError> {
+        let taken = self
+            .transcodes
+            .values()
+            .filter(|t| t.running && t.stream == *stream)
+            .find_map(|t| {
+                ladder
+                    .iter()
+                    .find(|r| t.ladder.contains(r))
+                    .map(|r| (t.id.clone(), r.clone()))
+            });
+        match taken {
+            Some((id, rung)) => Err(ClusterError::Conflict(format!(
+                "transcode {id} makes {stream}~{rung} already"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// A transcode its node started.
+    pub fn add_transcode(&mut self, task: TranscodeTask) {
+        self.transcodes.insert(task.id.clone(), task);
+    }
+
+    /// One transcode.
+    pub fn transcode_task(&self, id: &TranscodeId) -> Option<&TranscodeTask> {
+        self.transcodes.get(id)
+    }
+
+    /// A transcode was stopped.
+    pub fn transcode_stopped(&mut self, id: &TranscodeId) {
+        if let Some(t) = self.transcodes.get_mut(id) {
+            t.running = false;
+        }
+    }
+
+    /// The scheduler's transcodes, as it knows them (the node has the figures).
+    pub fn transcode_views(&self) -> Vec<TranscodeView> {
+        self.transcodes
+            .values()
+            .map(|t| TranscodeView {
+                id: t.id.to_string(),
+                stream: t.stream.to_string(),
+                node: t.node.to_string(),
+                state: if t.running { "running" } else { "stopped" }.to_owned(),
+                encoder: t.encoder.clone(),
+                encoder_note: t.encoder_note.clone(),
+                moves: t.moves,
+                rungs: t
+                    .ladder
+                    .iter()
+                    .map(|r| ferry_proto::api::TranscodeRungView {
+                        name: r.clone(),
+                        stream: format!("{}~{r}", t.stream),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ClusterConfig;
+    use super::super::tests::beat_with;
+    use super::*;
+    use ferry_proto::api::SessionKind;
+    use std::time::Instant;
+
+    fn node(s: &str) -> NodeId {
+        NodeId::new(s).unwrap()
+    }
+
+    fn gpu_beat(c: &mut Cluster, now: Instant, id: &str, nvenc: u32) {
+        let hb = ferry_proto::api::Heartbeat {
+            http: format!("http://{id}.test"),
+            media: "127.0.0.1:1".into(),
+            gpu: Some(ferry_proto::api::GpuFigures {
+                vram_free_bytes: 8 << 30,
+                vram_total_bytes: 8 << 30,
+                nvenc_sessions_free: nvenc,
+                nvenc_sessions_max: nvenc,
+            }),
+            capabilities: vec!["gpu".into()],
+            ..Default::default()
+        };
+        c.heartbeat(now, &node(id), hb).unwrap();
+    }
+
+    #[test]
+    fn transcodes_go_to_the_gpu_while_it_has_nvenc_sessions_then_to_the_cpus() {
+        let t0 = Instant::now();
+        let mut c = Cluster::new(ClusterConfig::default(), t0).unwrap();
+        beat_with(&mut c, t0, &node("a"), &[("p", SessionKind::Publish)]);
+        gpu_beat(&mut c, t0, "b", 3);
+        let live = StreamId::new("live").unwrap();
+        let (n, http, gpu) = c.place_transcode(&live, 2, None, None).unwrap();
+        assert_eq!(
+            (n.as_str(), http.as_str(), gpu),
+            ("b", "http://b.test", true)
+        );
+        c.add_transcode(TranscodeTask {
+            id: TranscodeId::new("t1").unwrap(),
+            stream: live.clone(),
+            ladder: vec!["720p".into(), "360p".into()],
+            node: n,
+            running: true,
+            on_gpu: true,
+            moves: 0,
+            encoder: "h264_nvenc".into(),
+            encoder_note: None,
+        });
+        assert!(matches!(
+            c.check_rungs_free(&live, &["480p".into(), "360p".into()]),
+            Err(ClusterError::Conflict(_))
+        ));
+        c.check_rungs_free(&live, &["480p".into()]).unwrap();
+        // One NVENC session left on b: a ladder of two goes to a CPU node.
+        let (n, _, gpu) = c.place_transcode(&live, 2, None, None).unwrap();
+        assert_eq!((n.as_str(), gpu), ("a", false));
+        let (n, _, gpu) = c.place_transcode(&live, 1, None, None).unwrap();
+        assert_eq!(
+            (n.as_str(), gpu),
+            ("b", true),
+            "one rung still fits the GPU"
+        );
+        c.transcode_stopped(&TranscodeId::new("t1").unwrap());
+        c.check_rungs_free(&live, &["360p".into()]).unwrap();
+        let (n, _, _) = c.place_transcode(&live, 2, None, None).unwrap();
+        assert_eq!(
+            n.as_str(),
+            "b",
+            "a stopped transcode gives its sessions back"
+        );
+        // Without any GPU node, a CPU node; a named node; refusals.
+        let (n, _, gpu) = c.place_transcode(&live, 2, None, Some(&node("b"))).unwrap();
+        assert_eq!((n.as_str(), gpu), ("a", false));
+        assert_eq!(
+            c.place_transcode(&live, 1, Some(&node("a")), None)
+                .unwrap()
+                .0
+                .as_str(),
+            "a"
+        );
+        assert!(matches!(
+            c.place_transcode(&live, 1, Some(&node("zz")), None),
+            Err(ClusterError::NotFound(_))
+        ));
+        let absent = StreamId::new("absent").unwrap();
+        assert!(matches!(
+            c.place_transcode(&absent, 1, None, None),
+            Err(ClusterError::NotFound(_))
+        ));
+    }
+}
