@@ -311,7 +311,10 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         &token,
         args.gpu_vram_gib.is_some() || args.nvml,
         ffmpeg_path(),
-        args.cluster_dir.clone(),
+        // Its own directory: nodes on one host may share the cluster directory.
+        args.cluster_dir
+            .as_ref()
+            .map(|d| d.join("nodes").join(id.as_str())),
     );
     let node = driver::start(NodeOptions {
         cluster,

@@ -566,6 +566,37 @@ pub struct TranscodeRungView {
     pub error: Option<String>,
 }
 
+/// `POST /v1/transcodes` on a node (the scheduler's call; an operator may make it too): a
+/// [`TranscodeRequest`] without a node, with the rungs' session tickets when the transcode moves
+/// here from another node (its rungs' sessions are resumed, not made anew).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeTranscodeRequest {
+    /// The source stream.
+    pub stream: String,
+    /// Rungs by height, each at most once.
+    pub ladder: Vec<RungName>,
+    /// Its id (default: one is given).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Rung (`360p`) → the ticket of the session that publishes it (from the node it leaves,
+    /// [`TranscodeHandover`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tickets: std::collections::BTreeMap<String, String>,
+    /// Where it is refused (`"node"` is the scheduler's).
+    #[serde(default, skip_serializing)]
+    pub node: Option<String>,
+}
+
+/// `POST /v1/transcodes/{id}/handover` on a node: the tickets of the transcode's rungs'
+/// sessions, for the node it moves to. The worker keeps running until `DELETE`, which then
+/// detaches the rungs' sessions instead of ending them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TranscodeHandover {
+    /// Rung (`360p`) → its session's current ticket.
+    pub tickets: std::collections::BTreeMap<String, String>,
+}
+
 /// A transcode in `GET /v1/transcodes`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]

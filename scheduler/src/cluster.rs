@@ -20,7 +20,7 @@ mod transcodes;
 use crate::placement::{self, NodeSpec, Requirements};
 use crate::scoring::{self, WeightController};
 pub use recordings::{RESUME_WITHIN, RecordingOrder, RecordingTask, TaskState};
-pub use transcodes::TranscodeTask;
+pub use transcodes::{TranscodeOrder, TranscodeTask};
 
 /// Bandwidth assumed for a node that does not report its capacity.
 const DEFAULT_BANDWIDTH_BPS: u64 = 10_000_000_000;
@@ -111,6 +111,8 @@ pub enum Action {
     StartMigration(MigrationView),
     /// Move a recording to another node, or resume it there from storage.
     Recording(RecordingOrder),
+    /// Move a transcode to another node, or start it again there.
+    Transcode(TranscodeOrder),
 }
 
 /// What survives a restart.
@@ -666,6 +668,7 @@ impl Cluster {
         }
         let mut actions = self.drive_drains(now);
         actions.extend(self.drive_recordings(now));
+        actions.extend(self.restart_transcodes());
         if changed {
             self.bump();
         }
@@ -701,9 +704,13 @@ impl Cluster {
                 drain.started(session, m.id.clone());
                 actions.push(Action::StartMigration(m));
             }
-            // Its recordings move too before it is drained.
-            let empty =
-                current.is_empty() && drain.running().next().is_none() && !self.records_on(&id);
+            // Its recordings and transcodes move too before it is drained (transcodes once
+            // its sessions — theirs among them — have left).
+            let sessions_gone = current.is_empty() && drain.running().next().is_none();
+            if sessions_gone {
+                actions.extend(self.move_transcodes_off(&id));
+            }
+            let empty = sessions_gone && !self.records_on(&id) && !self.transcodes_on(&id);
             if let Some(n) = self.nodes.get_mut(&id) {
                 n.drain = Some(drain);
                 if empty {

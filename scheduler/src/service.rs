@@ -747,6 +747,7 @@ impl Scheduler {
                 match a {
                     Action::StartMigration(m) => self.start_migration(m),
                     Action::Recording(o) => self.carry_out_recording(o),
+                    Action::Transcode(o) => self.carry_out_transcode(o),
                 }
             }
             let next = self.with(|c| c.poll_timeout(Instant::now()));

@@ -236,8 +236,11 @@ impl TaskClient {
         id: &ferry_proto::TranscodeId,
         stream: &StreamId,
         ladder: &[String],
+        tickets: &std::collections::BTreeMap<String, String>,
     ) -> Result<ferry_proto::api::TranscodeView, NodeError> {
-        let body = serde_json::json!({ "stream": stream, "ladder": ladder, "id": id });
+        let body = serde_json::json!({
+            "stream": stream, "ladder": ladder, "id": id, "tickets": tickets
+        });
         let b = self
             .blocking(
                 "POST",
@@ -257,6 +260,19 @@ impl TaskClient {
     ) -> Result<ferry_proto::api::TranscodeView, NodeError> {
         let b = self
             .blocking("GET", transcode_url(base, id), None, CALL_TIMEOUT)
+            .await?;
+        decode(&b)
+    }
+
+    /// Hands transcode `id` over on the node at `base` (it moves): its rungs' session tickets.
+    pub async fn handover_transcode(
+        &self,
+        base: &str,
+        id: &ferry_proto::TranscodeId,
+    ) -> Result<ferry_proto::api::TranscodeHandover, NodeError> {
+        let url = format!("{}/handover", transcode_url(base, id));
+        let b = self
+            .blocking("POST", url, Some(b"{}".to_vec()), CALL_TIMEOUT)
             .await?;
         decode(&b)
     }

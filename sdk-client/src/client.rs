@@ -473,6 +473,18 @@ impl Session {
             let _ = rx.await;
         }
     }
+
+    /// Hands the session over instead of ending it: the SDK stops here without telling the
+    /// server (no `DELETE`), so whoever holds the session's ticket (its `ticket_file`) resumes
+    /// it — on the same node make before break: a publisher's viewers switch to the new
+    /// transport at its first keyframe. This transport goes silent; the node closes it once the
+    /// resumed one carries media, or when its consent expires.
+    pub async fn detach(self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Msg::Detach(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
 }
 
 /// A session's events, taken out of it with [`Session::take_events`].

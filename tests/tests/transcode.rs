@@ -36,6 +36,31 @@ fn cli(gateway: &str, token: &str, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// A Chromium viewer ("V") of `rung` through the gateway, and its reports once it decoded
+/// `frames` frames (or why it did not).
+async fn play_rung(
+    collector: &Collector,
+    c: &ferry_tests::cluster::Cluster,
+    rung: &str,
+    frames: f64,
+) -> Result<(Browser, Result<ferry_tests::Reports>)> {
+    let viewer = Browser::open(&collector.page_url(
+        "view.html",
+        &[
+            ("whep", &format!("{}/whep/{rung}", c.gateway)),
+            ("id", "V"),
+            ("token", &c.token),
+        ],
+    ))?;
+    let reports = collector
+        .wait_until(SETUP, |r| {
+            r.get("V")
+                .is_some_and(|v| playing(v) && num(v, "/inbound/video/framesDecoded") > frames)
+        })
+        .await;
+    Ok((viewer, reports))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_plays_a_360p_rung_transcoded_on_the_gpu_node() -> Result<()> {
     ferry_testkit::require_ffprobe()?;
@@ -72,20 +97,7 @@ async fn chromium_plays_a_360p_rung_transcoded_on_the_gpu_node() -> Result<()> {
     );
 
     let rung = format!("{stream}~360p");
-    let _viewer = Browser::open(&collector.page_url(
-        "view.html",
-        &[
-            ("whep", &format!("{}/whep/{rung}", c.gateway)),
-            ("id", "V"),
-            ("token", &c.token),
-        ],
-    ))?;
-    let reports = collector
-        .wait_until(SETUP, |r| {
-            r.get("V")
-                .is_some_and(|v| playing(v) && num(v, "/inbound/video/framesDecoded") > 60.0)
-        })
-        .await;
+    let (_viewer, reports) = play_rung(&collector, &c, &rung, 60.0).await?;
     let reports = match reports {
         Ok(r) => r,
         Err(e) => {
@@ -216,6 +228,135 @@ async fn chromium_plays_a_360p_rung_transcoded_on_the_gpu_node() -> Result<()> {
         m.body.contains("ferry_transcodes_running 0")
             && m.body.contains("ferry_transcode_frames_total"),
         "node-b's metrics count transcodes"
+    );
+    Ok(())
+}
+
+/// The `state` of `node` at the scheduler.
+fn node_state(gateway: &str, node: &str) -> Result<String> {
+    let r = http(&format!("{gateway}/v1/nodes"), "GET", &[], b"")?;
+    let nodes: Value = serde_json::from_str(&r.body)?;
+    Ok(nodes
+        .as_array()
+        .and_then(|l| l.iter().find(|n| n["id"] == node))
+        .and_then(|n| n["state"].as_str())
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// A transcode on node-b, a Chromium viewer of its rung; node-b is drained: its sessions move
+/// to node-a (the viewer's, and the worker's own: its source viewer and the rung's publisher),
+/// then the transcode — node-b hands over the rung's session ticket, node-a's new worker
+/// resumes that session (make before break: the viewer switches at its first keyframe), and
+/// node-b's worker lets go of it. The viewer plays on at 360 lines with at most one freeze.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_the_transcode_s_node_moves_it_and_its_viewer_plays_on() -> Result<()> {
+    let c = start_cluster_with("tc-drain", &[], &[])?;
+    wait_registered(&c.gateway, 2).await?;
+    let collector = Collector::start()?;
+    let stream = "tc-drain";
+    let whip = format!("{}/whip/{stream}", c.node_a);
+    let _publisher =
+        open_publisher(&collector, &whip, "vp8", "A", &[("token", &c.token)], SETUP).await?;
+    let (status, v) = post_once_known(
+        &c.gateway,
+        &c.token,
+        "/v1/transcodes",
+        &json!({ "stream": stream, "ladder": ["360p"], "node": "node-b" }),
+    )
+    .await?;
+    ensure!(
+        status == 201 && v["node"] == "node-b",
+        "POST /v1/transcodes on node-b: {status} {v}"
+    );
+    let id = v["id"].as_str().context("no id")?.to_owned();
+    let rung = format!("{stream}~360p");
+    let (_viewer, reports) = play_rung(&collector, &c, &rung, 90.0).await?;
+    let reports = reports?;
+    let before = reports["V"].clone();
+    let (frames0, freezes0) = (
+        num(&before, "/inbound/video/framesDecoded"),
+        num(&before, "/inbound/video/freezeCount"),
+    );
+
+    let (status, v) = api_call(
+        &c.gateway,
+        &c.token,
+        "POST",
+        "/v1/nodes/node-b/drain",
+        &Value::Null,
+    )?;
+    ensure!(status == 200 || status == 202, "drain: {status} {v}");
+    let drained_at = std::time::Instant::now();
+    let t = task_until(
+        &c.gateway,
+        "transcodes",
+        &id,
+        Duration::from_secs(60),
+        |t| t["node"] == "node-a" && t["moves"] == 1 && t["state"] == "running",
+    )
+    .await?;
+    let moved_in = drained_at.elapsed();
+    let frames_at_move = num(&collector.reports()["V"], "/inbound/video/framesDecoded");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while node_state(&c.gateway, "node-b")? != "drained" {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "node-b is {} after its transcode moved",
+            node_state(&c.gateway, "node-b")?
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The viewer plays on for 3 s more.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = collector.reports()["V"].clone();
+    let frames = num(&after, "/inbound/video/framesDecoded") - frames0;
+    let freezes = num(&after, "/inbound/video/freezeCount") - freezes0;
+    let height = num(&after, "/inbound/video/frameHeight");
+    eprintln!(
+        "transcode moved to node-a {moved_in:?} after the drain began; the viewer decoded {frames} \
+         frames since, {freezes} freezes, height {height}; transcode {t}"
+    );
+    ensure!(
+        frames > 90.0 && playing(&after),
+        "the viewer plays on after the move: {frames} frames: {after}"
+    );
+    ensure!(height == 360.0, "still the 360p rung: {height}");
+    // What it decodes now comes from node-a's worker (node-b's has stopped).
+    let since_move = num(&after, "/inbound/video/framesDecoded") - frames_at_move;
+    let t = task_until(&c.gateway, "transcodes", &id, Duration::from_secs(2), |t| {
+        t["rungs"][0]["frames"].as_u64() > Some(60)
+    })
+    .await?;
+    eprintln!(
+        "since the move: the viewer decoded {since_move} frames, node-a's worker published {}",
+        t["rungs"][0]["frames"]
+    );
+    ensure!(
+        since_move > 60.0,
+        "the viewer plays node-a's rung: {since_move} frames in the 3 s after the move"
+    );
+    ensure!(freezes <= 1.0, "{freezes} freezes across the move");
+    let r = &t["rungs"][0];
+    ensure!(
+        r["keyframes"].as_u64() > Some(0),
+        "node-a's worker publishes the rung: {t}"
+    );
+    let m = http(&format!("{}/metrics", c.node_b), "GET", &[], b"")?;
+    ensure!(
+        m.body.contains("ferry_transcodes_running 0"),
+        "node-b runs no transcode now"
+    );
+    let (status, v) = api_call(
+        &c.gateway,
+        &c.token,
+        "DELETE",
+        &format!("/v1/transcodes/{id}"),
+        &Value::Null,
+    )?;
+    ensure!(
+        status == 200 && v["state"] == "stopped" && v["node"] == "node-a",
+        "DELETE after the move: {status} {v}"
     );
     Ok(())
 }

@@ -4,7 +4,10 @@
 //!   (once its worker plays the source; `400` a bad ladder or name, `409` the id runs here,
 //!   `503` ffmpeg is missing);
 //! - `GET /v1/transcodes`, `GET /v1/transcodes/{id}`;
-//! - `DELETE /v1/transcodes/{id}` → `200` once its ffmpegs ended and its rungs' sessions closed.
+//! - `DELETE /v1/transcodes/{id}` → `200` once its ffmpegs ended and its rungs' sessions closed
+//!   (detached instead, after a handover);
+//! - `POST /v1/transcodes/{id}/handover` → the rungs' session tickets, for the node the transcode
+//!   moves to (`POST /v1/transcodes` there with `tickets`: its rungs resume those sessions).
 //!
 //! Every call needs the node's API token (the cluster's). The encoder is chosen once: NVENC when
 //! the node reports a GPU and a one-frame `h264_nvenc` probe succeeds, x264 otherwise (the view
@@ -18,8 +21,10 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use ferry_proto::api::{ApiError, TranscodeRequest, TranscodeRungView, TranscodeView};
+use axum::routing::{get, post};
+use ferry_proto::api::{
+    ApiError, NodeTranscodeRequest, TranscodeHandover, TranscodeRungView, TranscodeView,
+};
 use ferry_proto::{StreamId, TranscodeId};
 use subtle::ConstantTimeEq;
 
@@ -33,6 +38,10 @@ const MAX_ENDED: usize = 100;
 struct Task {
     id: TranscodeId,
     stream: StreamId,
+    /// The rungs' ticket files' directory.
+    tickets: Option<PathBuf>,
+    /// Handed over to another node (`POST …/handover`): stopping it detaches its rungs.
+    handing_over: bool,
     worker: Option<Worker>,
     /// The last progress (kept once the worker is gone).
     last: Progress,
@@ -108,6 +117,7 @@ impl Transcoders {
         Router::new()
             .route("/v1/transcodes", get(list).post(create))
             .route("/v1/transcodes/{id}", get(show).delete(stop))
+            .route("/v1/transcodes/{id}/handover", post(handover))
             .with_state(self.clone())
     }
 
@@ -231,8 +241,9 @@ impl Transcoders {
         }
     }
 
-    /// Starts transcoding `req.stream` here.
-    pub async fn start(&self, req: TranscodeRequest) -> Result<TranscodeView, Refusal> {
+    /// Starts transcoding `req.stream` here (resuming its rungs' sessions with `req.tickets`
+    /// when it moves here).
+    pub async fn start(&self, req: NodeTranscodeRequest) -> Result<TranscodeView, Refusal> {
         let stream = StreamId::new(req.stream.clone())
             .map_err(|e| error(StatusCode::BAD_REQUEST, format!("stream name: {e}")))?;
         let rungs = ladder::parse(&stream, &req.ladder)
@@ -264,6 +275,35 @@ impl Transcoders {
         {
             tracing::warn!(dir = %dir.display(), error = %e, "no directory for the rungs' tickets");
         }
+        if !req.tickets.is_empty() {
+            // A move: each rung's publisher resumes its session from its ticket file.
+            let dir = tickets.as_ref().ok_or_else(|| {
+                error(
+                    StatusCode::CONFLICT,
+                    "this node keeps no state directory: it cannot take a transcode over",
+                )
+            })?;
+            for (rung, ticket) in &req.tickets {
+                if !rungs.iter().any(|r| r.name() == *rung) {
+                    return Err(error(
+                        StatusCode::BAD_REQUEST,
+                        format!("a ticket for rung {rung}, which is not in the ladder"),
+                    ));
+                }
+                let path = dir.join(format!("{rung}.ticket"));
+                tokio::fs::write(&path, ticket).await.map_err(|e| {
+                    error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+            }
+        } else if let Some(dir) = &tickets {
+            // A new transcode: no ticket of an earlier one with this id resumes anything.
+            for r in &rungs {
+                let _ = tokio::fs::remove_file(dir.join(format!("{}.ticket", r.name()))).await;
+            }
+        }
         let setup = WorkerSetup {
             node,
             token: self.inner.token.clone(),
@@ -271,7 +311,7 @@ impl Transcoders {
             ladder: rungs,
             encoder,
             ffmpeg: self.inner.ffmpeg.clone(),
-            tickets,
+            tickets: tickets.clone(),
         };
         let mut tasks = relock(&self.inner.tasks);
         if tasks.get(&id).is_some_and(|t| t.worker.is_some()) {
@@ -284,6 +324,8 @@ impl Transcoders {
         let task = Task {
             id: id.clone(),
             stream,
+            tickets,
+            handing_over: false,
             last: worker.progress(),
             worker: Some(worker),
         };
@@ -302,22 +344,73 @@ impl Transcoders {
 
     /// Stops transcode `id`.
     pub async fn stop(&self, id: &TranscodeId) -> Result<TranscodeView, Refusal> {
-        let worker = {
+        let (worker, handing_over) = {
             let mut tasks = relock(&self.inner.tasks);
             let t = tasks
                 .get_mut(id)
                 .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no transcode {id} here")))?;
-            t.worker
-                .take()
-                .ok_or_else(|| error(StatusCode::CONFLICT, format!("transcode {id} has stopped")))?
+            let w = t.worker.take().ok_or_else(|| {
+                error(StatusCode::CONFLICT, format!("transcode {id} has stopped"))
+            })?;
+            (w, t.handing_over)
         };
-        let last = worker.stop().await;
+        let last = if handing_over {
+            worker.hand_over().await
+        } else {
+            worker.stop().await
+        };
         let mut tasks = relock(&self.inner.tasks);
         let t = tasks
             .get_mut(id)
             .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no transcode {id} here")))?;
         t.last = last;
         Ok(self.view(t))
+    }
+
+    /// Hands transcode `id` over to another node: its rungs' current session tickets (kept
+    /// in their ticket files by the SDK). It runs on until stopped, which then detaches its
+    /// rungs' sessions for the worker that resumed them.
+    pub fn handover(&self, id: &TranscodeId) -> Result<TranscodeHandover, Refusal> {
+        let mut tasks = relock(&self.inner.tasks);
+        let t = tasks
+            .get_mut(id)
+            .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no transcode {id} here")))?;
+        let Some(w) = &t.worker else {
+            return Err(error(
+                StatusCode::CONFLICT,
+                format!("transcode {id} has stopped"),
+            ));
+        };
+        let dir = t.tickets.clone().ok_or_else(|| {
+            error(
+                StatusCode::CONFLICT,
+                "this node keeps no state directory: its transcodes cannot move",
+            )
+        })?;
+        let p = w.progress();
+        if p.state != "running" {
+            return Err(error(
+                StatusCode::CONFLICT,
+                format!("transcode {id} is {}: only a running one moves", p.state),
+            ));
+        }
+        let mut tickets = std::collections::BTreeMap::new();
+        for r in &p.rungs {
+            let path = dir.join(format!("{}.ticket", r.name));
+            let ticket = std::fs::read_to_string(&path)
+                .ok()
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| {
+                    error(
+                        StatusCode::CONFLICT,
+                        format!("rung {} of transcode {id} holds no session ticket", r.name),
+                    )
+                })?;
+            tickets.insert(r.name.clone(), ticket);
+        }
+        t.handing_over = true;
+        Ok(TranscodeHandover { tickets })
     }
 
     /// Every transcode here.
@@ -366,7 +459,7 @@ async fn create(
     body: axum::body::Bytes,
 ) -> Result<Response, Refusal> {
     t.authorized(&headers)?;
-    let req: TranscodeRequest = serde_json::from_slice(&body).map_err(|e| {
+    let req: NodeTranscodeRequest = serde_json::from_slice(&body).map_err(|e| {
         error(
             StatusCode::BAD_REQUEST,
             format!("body is not {{\"stream\": ..., \"ladder\": [...], \"id\"?: ...}}: {e}"),
@@ -380,6 +473,16 @@ async fn create(
     }
     let v = t.start(req).await?;
     Ok((StatusCode::CREATED, axum::Json(v)).into_response())
+}
+
+async fn handover(
+    State(t): State<Transcoders>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    t.authorized(&headers)?;
+    let id = parse_id(&id)?;
+    Ok(axum::Json(t.handover(&id)?).into_response())
 }
 
 async fn list(State(t): State<Transcoders>, headers: HeaderMap) -> Result<Response, Refusal> {

@@ -52,7 +52,7 @@ pub struct RungStats {
 /// What a transcode has done so far.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Progress {
-    /// `starting`, `running`, `stopped`, `failed`.
+    /// `starting`, `running`, `stopped`, `handed-over` (moved to another node), `failed`.
     pub state: String,
     /// Source frames taken.
     pub frames_in: u64,
@@ -88,8 +88,20 @@ pub struct WorkerSetup {
 #[derive(Debug)]
 pub struct Worker {
     progress: Arc<Mutex<Progress>>,
-    stop: watch::Sender<bool>,
+    stop: watch::Sender<Stop>,
     done: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// How a worker is to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Not yet.
+    No,
+    /// Its rungs' sessions end (their viewers' streams end).
+    Close,
+    /// Its rungs' sessions are left to a worker elsewhere that resumes them with their tickets
+    /// (a move): detached, not ended.
+    HandOver,
 }
 
 fn relock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -115,7 +127,7 @@ impl Worker {
                 .collect(),
             ..Progress::default()
         }));
-        let (stop, stopped) = watch::channel(false);
+        let (stop, stopped) = watch::channel(Stop::No);
         let p = progress.clone();
         let done = tokio::spawn(async move {
             if let Err(e) = run(setup, p.clone(), stopped).await {
@@ -138,8 +150,19 @@ impl Worker {
     }
 
     /// Stops it: ffmpeg ends, the rungs' sessions and the source's viewer are closed.
-    pub async fn stop(mut self) -> Progress {
-        let _ = self.stop.send(true);
+    pub async fn stop(self) -> Progress {
+        self.stop_as(Stop::Close).await
+    }
+
+    /// Stops it for a move: ffmpeg ends and the source's viewer is closed, but the rungs'
+    /// sessions are only detached — the worker that took them over with their tickets carries
+    /// them on, and their viewers keep playing.
+    pub async fn hand_over(self) -> Progress {
+        self.stop_as(Stop::HandOver).await
+    }
+
+    async fn stop_as(mut self, how: Stop) -> Progress {
+        let _ = self.stop.send(how);
         if let Some(done) = self.done.take() {
             let _ = tokio::time::timeout(Duration::from_secs(10), done).await;
         }
@@ -149,7 +172,9 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        let _ = self.stop.send(true);
+        if *self.stop.borrow() == Stop::No {
+            let _ = self.stop.send(Stop::Close);
+        }
     }
 }
 
@@ -166,7 +191,7 @@ struct RungRun {
 async fn run(
     setup: WorkerSetup,
     progress: Arc<Mutex<Progress>>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<Stop>,
 ) -> Result<(), String> {
     let node = setup.node.trim_end_matches('/').to_owned();
     let client = FerryClient::new(&node).with_token(&setup.token);
@@ -253,17 +278,27 @@ async fn run(
             _ = stop.changed() => break,
         }
     }
+    let how = *stop.borrow();
     for mut r in rungs {
         drop(r.stdin.take());
         let _ = r.child.kill().await;
         r.reader.abort();
         let _ = (&mut r.reader).await;
         if let Ok(publisher) = Arc::try_unwrap(r.publisher) {
-            publisher.close().await;
+            if how == Stop::HandOver {
+                publisher.detach().await;
+            } else {
+                publisher.close().await;
+            }
         }
     }
     viewer.close().await;
-    relock(&progress).state = "stopped".into();
+    relock(&progress).state = if how == Stop::HandOver {
+        "handed-over"
+    } else {
+        "stopped"
+    }
+    .into();
     Ok(())
 }
 

@@ -469,7 +469,7 @@ mod tests {
             .into_iter()
             .filter_map(|a| match a {
                 Action::Recording(o) => Some(o),
-                Action::StartMigration(_) => None,
+                Action::StartMigration(_) | Action::Transcode(_) => None,
             })
             .collect()
     }

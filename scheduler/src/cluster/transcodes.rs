@@ -2,7 +2,7 @@
 //! on a node whose GPU has NVENC sessions left for its rungs when one has, else on the node with
 //! the most headroom — and remembers where it runs. Pure, like the rest of the cluster core.
 
-use ferry_proto::api::{NodeState, TranscodeView};
+use ferry_proto::api::{NodeState, SessionKind, TranscodeView};
 use ferry_proto::{NodeId, StreamId, TranscodeId};
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +32,32 @@ pub struct TranscodeTask {
     /// Why not NVENC, where the node reports a GPU but its ffmpeg cannot use it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encoder_note: Option<String>,
+    /// Its move or restart is being carried out.
+    #[serde(skip)]
+    pub in_flight: bool,
+    /// Why its last move or restart failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What the driver does for a transcode (an [`super::Action`]): hand it over from the node it
+/// leaves (`from`, a drain: its rungs' session tickets) and start it on `to` with them — there
+/// the rungs' publishers resume their sessions, and their viewers switch over at the new
+/// worker's first keyframe; or, with no `from` (its node died), start it on `to` anew.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranscodeOrder {
+    /// The transcode.
+    pub id: TranscodeId,
+    /// Its source.
+    pub stream: StreamId,
+    /// Its rungs.
+    pub ladder: Vec<String>,
+    /// The node it leaves and its HTTP base URL (`None`: that node is dead).
+    pub from: Option<(NodeId, String)>,
+    /// The node it goes to and its HTTP base URL.
+    pub to: (NodeId, String),
+    /// Placed for its GPU there.
+    pub on_gpu: bool,
 }
 
 impl Cluster {
@@ -148,6 +174,125 @@ impl Cluster {
         }
     }
 
+    /// Whether transcodes still run on `node` (a drain waits for them to move).
+    pub(super) fn transcodes_on(&self, node: &NodeId) -> bool {
+        self.transcodes
+            .values()
+            .any(|t| t.running && t.node == *node)
+    }
+
+    /// Where transcode `t` goes when it leaves `from`: the node its first rung's publisher
+    /// session was moved to by the drain (there the new worker resumes it make before break),
+    /// else the placement's pick among the other nodes.
+    fn transcode_target(&self, t: &TranscodeTask, from: &NodeId) -> Option<(NodeId, String, bool)> {
+        let rung_stream = t
+            .ladder
+            .first()
+            .and_then(|r| StreamId::new(format!("{}~{r}", t.stream)).ok());
+        let with_session = rung_stream.and_then(|rs| {
+            self.sessions
+                .values()
+                .find(|s| s.stream == rs && s.kind == SessionKind::Publish && s.node != *from)
+                .map(|s| s.node.clone())
+        });
+        let rungs = t.ladder.len();
+        match with_session.filter(|n| {
+            self.nodes
+                .get(n)
+                .is_some_and(|r| r.state == NodeState::Active)
+        }) {
+            Some(n) => self
+                .place_transcode(&t.stream, rungs, Some(&n), Some(from))
+                .ok(),
+            None => self
+                .place_transcode(&t.stream, rungs, None, Some(from))
+                .ok(),
+        }
+    }
+
+    fn transcode_orders(&mut self, node: &NodeId, dead: bool) -> Vec<super::Action> {
+        let ids: Vec<TranscodeId> = self
+            .transcodes
+            .values()
+            .filter(|t| t.running && !t.in_flight && t.node == *node)
+            .map(|t| t.id.clone())
+            .collect();
+        let mut out = Vec::new();
+        for id in ids {
+            let Some(t) = self.transcodes.get(&id).cloned() else {
+                continue;
+            };
+            let Some((to, http, on_gpu)) = self.transcode_target(&t, node) else {
+                continue;
+            };
+            let from = (!dead).then(|| {
+                (
+                    node.clone(),
+                    self.node_http(node).map(|(h, _)| h).unwrap_or_default(),
+                )
+            });
+            if let Some(task) = self.transcodes.get_mut(&id) {
+                task.in_flight = true;
+            }
+            out.push(super::Action::Transcode(TranscodeOrder {
+                id: t.id.clone(),
+                stream: t.stream.clone(),
+                ladder: t.ladder.clone(),
+                from,
+                to: (to, http),
+                on_gpu,
+            }));
+        }
+        out
+    }
+
+    /// A draining node's transcodes move (once its sessions have left).
+    pub(super) fn move_transcodes_off(&mut self, node: &NodeId) -> Vec<super::Action> {
+        self.transcode_orders(node, false)
+    }
+
+    /// A dead node's transcodes start again elsewhere (where their source is published).
+    pub(super) fn restart_transcodes(&mut self) -> Vec<super::Action> {
+        let dead: Vec<NodeId> = self
+            .transcodes
+            .values()
+            .filter(|t| t.running && !t.in_flight)
+            .filter(|t| {
+                self.nodes
+                    .get(&t.node)
+                    .is_none_or(|n| n.state == NodeState::Down)
+            })
+            .map(|t| t.node.clone())
+            .collect();
+        let mut out = Vec::new();
+        for n in dead {
+            out.extend(self.transcode_orders(&n, true));
+        }
+        out
+    }
+
+    /// A move or restart was carried out (`Ok`: it runs on `to` now) or failed (tried again).
+    pub fn transcode_moved(
+        &mut self,
+        id: &TranscodeId,
+        to: &NodeId,
+        on_gpu: bool,
+        result: Result<(), String>,
+    ) {
+        if let Some(t) = self.transcodes.get_mut(id) {
+            t.in_flight = false;
+            match result {
+                Ok(()) => {
+                    t.node = to.clone();
+                    t.on_gpu = on_gpu;
+                    t.moves += 1;
+                    t.error = None;
+                }
+                Err(e) => t.error = Some(e),
+            }
+        }
+    }
+
     /// A transcode its node started.
     pub fn add_transcode(&mut self, task: TranscodeTask) {
         self.transcodes.insert(task.id.clone(), task);
@@ -176,6 +321,7 @@ impl Cluster {
                 state: if t.running { "running" } else { "stopped" }.to_owned(),
                 encoder: t.encoder.clone(),
                 encoder_note: t.encoder_note.clone(),
+                error: t.error.clone(),
                 moves: t.moves,
                 rungs: t
                     .ladder
@@ -197,7 +343,6 @@ mod tests {
     use super::super::ClusterConfig;
     use super::super::tests::beat_with;
     use super::*;
-    use ferry_proto::api::SessionKind;
     use std::time::Instant;
 
     fn node(s: &str) -> NodeId {
@@ -242,6 +387,8 @@ mod tests {
             moves: 0,
             encoder: "h264_nvenc".into(),
             encoder_note: None,
+            in_flight: false,
+            error: None,
         });
         assert!(matches!(
             c.check_rungs_free(&live, &["480p".into(), "360p".into()]),
@@ -284,5 +431,104 @@ mod tests {
             c.place_transcode(&absent, 1, None, None),
             Err(ClusterError::NotFound(_))
         ));
+    }
+
+    fn moves(actions: Vec<super::super::Action>) -> Vec<TranscodeOrder> {
+        actions
+            .into_iter()
+            .filter_map(|a| match a {
+                super::super::Action::Transcode(o) => Some(o),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A heartbeat of `id` listing `sessions` (id, stream, kind).
+    fn beat_streams(
+        c: &mut Cluster,
+        now: Instant,
+        id: &str,
+        sessions: &[(&str, &str, SessionKind)],
+    ) {
+        let hb = ferry_proto::api::Heartbeat {
+            http: format!("http://{id}.test"),
+            media: "127.0.0.1:1".into(),
+            sessions: sessions
+                .iter()
+                .map(|(s, stream, kind)| ferry_proto::api::SessionReport {
+                    id: ferry_proto::SessionId::new(*s).unwrap(),
+                    stream: StreamId::new(*stream).unwrap(),
+                    kind: *kind,
+                    state: "connected".into(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        c.heartbeat(now, &node(id), hb).unwrap();
+    }
+
+    #[test]
+    fn a_draining_node_s_transcode_moves_to_its_rung_s_session_and_a_dead_one_s_restarts() {
+        let t0 = Instant::now();
+        let cfg = ClusterConfig::default();
+        let mut c = Cluster::new(cfg.clone(), t0).unwrap();
+        use SessionKind::Publish;
+        // b runs the transcode; the drain moved its sessions — the rung's publisher among
+        // them — to c already.
+        beat_streams(&mut c, t0, "a", &[("p", "live", Publish)]);
+        beat_streams(&mut c, t0, "b", &[]);
+        beat_streams(&mut c, t0, "c", &[("r", "live~360p", Publish)]);
+        let live = StreamId::new("live").unwrap();
+        let id = TranscodeId::new("t1").unwrap();
+        c.add_transcode(TranscodeTask {
+            id: id.clone(),
+            stream: live.clone(),
+            ladder: vec!["360p".into()],
+            node: node("b"),
+            running: true,
+            on_gpu: false,
+            moves: 0,
+            encoder: "libx264".into(),
+            encoder_note: None,
+            in_flight: false,
+            error: None,
+        });
+        assert!(
+            moves(c.tick(t0)).is_empty(),
+            "nothing moves while b is active"
+        );
+        c.drain(t0, &node("b")).unwrap();
+        let o = moves(c.tick(t0));
+        assert_eq!(o.len(), 1, "{o:?}");
+        assert_eq!(o[0].from, Some((node("b"), "http://b.test".to_owned())));
+        assert_eq!(
+            o[0].to,
+            (node("c"), "http://c.test".to_owned()),
+            "where the rung's session went (not a, the source's node)"
+        );
+        assert!(moves(c.tick(t0)).is_empty(), "one order at a time");
+        assert_eq!(
+            c.node_state(&node("b")),
+            Some(NodeState::Draining),
+            "not drained while its transcode moves"
+        );
+        // A failed move is ordered again; a done one leaves b drained.
+        c.transcode_moved(&id, &node("c"), false, Err("c refused".into()));
+        assert_eq!(
+            c.transcode_task(&id).unwrap().error.as_deref(),
+            Some("c refused")
+        );
+        assert_eq!(moves(c.tick(t0)).len(), 1);
+        c.transcode_moved(&id, &node("c"), false, Ok(()));
+        let t = c.transcode_task(&id).unwrap();
+        assert_eq!((t.node.as_str(), t.moves, t.error.as_ref()), ("c", 1, None));
+        assert!(moves(c.tick(t0)).is_empty());
+        assert_eq!(c.node_state(&node("b")), Some(NodeState::Drained));
+        // c dies (a stays up): the transcode starts again on a, anew.
+        let late = t0 + cfg.heartbeat_interval * (cfg.missed_heartbeats + 2);
+        beat_streams(&mut c, late, "a", &[("p", "live", Publish)]);
+        let o = moves(c.tick(late));
+        assert_eq!(o.len(), 1, "{o:?}");
+        assert_eq!((o[0].from.clone(), o[0].to.0.as_str()), (None, "a"));
     }
 }

@@ -3,12 +3,16 @@
 //! the figures their node reports.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument as _;
 
 use ferry_proto::api::{RungName, TranscodeView};
 use ferry_proto::{NodeId, StreamId, TranscodeId};
 
 use super::{RecordingRequestError as RequestError, Scheduler};
-use crate::cluster::TranscodeTask;
+use crate::cluster::{TranscodeOrder, TranscodeTask};
+use crate::task_client::{NodeError, TaskClient};
 
 impl Scheduler {
     /// `POST /v1/transcodes`: transcodes `stream` into `ladder` on the node the score picks (or
@@ -61,7 +65,7 @@ impl Scheduler {
         };
         let mut v = self
             .task_client()
-            .start_transcode(&http, &id, &stream, &names)
+            .start_transcode(&http, &id, &stream, &names, &Default::default())
             .await?;
         tracing::info!(transcode = %id, %stream, %node, on_gpu, encoder = %v.encoder, "transcode started");
         self.mutate(|c| {
@@ -75,6 +79,8 @@ impl Scheduler {
                 moves: 0,
                 encoder: v.encoder.clone(),
                 encoder_note: v.encoder_note.clone(),
+                in_flight: false,
+                error: None,
             });
         });
         self.flush().map_err(|e| RequestError {
@@ -96,6 +102,40 @@ impl Scheduler {
         });
         let views = futures_util::future::join_all(ids.into_iter().map(|id| self.transcode(id)));
         views.await.into_iter().filter_map(Result::ok).collect()
+    }
+
+    /// Carries out an order of the core (a move off a draining node, or a restart after its
+    /// node died) in its own task, under a `transcode.move` span.
+    pub(super) fn carry_out_transcode(self: &Arc<Self>, o: TranscodeOrder) {
+        let s = self.clone();
+        let span = tracing::info_span!(
+            "transcode.move",
+            transcode.id = %o.id,
+            transcode.stream = %o.stream,
+            transcode.from = o.from.as_ref().map_or("", |f| f.0.as_str()),
+            transcode.to = %o.to.0,
+            transcode.kind = if o.from.is_some() { "handover" } else { "restart" },
+            otel.status_code = tracing::field::Empty,
+        );
+        tokio::spawn(
+            async move {
+                let started = Instant::now();
+                let c = s.task_client().clone();
+                let result = move_transcode(&c, &o).await;
+                let ms = started.elapsed().as_millis();
+                match &result {
+                    Ok(()) => tracing::info!(to = %o.to.0, ms, "transcode moved"),
+                    Err(e) => {
+                        tracing::Span::current().record("otel.status_code", "ERROR");
+                        tracing::warn!(error = %e, ms, "transcode move failed (tried again)");
+                    }
+                }
+                s.mutate(|cl| cl.transcode_moved(&o.id, &o.to.0, o.on_gpu, result));
+                let _ = s.flush();
+                s.wake();
+            }
+            .instrument(span),
+        );
     }
 
     /// `GET /v1/transcodes/{id}`: the transcode with its node's figures (the scheduler's view
@@ -175,4 +215,67 @@ impl Scheduler {
                 }),
         }
     }
+}
+
+/// How long the new worker has to publish a keyframe on every rung before the old one is let
+/// go all the same.
+const TAKEOVER_WAIT: Duration = Duration::from_secs(20);
+
+/// A move's steps: the tickets from the node it leaves, the transcode started with them on the
+/// target, its first keyframe on every rung there (the viewers have switched to it), and the old
+/// worker stopped — its rungs' sessions detached, not ended.
+async fn move_transcode(c: &TaskClient, o: &TranscodeOrder) -> Result<(), String> {
+    let tickets = match &o.from {
+        Some((_, http)) => {
+            c.handover_transcode(http, &o.id)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "handover on {}: {}",
+                        o.from.as_ref().map_or("", |f| f.0.as_str()),
+                        e.reason
+                    )
+                })?
+                .tickets
+        }
+        None => Default::default(),
+    };
+    let started = c
+        .start_transcode(&o.to.1, &o.id, &o.stream, &o.ladder, &tickets)
+        .await;
+    match started {
+        Ok(_) => {}
+        // Started there already (an order repeated by a new leader).
+        Err(NodeError {
+            status: Some(409), ..
+        }) if c
+            .transcode(&o.to.1, &o.id)
+            .await
+            .is_ok_and(|v| v.state == "running" || v.state == "starting") => {}
+        Err(e) => return Err(format!("start on {}: {}", o.to.0, e.reason)),
+    }
+    let deadline = Instant::now() + TAKEOVER_WAIT;
+    loop {
+        match c.transcode(&o.to.1, &o.id).await {
+            Ok(v) if v.state == "failed" => {
+                return Err(format!(
+                    "on {}: {}",
+                    o.to.0,
+                    v.error.unwrap_or_else(|| "failed".into())
+                ));
+            }
+            Ok(v) if v.state == "running" && v.rungs.iter().all(|r| r.keyframes > 0) => break,
+            _ if Instant::now() >= deadline => {
+                tracing::warn!(transcode = %o.id, to = %o.to.0, "no keyframe on every rung of the new worker yet: the old one goes all the same");
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    if let Some((node, http)) = &o.from
+        && let Err(e) = c.stop_transcode(http, &o.id).await
+    {
+        tracing::warn!(%node, error = %e.reason, "the old worker did not stop (its node drains)");
+    }
+    Ok(())
 }

@@ -58,6 +58,8 @@ pub(crate) enum Msg {
     },
     Stats(oneshot::Sender<Stats>),
     Close(oneshot::Sender<()>),
+    /// Stop here without ending the session on the server (its ticket resumes it elsewhere).
+    Detach(oneshot::Sender<()>),
     /// Benchmarks: start a new window for the current transport's largest arrival gap.
     ResetGaps,
 }
@@ -150,6 +152,8 @@ pub(crate) struct Driver {
     reconnects: u64,
     relay_moves: u64,
     closing: Option<oneshot::Sender<()>>,
+    /// Detached: the driver stops at once, leaving the session to whoever holds its ticket.
+    detached: Option<oneshot::Sender<()>>,
     /// Publish, H.264: the latest SPS/PPS, sent again with IDRs that lack them.
     parameter_sets: crate::h264::ParameterSets,
     /// The gateway's relays and until when to use them (half the credential's lifetime).
@@ -180,6 +184,7 @@ impl Driver {
             reconnects: 0,
             relay_moves: 0,
             closing: None,
+            detached: None,
             parameter_sets: crate::h264::ParameterSets::default(),
             relay_cache: None,
             relay_user: String::new(),
@@ -193,6 +198,11 @@ impl Driver {
             .machine
             .handle_input(Instant::now(), Input::Start { ticket });
         loop {
+            if let Some(done) = self.detached.take() {
+                // No DELETE, no goodbye: the session is someone else's now.
+                let _ = done.send(());
+                return;
+            }
             self.commands().await;
             self.flush();
             if is_down(self.s.machine.state()) {
@@ -224,7 +234,7 @@ impl Driver {
             Msg::Stats(r) => {
                 let _ = r.send(self.stats());
             }
-            Msg::Close(r) => {
+            Msg::Close(r) | Msg::Detach(r) => {
                 let _ = r.send(());
             }
             _ => {}
@@ -346,6 +356,7 @@ impl Driver {
                 self.closing = Some(r);
                 self.input(Input::Close);
             }
+            Msg::Detach(r) => self.detached = Some(r),
             Msg::ResetGaps => {
                 if let Some(tr) = self.current.and_then(|t| self.transports.get_mut(&t)) {
                     tr.peer.reset_arrival_gaps();
