@@ -277,6 +277,17 @@ impl TaskClient {
         decode(&b)
     }
 
+    /// Takes the handover of transcode `id` back on the node at `base` (its move failed).
+    pub async fn cancel_transcode_handover(
+        &self,
+        base: &str,
+        id: &ferry_proto::TranscodeId,
+    ) -> Result<(), NodeError> {
+        let url = format!("{}/handover", transcode_url(base, id));
+        self.blocking("DELETE", url, None, CALL_TIMEOUT).await?;
+        Ok(())
+    }
+
     /// Stops transcode `id` on the node at `base`.
     pub async fn stop_transcode(
         &self,

@@ -244,7 +244,8 @@ fn node_state(gateway: &str, node: &str) -> Result<String> {
         .to_owned())
 }
 
-/// A transcode on node-b, a Chromium viewer of its rung; node-b is drained: its sessions move
+/// Without GPUs a transcode goes to a CPU node. A transcode on node-b, a Chromium viewer of its
+/// rung; node-b is drained: its sessions move
 /// to node-a (the viewer's, and the worker's own: its source viewer and the rung's publisher),
 /// then the transcode — node-b hands over the rung's session ticket, node-a's new worker
 /// resumes that session (make before break: the viewer switches at its first keyframe), and
@@ -258,13 +259,34 @@ async fn draining_the_transcode_s_node_moves_it_and_its_viewer_plays_on() -> Res
     let whip = format!("{}/whip/{stream}", c.node_a);
     let _publisher =
         open_publisher(&collector, &whip, "vp8", "A", &[("token", &c.token)], SETUP).await?;
+    // No node reports a GPU: a transcode goes to a CPU node, with x264 and nothing to explain.
     let (status, v) = post_once_known(
         &c.gateway,
         &c.token,
         "/v1/transcodes",
-        &json!({ "stream": stream, "ladder": ["360p"], "node": "node-b" }),
+        &json!({ "stream": stream, "ladder": ["240p"] }),
     )
     .await?;
+    ensure!(
+        status == 201 && v["encoder"] == "libx264" && v["encoder_note"].is_null(),
+        "a transcode without GPUs: {status} {v}"
+    );
+    let cpu_id = v["id"].as_str().context("no id")?;
+    let (status, _) = api_call(
+        &c.gateway,
+        &c.token,
+        "DELETE",
+        &format!("/v1/transcodes/{cpu_id}"),
+        &Value::Null,
+    )?;
+    ensure!(status == 200, "DELETE {cpu_id}: {status}");
+    let (status, v) = api_call(
+        &c.gateway,
+        &c.token,
+        "POST",
+        "/v1/transcodes",
+        &json!({ "stream": stream, "ladder": ["360p"], "node": "node-b" }),
+    )?;
     ensure!(
         status == 201 && v["node"] == "node-b",
         "POST /v1/transcodes on node-b: {status} {v}"

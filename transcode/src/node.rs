@@ -7,7 +7,8 @@
 //! - `DELETE /v1/transcodes/{id}` → `200` once its ffmpegs ended and its rungs' sessions closed
 //!   (detached instead, after a handover);
 //! - `POST /v1/transcodes/{id}/handover` → the rungs' session tickets, for the node the transcode
-//!   moves to (`POST /v1/transcodes` there with `tickets`: its rungs resume those sessions).
+//!   moves to (`POST /v1/transcodes` there with `tickets`: its rungs resume those sessions);
+//!   `DELETE` of it takes the handover back (the move failed).
 //!
 //! Every call needs the node's API token (the cluster's). The encoder is chosen once: NVENC when
 //! the node reports a GPU and a one-frame `h264_nvenc` probe succeeds, x264 otherwise (the view
@@ -117,7 +118,10 @@ impl Transcoders {
         Router::new()
             .route("/v1/transcodes", get(list).post(create))
             .route("/v1/transcodes/{id}", get(show).delete(stop))
-            .route("/v1/transcodes/{id}/handover", post(handover))
+            .route(
+                "/v1/transcodes/{id}/handover",
+                post(handover).delete(cancel_handover),
+            )
             .with_state(self.clone())
     }
 
@@ -413,6 +417,16 @@ impl Transcoders {
         Ok(TranscodeHandover { tickets })
     }
 
+    /// Takes a handover back (the move failed): stopping it ends its rungs again.
+    pub fn cancel_handover(&self, id: &TranscodeId) -> Result<(), Refusal> {
+        let mut tasks = relock(&self.inner.tasks);
+        let t = tasks
+            .get_mut(id)
+            .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no transcode {id} here")))?;
+        t.handing_over = false;
+        Ok(())
+    }
+
     /// Every transcode here.
     pub fn list(&self) -> Vec<TranscodeView> {
         relock(&self.inner.tasks)
@@ -485,6 +499,17 @@ async fn handover(
     Ok(axum::Json(t.handover(&id)?).into_response())
 }
 
+async fn cancel_handover(
+    State(t): State<Transcoders>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    t.authorized(&headers)?;
+    let id = parse_id(&id)?;
+    t.cancel_handover(&id)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
 async fn list(State(t): State<Transcoders>, headers: HeaderMap) -> Result<Response, Refusal> {
     t.authorized(&headers)?;
     Ok(axum::Json(t.list()).into_response())
@@ -517,4 +542,54 @@ async fn stop(
     let id = parse_id(&id)?;
     let v = t.stop(&id).await?;
     Ok(axum::Json(v).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_proto::api::RungName;
+
+    fn request(stream: &str) -> NodeTranscodeRequest {
+        NodeTranscodeRequest {
+            stream: stream.into(),
+            ladder: vec![RungName::P360],
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn refusals_carry_their_status_and_reason() {
+        let t = Transcoders::new("tok", false, PathBuf::from("ffmpeg"), None);
+        let id = TranscodeId::new("t1").unwrap();
+        assert_eq!(t.handover(&id).unwrap_err().0, StatusCode::NOT_FOUND);
+        assert_eq!(t.cancel_handover(&id).unwrap_err().0, StatusCode::NOT_FOUND);
+        assert_eq!(t.stop(&id).await.unwrap_err().0, StatusCode::NOT_FOUND);
+        let bad = t.start(request("no/slash")).await.unwrap_err();
+        assert_eq!(bad.0, StatusCode::BAD_REQUEST, "{}", bad.1);
+        let rung = t.start(request("cam~360p")).await.unwrap_err();
+        assert_eq!(
+            rung.0,
+            StatusCode::BAD_REQUEST,
+            "a rung of a rung: {}",
+            rung.1
+        );
+        let early = t.start(request("cam")).await.unwrap_err();
+        assert_eq!(early.0, StatusCode::SERVICE_UNAVAILABLE, "{}", early.1);
+        // A move's tickets need a state directory to keep them in.
+        t.set_node("http://127.0.0.1:9".into());
+        let mut moved = request("cam");
+        moved.tickets.insert("360p".into(), "T".into());
+        let no_dir = t.start(moved).await.unwrap_err();
+        assert_eq!(no_dir.0, StatusCode::CONFLICT, "{}", no_dir.1);
+        assert!(t.list().is_empty());
+        let mut headers = HeaderMap::new();
+        assert_eq!(
+            t.authorized(&headers).unwrap_err().0,
+            StatusCode::UNAUTHORIZED
+        );
+        headers.insert(header::AUTHORIZATION, "Bearer nope".parse().unwrap());
+        assert!(t.authorized(&headers).is_err());
+        headers.insert(header::AUTHORIZATION, "Bearer tok".parse().unwrap());
+        assert!(t.authorized(&headers).is_ok());
+    }
 }

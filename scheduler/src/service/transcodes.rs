@@ -252,7 +252,13 @@ async fn move_transcode(c: &TaskClient, o: &TranscodeOrder) -> Result<(), String
             .transcode(&o.to.1, &o.id)
             .await
             .is_ok_and(|v| v.state == "running" || v.state == "starting") => {}
-        Err(e) => return Err(format!("start on {}: {}", o.to.0, e.reason)),
+        Err(e) => {
+            // The old worker stays, and ends its rungs again when stopped.
+            if let Some((_, http)) = &o.from {
+                let _ = c.cancel_transcode_handover(http, &o.id).await;
+            }
+            return Err(format!("start on {}: {}", o.to.0, e.reason));
+        }
     }
     let deadline = Instant::now() + TAKEOVER_WAIT;
     loop {
