@@ -139,15 +139,20 @@ const HEADER: [&str; 7] = [
     "TARGET",
 ];
 
+/// `list` as JSON: the one view alone, else the array (`--json` of the task commands).
+pub(crate) fn print_json(out: &mut dyn Write, list: &[Value]) -> Result<()> {
+    let v = if list.len() == 1 {
+        list[0].clone()
+    } else {
+        Value::Array(list.to_vec())
+    };
+    writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    Ok(())
+}
+
 fn print(out: &mut dyn Write, json: bool, list: &[Value]) -> Result<()> {
     if json {
-        let v = if list.len() == 1 {
-            list[0].clone()
-        } else {
-            Value::Array(list.to_vec())
-        };
-        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
-        return Ok(());
+        return print_json(out, list);
     }
     table(out, &HEADER, &rows(list))
 }

@@ -91,13 +91,7 @@ fn rows(list: &[Value]) -> Vec<Vec<String>> {
 
 fn print(out: &mut dyn Write, json: bool, list: &[Value]) -> Result<()> {
     if json {
-        let v = if list.len() == 1 {
-            list[0].clone()
-        } else {
-            Value::Array(list.to_vec())
-        };
-        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
-        return Ok(());
+        return crate::record::print_json(out, list);
     }
     table(out, &HEADER, &rows(list))?;
     for t in list {

@@ -36,6 +36,17 @@ fn cli(gateway: &str, token: &str, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `DELETE /v1/transcodes/{id}` at the scheduler: its status and answer.
+fn stop(c: &ferry_tests::cluster::Cluster, id: &str) -> Result<(u16, Value)> {
+    api_call(
+        &c.gateway,
+        &c.token,
+        "DELETE",
+        &format!("/v1/transcodes/{id}"),
+        &Value::Null,
+    )
+}
+
 /// A Chromium viewer ("V") of `rung` through the gateway, and its reports once it decoded
 /// `frames` frames (or why it did not).
 async fn play_rung(
@@ -203,25 +214,13 @@ async fn chromium_plays_a_360p_rung_transcoded_on_the_gpu_node() -> Result<()> {
     );
 
     for id in [&id, &id2] {
-        let (status, v) = api_call(
-            &c.gateway,
-            &c.token,
-            "DELETE",
-            &format!("/v1/transcodes/{id}"),
-            &Value::Null,
-        )?;
+        let (status, v) = stop(&c, id)?;
         ensure!(
             status == 200 && v["state"] == "stopped",
             "DELETE {id}: {status} {v}"
         );
     }
-    let (status, _) = api_call(
-        &c.gateway,
-        &c.token,
-        "DELETE",
-        &format!("/v1/transcodes/{id}"),
-        &Value::Null,
-    )?;
+    let (status, _) = stop(&c, &id)?;
     ensure!(status == 409, "second DELETE: {status}");
     let m = http(&format!("{}/metrics", c.node_b), "GET", &[], b"")?;
     ensure!(
@@ -272,13 +271,7 @@ async fn draining_the_transcode_s_node_moves_it_and_its_viewer_plays_on() -> Res
         "a transcode without GPUs: {status} {v}"
     );
     let cpu_id = v["id"].as_str().context("no id")?;
-    let (status, _) = api_call(
-        &c.gateway,
-        &c.token,
-        "DELETE",
-        &format!("/v1/transcodes/{cpu_id}"),
-        &Value::Null,
-    )?;
+    let (status, _) = stop(&c, cpu_id)?;
     ensure!(status == 200, "DELETE {cpu_id}: {status}");
     let (status, v) = api_call(
         &c.gateway,
@@ -369,13 +362,7 @@ async fn draining_the_transcode_s_node_moves_it_and_its_viewer_plays_on() -> Res
         m.body.contains("ferry_transcodes_running 0"),
         "node-b runs no transcode now"
     );
-    let (status, v) = api_call(
-        &c.gateway,
-        &c.token,
-        "DELETE",
-        &format!("/v1/transcodes/{id}"),
-        &Value::Null,
-    )?;
+    let (status, v) = stop(&c, &id)?;
     ensure!(
         status == 200 && v["state"] == "stopped" && v["node"] == "node-a",
         "DELETE after the move: {status} {v}"

@@ -494,8 +494,7 @@ async fn handover(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Refusal> {
-    t.authorized(&headers)?;
-    let id = parse_id(&id)?;
+    let id = t.authorized_id(&headers, &id)?;
     Ok(axum::Json(t.handover(&id)?).into_response())
 }
 
@@ -504,8 +503,7 @@ async fn cancel_handover(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Refusal> {
-    t.authorized(&headers)?;
-    let id = parse_id(&id)?;
+    let id = t.authorized_id(&headers, &id)?;
     t.cancel_handover(&id)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -513,6 +511,14 @@ async fn cancel_handover(
 async fn list(State(t): State<Transcoders>, headers: HeaderMap) -> Result<Response, Refusal> {
     t.authorized(&headers)?;
     Ok(axum::Json(t.list()).into_response())
+}
+
+impl Transcoders {
+    /// A call on one transcode: the token checked, then its id.
+    fn authorized_id(&self, headers: &HeaderMap, id: &str) -> Result<TranscodeId, Refusal> {
+        self.authorized(headers)?;
+        parse_id(id)
+    }
 }
 
 fn parse_id(id: &str) -> Result<TranscodeId, Refusal> {
@@ -524,8 +530,7 @@ async fn show(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Refusal> {
-    t.authorized(&headers)?;
-    let id = parse_id(&id)?;
+    let id = t.authorized_id(&headers, &id)?;
     t.list()
         .into_iter()
         .find(|v| v.id == id.as_str())
@@ -538,8 +543,7 @@ async fn stop(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Refusal> {
-    t.authorized(&headers)?;
-    let id = parse_id(&id)?;
+    let id = t.authorized_id(&headers, &id)?;
     let v = t.stop(&id).await?;
     Ok(axum::Json(v).into_response())
 }
