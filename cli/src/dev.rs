@@ -57,13 +57,8 @@ pub struct DevArgs {
     /// Cores forwarding media on each node (0: one per CPU available).
     #[arg(long, env = "FERRY_WORKERS", default_value_t = 0)]
     workers: usize,
-    /// Room events to clients go out once per window (ms; 0: every change at once).
-    #[arg(long, env = "FERRY_ROOM_WINDOW_MS", default_value_t = 50)]
-    room_window_ms: u64,
-    /// A room with more operations per second than this runs on a task of its own, so the
-    /// node's other rooms keep their latency (0: never).
-    #[arg(long, env = "FERRY_ROOM_HOT_OPS", default_value_t = 300)]
-    room_hot_ops: u64,
+    #[command(flatten)]
+    rooms: crate::rooms::RoomArgs,
     /// Where the scheduler keeps the cluster state (`etcd` needs `--features etcd`).
     #[arg(long, env = "FERRY_STORE", value_enum, default_value_t = StoreKind::Embedded)]
     store: StoreKind,
@@ -178,8 +173,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             &token,
             node_tokens.clone(),
             node_tls.is_some(),
-            args.room_window_ms,
-            args.room_hot_ops,
+            &args.rooms,
+            Some(&gateway),
         );
         let transcoders = ferry_transcode::Transcoders::new(
             &token,

@@ -154,13 +154,8 @@ struct NodeArgs {
     /// over them). 0: one per CPU available.
     #[arg(long, env = "FERRY_WORKERS", default_value_t = 0)]
     workers: usize,
-    /// Room events to clients go out once per window (ms; 0: every change at once).
-    #[arg(long, env = "FERRY_ROOM_WINDOW_MS", default_value_t = 50)]
-    room_window_ms: u64,
-    /// A room with more operations per second than this runs on a task of its own, so the
-    /// node's other rooms keep their latency (0: never).
-    #[arg(long, env = "FERRY_ROOM_HOT_OPS", default_value_t = 300)]
-    room_hot_ops: u64,
+    #[command(flatten)]
+    rooms: crate::rooms::RoomArgs,
     #[command(flatten)]
     tokens: access::TokenKeyArgs,
     #[command(flatten)]
@@ -304,8 +299,8 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         &token,
         tokens.clone(),
         tls.is_some(),
-        args.room_window_ms,
-        args.room_hot_ops,
+        &args.rooms,
+        args.scheduler.as_deref(),
     );
     let transcoders = ferry_transcode::Transcoders::new(
         &token,

@@ -6,8 +6,37 @@ use std::sync::Arc;
 
 use ferry_proto::auth::Verifier;
 use ferry_proto::ids::NodeId;
-use ferry_room::server::{Peers, RoomServer, RoomServerConfig};
+use ferry_room::server::{Peers, RoomServer, RoomServerConfig, SnapshotTarget};
 use ferry_sfu::cluster::SharedDirectory;
+
+/// The room flags of `ferry node` and `ferry dev`.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct RoomArgs {
+    /// Room events to clients go out once per window (ms; 0: every change at once).
+    #[arg(
+        long = "room-window-ms",
+        env = "FERRY_ROOM_WINDOW_MS",
+        default_value_t = 50
+    )]
+    pub window_ms: u64,
+    /// A room with more operations per second than this runs on a task of its own, so the
+    /// node's other rooms keep their latency (0: never).
+    #[arg(
+        long = "room-hot-ops",
+        env = "FERRY_ROOM_HOT_OPS",
+        default_value_t = 300
+    )]
+    pub hot_ops: u64,
+    /// Each room's state is stored with the scheduler this often when it changed (ms), so
+    /// the rooms survive a restart of the whole cluster; 0: never (without a scheduler
+    /// neither).
+    #[arg(
+        long = "room-snapshot-ms",
+        env = "FERRY_ROOM_SNAPSHOT_MS",
+        default_value_t = 5000
+    )]
+    pub snapshot_ms: u64,
+}
 
 /// A node's room server and the directory it reads its peers from.
 pub(crate) struct NodeRooms {
@@ -17,21 +46,28 @@ pub(crate) struct NodeRooms {
 }
 
 impl NodeRooms {
-    /// Starts the room server of node `id` (a Tokio runtime must be running).
+    /// Starts the room server of node `id` (a Tokio runtime must be running); its rooms'
+    /// snapshots go to `scheduler`.
     pub fn start(
         id: &NodeId,
         cluster_token: &str,
         tokens: Arc<Verifier>,
         tls: bool,
-        window_ms: u64,
-        hot_ops_per_s: u64,
+        args: &RoomArgs,
+        scheduler: Option<&str>,
     ) -> Self {
         let mut config = RoomServerConfig::new(id.clone());
         config.cluster_token = Some(cluster_token.to_owned());
         config.tokens = Some(tokens);
         config.tls = tls;
-        config.window_ms = window_ms;
-        config.hot_ops_per_s = hot_ops_per_s;
+        config.window_ms = args.window_ms;
+        config.hot_ops_per_s = args.hot_ops;
+        config.snapshots = scheduler
+            .filter(|_| args.snapshot_ms > 0)
+            .map(|url| SnapshotTarget {
+                urls: url.split(',').map(|u| u.trim().to_owned()).collect(),
+                interval_ms: args.snapshot_ms,
+            });
         let directory: SharedDirectory = Arc::default();
         let d = directory.clone();
         let peers: Peers = Arc::new(move || {

@@ -171,8 +171,15 @@ pub async fn start_scheduler(
                 Some(p) if p.as_os_str() != "none" => Box::new(FileStore::new(p.clone())),
                 _ => Box::new(MemoryStore::default()),
             };
-            Scheduler::open(args.cluster_config(), store, token, migrations)
-                .context("opening the scheduler state")?
+            let s = Scheduler::open(args.cluster_config(), store, token, migrations)
+                .context("opening the scheduler state")?;
+            // The rooms' snapshots beside the state file (scheduler.json -> scheduler.rooms/).
+            if let Some(p) = args.state_file.as_ref().filter(|p| p.as_os_str() != "none") {
+                s.set_room_snapshots(Arc::new(
+                    ferry_scheduler::room_snapshots::DirSnapshots::new(p.with_extension("rooms")),
+                ));
+            }
+            s
         }
         StoreKind::Etcd => open_etcd(&args, addr, token, migrations).await?,
     };
@@ -247,7 +254,8 @@ async fn open_etcd(
         .await?
         .with_context(|| format!("connecting to etcd at {endpoints}"))?;
     let leases = store.node_leases();
-    Scheduler::open_replica(
+    let snapshots = store.room_snapshots();
+    let s = Scheduler::open_replica(
         cluster,
         Box::new(store),
         token,
@@ -255,7 +263,9 @@ async fn open_etcd(
         leadership,
         Some(leases),
     )
-    .context("opening the scheduler state from etcd")
+    .context("opening the scheduler state from etcd")?;
+    s.set_room_snapshots(Arc::new(snapshots));
+    Ok(s)
 }
 
 #[cfg(not(feature = "etcd"))]

@@ -1,6 +1,7 @@
 #![no_main]
 
-// Room replication messages (ops, deltas, anti-entropy) from another node: decoding arbitrary
+// Room replication messages (ops, deltas, anti-entropy) from another node, and room snapshots
+// (a node's PUT to the scheduler, the scheduler's answer to a node's GET): decoding arbitrary
 // bytes is a typed error, never a panic; a decoded message re-encodes.
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Ok(m) = ferry_room::decode::<ferry_room::Message>(data) {
@@ -8,4 +9,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     }
     let _ = ferry_room::decode::<ferry_room::Op>(data);
     let _ = ferry_room::decode::<ferry_room::Delta>(data);
+    if let Ok(room) = ferry_room::RoomId::new("fuzz") {
+        let _ = ferry_room::snapshot::check(&room, data);
+    }
+    let _ = ferry_room::decode::<Vec<ferry_room::snapshot::StoredSnapshot>>(data);
 });

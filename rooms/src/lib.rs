@@ -59,6 +59,7 @@ pub mod op;
 pub mod replica;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod snapshot;
 pub mod state;
 
 #[cfg(test)]

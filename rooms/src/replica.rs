@@ -392,6 +392,15 @@ impl Replica {
         Ok(self.ack())
     }
 
+    /// Merges a stored snapshot of the room (any replica's full state, e.g. after a
+    /// full-cluster restart): a join, so order and repeats do not matter; the clock moves past
+    /// its stamps, and this replica's next dot follows the ones the snapshot knows of it.
+    pub fn merge_snapshot(&mut self, now_ms: u64, state: &RoomState) -> Result<bool, SyncError> {
+        self.check_room(state.room())?;
+        self.observe_stamps(now_ms, state.data())?;
+        self.state.merge(state)
+    }
+
     /// This replica's acknowledgement of what it has.
     pub fn ack(&self) -> Ack {
         Ack {

@@ -45,7 +45,8 @@ const MAX_BODY: usize = 256 * 1024;
         list_nodes, get_node, heartbeat, set_weight, reclaim_notice, start_drain, cancel_drain, drain_status,
         list_sessions, list_streams, list_recordings, start_recording, get_recording, stop_recording, list_transcodes,
         start_transcode, get_transcode, stop_transcode, place, create_migration, get_migration, list_migrations, routing, healthz,
-        readyz, whip, whep, consume_ticket, turn_credentials, turn_relays, add_turn_relay, remove_turn_relay, start_turn_drain, cancel_turn_drain
+        readyz, whip, whep, consume_ticket, turn_credentials, turn_relays, add_turn_relay, remove_turn_relay, start_turn_drain, cancel_turn_drain,
+        put_room_snapshot, get_room_snapshots, delete_room_snapshot, list_room_snapshots
     ),
     modifiers(&BearerAuth),
 )]
@@ -229,6 +230,20 @@ pub fn router_with_tokens(
         .route("/v1/turn/relays/{id}", delete(remove_turn_relay))
         .route_layer(middleware::from_fn_with_state(s.clone(), require_token))
         .route_layer(middleware::from_fn_with_state(s.clone(), follow_leader));
+    // Room snapshots: any replica reads and writes them (each node's key is its own); room
+    // content is private, so reads need the token too.
+    let snapshots = Router::new()
+        .route(
+            "/v1/rooms/{room}/snapshots/{node}",
+            put(put_room_snapshot)
+                .delete(delete_room_snapshot)
+                .layer(DefaultBodyLimit::max(
+                    ferry_room::snapshot::MAX_SNAPSHOT_BYTES + 1,
+                )),
+        )
+        .route("/v1/rooms/{room}/snapshots", get(get_room_snapshots))
+        .route("/v1/room-snapshots", get(list_room_snapshots))
+        .route_layer(middleware::from_fn_with_state(s.clone(), require_token));
     // The gateway records placements: only the leader answers it.
     let gateway = Router::new()
         .route("/whip/{stream}", post(whip))
@@ -275,7 +290,11 @@ pub fn router_with_tokens(
             header::WWW_AUTHENTICATE,
             HeaderName::from_static(FERRY_ERROR),
         ]);
-    let mut app = mutating.merge(gateway).merge(turn).merge(public);
+    let mut app = mutating
+        .merge(snapshots)
+        .merge(gateway)
+        .merge(turn)
+        .merge(public);
     if let Some(extra) = extra {
         app = app.merge(extra);
     }
@@ -290,6 +309,127 @@ pub fn router_with_tokens(
     .layer(DefaultBodyLimit::max(MAX_BODY))
     .layer(cors)
     .with_state(s)
+}
+
+fn room_id(room: &str) -> Result<ferry_room::RoomId, Response> {
+    ferry_room::RoomId::new(room).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("bad room id {room:?}: {e}"),
+        )
+    })
+}
+
+fn room_and_node(room: &str, node: &str) -> Result<(ferry_room::RoomId, NodeId), Response> {
+    let n = NodeId::new(node).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("bad node id {node:?}: {e}"),
+        )
+    })?;
+    Ok((room_id(room)?, n))
+}
+
+fn snapshot_error(e: crate::room_snapshots::SnapshotApiError) -> Response {
+    use crate::room_snapshots::SnapshotApiError as E;
+    use ferry_room::snapshot::SnapshotError;
+    let status = match &e {
+        E::Bad(SnapshotError::TooLarge(_)) => StatusCode::PAYLOAD_TOO_LARGE,
+        E::Bad(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error(status, e.to_string())
+}
+
+/// Runs a snapshot store call off the runtime's threads.
+async fn snapshot_call<T: Send + 'static>(
+    s: &Arc<Scheduler>,
+    f: impl FnOnce(
+        &dyn crate::room_snapshots::RoomSnapshots,
+    ) -> Result<T, crate::room_snapshots::SnapshotApiError>
+    + Send
+    + 'static,
+) -> Result<T, Response> {
+    let store = s.room_snapshots();
+    match tokio::task::spawn_blocking(move || f(store.as_ref())).await {
+        Ok(r) => r.map_err(snapshot_error),
+        Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    }
+}
+
+/// Stores node `node`'s snapshot of `room` (its replica's state, encoded by `ferry-room`'s
+/// codec), replacing the one before; the nodes hosting a room call it now and then, so that
+/// the room survives a restart of the whole cluster. 400 when the body is no state of `room`.
+#[utoipa::path(put, path = "/v1/rooms/{room}/snapshots/{node}", security(("bearer" = [])),
+    params(("room" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "Room id"), ("node" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "Node id")),
+    request_body(content = String, content_type = "application/octet-stream", description = "The replica's room state, encoded by ferry-room's codec (binary)"),
+    responses((status = 204, description = "stored"), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 413, body = ApiError), (status = 503, body = ApiError)))]
+async fn put_room_snapshot(
+    State(s): State<Arc<Scheduler>>,
+    Path((room, node)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    let (room, node) = match room_and_node(&room, &node) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    match snapshot_call(&s, move |st| {
+        crate::room_snapshots::store(st, &room, &node, &body)
+    })
+    .await
+    {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(r) => r,
+    }
+}
+
+/// Every node's stored snapshot of `room` (a node opening the room merges them): one
+/// `Vec<StoredSnapshot>` encoded by `ferry-room`'s codec, empty when none is stored.
+#[utoipa::path(get, path = "/v1/rooms/{room}/snapshots", security(("bearer" = [])),
+    params(("room" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "Room id")),
+    responses((status = 200, content_type = "application/octet-stream", body = String, description = "Vec<StoredSnapshot>, encoded by ferry-room's codec (binary)"), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 503, body = ApiError)))]
+async fn get_room_snapshots(State(s): State<Arc<Scheduler>>, Path(room): Path<String>) -> Response {
+    let room = match room_id(&room) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    match snapshot_call(&s, move |st| crate::room_snapshots::fetch(st, &room)).await {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// Removes node `node`'s snapshot of `room` (the node stopped hosting the idle room).
+#[utoipa::path(delete, path = "/v1/rooms/{room}/snapshots/{node}", security(("bearer" = [])),
+    params(("room" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "Room id"), ("node" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "Node id")),
+    responses((status = 204, description = "removed"), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 503, body = ApiError)))]
+async fn delete_room_snapshot(
+    State(s): State<Arc<Scheduler>>,
+    Path((room, node)): Path<(String, String)>,
+) -> Response {
+    let (room, node) = match room_and_node(&room, &node) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let (r2, n2) = (room.clone(), node.clone());
+    match snapshot_call(&s, move |st| Ok(st.delete(&r2, &n2)?)).await {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => error(
+            StatusCode::NOT_FOUND,
+            format!("no snapshot of room {room} by node {node}"),
+        ),
+        Err(r) => r,
+    }
+}
+
+/// The stored room snapshots: room, node, size, when.
+#[utoipa::path(get, path = "/v1/room-snapshots", security(("bearer" = [])),
+    responses((status = 200, body = Vec<crate::room_snapshots::SnapshotInfo>), (status = 401, body = ApiError), (status = 503, body = ApiError)))]
+async fn list_room_snapshots(State(s): State<Arc<Scheduler>>) -> Response {
+    match snapshot_call(&s, crate::room_snapshots::list).await {
+        Ok(list) => Json(list).into_response(),
+        Err(r) => r,
+    }
 }
 
 /// Liveness.

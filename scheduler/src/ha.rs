@@ -211,6 +211,89 @@ impl EtcdStore {
     pub fn node_leases(&self) -> Arc<NodeLeases> {
         self.leases.clone()
     }
+
+    /// The rooms' snapshots, beside the state: `{prefix}/rooms/{room}/{node}`. Any replica
+    /// writes them (each node's key is its own and a snapshot is a CRDT state, merged on
+    /// restore, so a write needs no fencing).
+    pub fn room_snapshots(&self) -> EtcdRoomSnapshots {
+        EtcdRoomSnapshots {
+            rt: self.rt.clone(),
+            client: self.client.clone(),
+            prefix: format!(
+                "{}/rooms/",
+                self.key.strip_suffix("/state").unwrap_or(&self.key)
+            ),
+        }
+    }
+}
+
+/// [`crate::room_snapshots::RoomSnapshots`] in etcd.
+#[derive(Clone)]
+pub struct EtcdRoomSnapshots {
+    rt: tokio::runtime::Handle,
+    client: Client,
+    prefix: String,
+}
+
+impl std::fmt::Debug for EtcdRoomSnapshots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdRoomSnapshots")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdRoomSnapshots {
+    fn values(&self, prefix: String) -> Result<Vec<Vec<u8>>, StoreError> {
+        let client = self.client.clone();
+        let got = call(&self.rt, move || {
+            let (mut client, prefix) = (client.clone(), prefix.clone());
+            async move {
+                client
+                    .get(prefix, Some(GetOptions::new().with_prefix()))
+                    .await
+            }
+        })
+        .map_err(|e| StoreError::Invalid(format!("etcd get: {e}")))?;
+        Ok(got.kvs().iter().map(|kv| kv.value().to_vec()).collect())
+    }
+}
+
+impl crate::room_snapshots::RoomSnapshots for EtcdRoomSnapshots {
+    fn put(
+        &self,
+        room: &ferry_room::RoomId,
+        node: &NodeId,
+        value: Vec<u8>,
+    ) -> Result<(), StoreError> {
+        let key = format!("{}{room}/{node}", self.prefix);
+        let client = self.client.clone();
+        call(&self.rt, move || {
+            let (mut client, key, value) = (client.clone(), key.clone(), value.clone());
+            async move { client.put(key, value, None).await }
+        })
+        .map(|_| ())
+        .map_err(|e| StoreError::Invalid(format!("etcd put: {e}")))
+    }
+
+    fn get(&self, room: &ferry_room::RoomId) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.values(format!("{}{room}/", self.prefix))
+    }
+
+    fn delete(&self, room: &ferry_room::RoomId, node: &NodeId) -> Result<bool, StoreError> {
+        let key = format!("{}{room}/{node}", self.prefix);
+        let client = self.client.clone();
+        let r = call(&self.rt, move || {
+            let (mut client, key) = (client.clone(), key.clone());
+            async move { client.delete(key, None).await }
+        })
+        .map_err(|e| StoreError::Invalid(format!("etcd delete: {e}")))?;
+        Ok(r.deleted() > 0)
+    }
+
+    fn all(&self) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.values(self.prefix.clone())
+    }
 }
 
 impl Store<Persisted> for EtcdStore {

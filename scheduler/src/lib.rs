@@ -18,6 +18,7 @@ pub mod ha;
 pub mod leadership;
 pub mod node_client;
 pub mod placement;
+pub mod room_snapshots;
 pub mod scoring;
 pub mod service;
 pub mod store;

@@ -92,6 +92,8 @@ pub struct Scheduler {
     turn: std::sync::OnceLock<Mutex<crate::turn::TurnFleet>>,
     /// Calls to nodes for recordings (made on first use, with the node TLS settings then set).
     task_client: std::sync::OnceLock<crate::task_client::TaskClient>,
+    /// Where the rooms' snapshots are kept (in memory unless set).
+    room_snapshots: std::sync::OnceLock<Arc<dyn crate::room_snapshots::RoomSnapshots>>,
 }
 
 /// Why a TURN operator request failed.
@@ -193,6 +195,7 @@ impl Scheduler {
             leases,
             turn: std::sync::OnceLock::new(),
             task_client: std::sync::OnceLock::new(),
+            room_snapshots: std::sync::OnceLock::new(),
         }))
     }
 
@@ -200,6 +203,19 @@ impl Scheduler {
     /// HTTPS; the first call wins. Without it, the public web roots are trusted.
     pub fn set_node_tls(&self, tls: ureq::tls::TlsConfig) {
         let _ = self.node_tls.set(tls);
+    }
+
+    /// Keeps the rooms' snapshots in `store`; the first call wins (before it, and without it,
+    /// they are kept in memory).
+    pub fn set_room_snapshots(&self, store: Arc<dyn crate::room_snapshots::RoomSnapshots>) {
+        let _ = self.room_snapshots.set(store);
+    }
+
+    /// Where the rooms' snapshots are kept.
+    pub fn room_snapshots(&self) -> Arc<dyn crate::room_snapshots::RoomSnapshots> {
+        self.room_snapshots
+            .get_or_init(|| Arc::new(crate::room_snapshots::MemorySnapshots::default()))
+            .clone()
     }
 
     /// Hands out the relays of `fleet` (`POST /v1/turn/credentials`); the first call wins.

@@ -273,6 +273,31 @@ pub struct Dev {
     pub node_a: String,
     /// node-b's base URL.
     pub node_b: String,
+    /// How it was started (for [`Dev::restart`]).
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl Dev {
+    /// SIGKILLs the whole cluster (scheduler, edge, both nodes: one process) and starts it
+    /// again on the same state directory (new ports, the same node ids), as after a crash of
+    /// every machine.
+    pub fn restart(&mut self) -> Result<()> {
+        self._process.kill();
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let process = FerryProcess::spawn_env(&args, &env)?;
+        self.gateway = process.after("gateway")?;
+        self.token = process.after("token")?;
+        self.node_a = process.after("node-a")?;
+        self.node_b = process.after("node-b")?;
+        self._process = process;
+        Ok(())
+    }
 }
 
 impl Drop for Dev {
@@ -357,6 +382,11 @@ pub fn start_dev_at(ip: &str, edge: bool, extra: &[&str], env: &[(&str, &str)]) 
         node_a: process.after("node-a")?,
         node_b: process.after("node-b")?,
         _process: process,
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
     })
 }
 

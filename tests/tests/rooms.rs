@@ -912,3 +912,164 @@ async fn a_partition_between_the_nodes_heals_to_one_state() -> Result<()> {
     );
     Ok(())
 }
+
+/// The stored room snapshots at the scheduler (`GET /v1/room-snapshots`).
+fn snapshots_listed(dev: &Dev) -> Result<Vec<Value>> {
+    let auth = format!("Bearer {}", dev.token);
+    let r = http(
+        &format!("{}/v1/room-snapshots", dev.gateway),
+        "GET",
+        &[("authorization", &auth)],
+        b"",
+    )?;
+    ensure!(r.status == 200, "{} {}", r.status, r.body);
+    Ok(serde_json::from_str(&r.body)?)
+}
+
+/// A restart of the whole cluster (scheduler and both nodes SIGKILLed at once, started again
+/// on the same state directory) keeps a room: every node stores its replica's state with the
+/// scheduler (`--room-snapshot-ms`), a node opening the room merges them; a participant who
+/// comes back stays, one who does not leaves after the grace; bad snapshots get 400/401/404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_cluster_restart_keeps_the_rooms() -> Result<()> {
+    let mut dev = start_dev_registered(&["--room-snapshot-ms", "200"], &[]).await?;
+    let room = "durable";
+    let mut alice = Peer::connect(
+        &join_at(&dev.node_a, &dev.token, room, "alice")?,
+        &dev.token,
+    )
+    .await?;
+    let mut bob =
+        Peer::connect(&join_at(&dev.node_b, &dev.token, room, "bob")?, &dev.token).await?;
+    for (p, k) in [(&mut alice, "alice-join"), (&mut bob, "bob-join")] {
+        let (_, r) = p.send(json!({"type": "join", "key": k, "name": k})).await?;
+        ensure!(r["type"] == "receipt", "{r}");
+    }
+    let frames = [
+        json!({"type": "set", "key": "a-mute", "register": "audio_muted", "value": true}),
+        json!({"type": "set", "key": "a-lang", "register": "attribute", "name": "lang", "value": "de"}),
+        json!({"type": "chat", "key": "a-chat", "text": "before the restart"}),
+    ];
+    for f in frames {
+        let (_, r) = alice.send(f).await?;
+        ensure!(r["type"] == "receipt", "{r}");
+    }
+    let (_, r) = bob
+        .send(json!({"type": "set", "key": "b-layout", "register": "layout", "value": "speaker"}))
+        .await?;
+    ensure!(r["type"] == "receipt", "{r}");
+    let before = converged(&dev, room, Duration::from_secs(5)).await?;
+    let last_op = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as u64;
+    // Both nodes stored a snapshot taken after the last change.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let stored = loop {
+        let list = snapshots_listed(&dev)?;
+        let fresh: Vec<&Value> = list
+            .iter()
+            .filter(|s| s["room"] == room && s["saved_at_ms"].as_u64() > Some(last_op + 100))
+            .collect();
+        if fresh.len() == 2 {
+            break list;
+        }
+        ensure!(Instant::now() < deadline, "snapshots not stored: {list:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("stored: {stored:?}");
+    let files =
+        std::fs::read_dir(dev.state.join("scheduler.rooms").join(format!("r-{room}")))?.count();
+    ensure!(files == 2, "{files} snapshot files");
+
+    // Bad snapshots: no token, garbage, another room's state, a bad id, nothing to delete.
+    let url = |r: &str, n: &str| format!("{}/v1/rooms/{r}/snapshots/{n}", dev.gateway);
+    let auth = format!("Bearer {}", dev.token);
+    let h = [("authorization", auth.as_str())];
+    let r = http(&url(room, "node-a"), "PUT", &[], b"\x01\x02")?;
+    ensure!(r.status == 401, "{} {}", r.status, r.body);
+    let r = http(&url(room, "node-a"), "PUT", &h, b"\x01garbage")?;
+    ensure!(
+        r.status == 400 && r.body.contains("not a room state"),
+        "{} {}",
+        r.status,
+        r.body
+    );
+    let r = http(&url("a%20b", "node-a"), "PUT", &h, b"\x01")?;
+    ensure!(r.status == 400, "{} {}", r.status, r.body);
+    let r = http(&url("never", "node-a"), "DELETE", &h, b"")?;
+    ensure!(r.status == 404, "{} {}", r.status, r.body);
+    let r = http(
+        &format!("{}/v1/rooms/{room}/snapshots", dev.gateway),
+        "GET",
+        &[],
+        b"",
+    )?;
+    ensure!(r.status == 401, "{} {}", r.status, r.body);
+
+    drop((alice, bob));
+    dev.restart()?;
+    ferry_tests::cluster::wait_registered(&dev.gateway, 2).await?;
+    let t0 = Instant::now();
+    // Carol joins on node-a: her welcome holds the room as it was.
+    let carol = Peer::connect(
+        &join_at(&dev.node_a, &dev.token, room, "carol")?,
+        &dev.token,
+    )
+    .await?;
+    let welcome = carol.all()[0].clone();
+    eprintln!("welcome after the restart in {:?}: {welcome}", t0.elapsed());
+    let state = &welcome["state"];
+    ensure!(
+        state["participants"]["alice"]["audio_muted"] == true
+            && state["participants"]["alice"]["attributes"]["lang"] == "de"
+            && state["participants"]["bob"]["layout"] == "speaker"
+            && state["chat"][0]["text"] == "before the restart",
+        "the room was not restored: {welcome}"
+    );
+    let shown = room_on(&dev.node_a, room)?;
+    ensure!(
+        shown["digest"] == before["digest"] && shown["snapshots"]["merged"] == 2,
+        "restored {shown} / before {before}"
+    );
+    // Alice comes back (to node-a); Bob does not: he leaves once the grace is over.
+    let mut alice = Peer::connect(
+        &join_at(&dev.node_a, &dev.token, room, "alice")?,
+        &dev.token,
+    )
+    .await?;
+    let mut carol = carol;
+    let left = carol
+        .event(Duration::from_secs(20), |e| {
+            e["type"] == "left" && e["participant"] == "bob"
+        })
+        .await?;
+    eprintln!("bob left {:?} after the restart", left - t0);
+    ensure!(
+        left - t0 >= Duration::from_secs(9),
+        "bob left before his grace: {:?}",
+        left - t0
+    );
+    let (_, r) = alice
+        .send(json!({"type": "chat", "key": "a-chat-2", "text": "after the restart"}))
+        .await?;
+    ensure!(r["type"] == "receipt", "{r}");
+    carol
+        .event(Duration::from_secs(2), |e| {
+            e["type"] == "chat" && e["text"] == "after the restart"
+        })
+        .await?;
+    let now = room_on(&dev.node_a, room)?;
+    ensure!(
+        now["state"]["participants"].get("alice").is_some()
+            && now["state"]["participants"].get("bob").is_none(),
+        "{now}"
+    );
+    let metrics = http(&format!("{}/metrics", dev.node_a), "GET", &[], b"")?.body;
+    for m in [
+        "ferry_room_snapshots_restored_total 2",
+        "ferry_room_orphan_graces_total 2",
+    ] {
+        ensure!(metrics.contains(m), "no {m:?} in the metrics");
+    }
+    Ok(())
+}

@@ -6,9 +6,11 @@
 mod frames;
 mod http;
 mod replication;
+mod snapshots;
 
 pub use frames::{ClientFrame, FrameError, Subscription, diff, state_for, state_json};
 pub use http::routes;
+pub use snapshots::SnapshotTarget;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +21,7 @@ use serde_json::{Value as Json, json};
 use tokio::sync::{Notify, mpsc};
 
 use crate::codec::Message;
+use crate::digest::Hash;
 use crate::ids::{IdempotencyKey, ParticipantId, ReplicaId, RoomId};
 use crate::op::Command;
 use crate::replica::{Replica, ReplicaConfig};
@@ -31,6 +34,8 @@ type Frame = (Arc<str>, u64);
 
 /// Frames a slow connection may have queued before it is closed.
 const CLIENT_QUEUE: usize = 4096;
+/// A node asked whether it hosts a room that has not answered is asked again this often, ms.
+const ASK_AGAIN_MS: u64 = 1_000;
 /// How often the server looks at its rooms (merge windows, deltas, timers).
 const TICK: Duration = Duration::from_millis(5);
 
@@ -62,6 +67,9 @@ pub struct RoomServerConfig {
     /// nodes) is hot: it moves to a task of its own, so that the other rooms of the node keep
     /// their latency. 0: never.
     pub hot_ops_per_s: u64,
+    /// Where the rooms' snapshots are kept for a full-cluster restart (the scheduler); `None`:
+    /// nowhere (a room lives as long as one of its replicas).
+    pub snapshots: Option<SnapshotTarget>,
 }
 
 impl std::fmt::Debug for RoomServerConfig {
@@ -88,6 +96,7 @@ impl RoomServerConfig {
             tokens: None,
             tls: false,
             hot_ops_per_s: 300,
+            snapshots: None,
         }
     }
 }
@@ -97,6 +106,17 @@ struct Client {
     participant: ParticipantId,
     tx: mpsc::Sender<Arc<str>>,
     subscription: Subscription,
+}
+
+/// Whether a room's stored snapshots were merged into its replica.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Restore {
+    /// To fetch (again) at this time, ms.
+    Pending(u64),
+    /// A fetch is under way.
+    Fetching,
+    /// Merged (or the node keeps no snapshots).
+    Done,
 }
 
 /// One hosted room.
@@ -116,6 +136,8 @@ struct Room {
     caught_up: bool,
     last_delta: u64,
     last_ae: u64,
+    /// When the nodes in `asking` were last asked.
+    last_ask: u64,
     /// Participants whose connection went without `leave`: until when they are kept.
     graces: HashMap<ParticipantId, u64>,
     idle_since: Option<u64>,
@@ -123,10 +145,19 @@ struct Room {
     ops: u64,
     rate_since: u64,
     ops_per_s: f64,
+    restore: Restore,
+    /// Snapshots merged into the replica on opening.
+    restored: usize,
+    /// The digest root of the state last stored, when, and whether a store is under way.
+    stored_root: Option<Hash>,
+    stored_at: u64,
+    storing: bool,
+    /// Participants hosted here without a connection (the node restarted) got their grace.
+    orphans_checked: bool,
 }
 
 impl Room {
-    fn new(node: &NodeId, room: RoomId, now: u64) -> Self {
+    fn new(node: &NodeId, room: RoomId, now: u64, snapshots: bool) -> Self {
         let mut replica = Replica::new(ReplicaConfig::new(node.clone(), room, Vec::new()));
         replica.set_collecting(false);
         Room {
@@ -140,11 +171,22 @@ impl Room {
             caught_up: false,
             last_delta: now,
             last_ae: 0,
+            last_ask: 0,
             graces: HashMap::new(),
             idle_since: None,
             ops: 0,
             rate_since: now,
             ops_per_s: 0.0,
+            restore: if snapshots {
+                Restore::Pending(now)
+            } else {
+                Restore::Done
+            },
+            restored: 0,
+            stored_root: None,
+            stored_at: now,
+            storing: false,
+            orphans_checked: false,
         }
     }
 
@@ -152,15 +194,21 @@ impl Room {
         self.dirty_since.get_or_insert(now);
     }
 
-    /// Whether this node stamped the participant's latest join (it hosts the participant).
-    fn hosts(&self, node: &NodeId, p: &ParticipantId) -> bool {
-        self.replica.state().participant(p).is_some_and(|s| {
-            s.joins
-                .iter()
-                .filter(|(dot, _)| !s.removed.contains_key(*dot))
-                .max_by(|a, b| a.1.stamp.cmp(&b.1.stamp))
-                .is_some_and(|(dot, _)| &dot.replica == node)
-        })
+    /// The node that stamped the participant's latest join (it hosts the participant).
+    fn host_of(&self, p: &ParticipantId) -> Option<&NodeId> {
+        let s = self.replica.state().participant(p)?;
+        s.joins
+            .iter()
+            .filter(|(dot, _)| !s.removed.contains_key(*dot))
+            .max_by(|a, b| a.1.stamp.cmp(&b.1.stamp))
+            .map(|(dot, _)| &dot.replica)
+    }
+
+    /// Whether this node removes `p` when its grace ends: it hosts `p`, or `p`'s host does not
+    /// host the room (it is down, or came back without opening the room: nobody else would).
+    fn removes(&self, node: &NodeId, p: &ParticipantId) -> bool {
+        self.host_of(p)
+            .is_some_and(|h| h == node || !self.replica.peers().any(|x| x == h))
     }
 }
 
@@ -177,6 +225,11 @@ struct Counters {
     send_errors: AtomicU64,
     graces: AtomicU64,
     isolations: AtomicU64,
+    snapshots_stored: AtomicU64,
+    snapshot_bytes: AtomicU64,
+    snapshots_restored: AtomicU64,
+    snapshot_errors: AtomicU64,
+    orphan_graces: AtomicU64,
 }
 
 /// Rooms one task polls. The shared shard holds every room but the hot ones; each hot room is
@@ -208,7 +261,16 @@ pub struct RoomServer {
     isolated: RwLock<HashMap<RoomId, Arc<Shard>>>,
     next_client: AtomicU64,
     outbox: replication::Outbox,
+    snapshots: Option<snapshots::SnapshotClient>,
     counters: Counters,
+}
+
+/// Snapshot calls a poll decided on, made once the shard's lock is released.
+#[derive(Default)]
+struct SnapshotJobs {
+    fetch: Vec<RoomId>,
+    store: Vec<(RoomId, Vec<u8>, Hash)>,
+    delete: Vec<RoomId>,
 }
 
 impl std::fmt::Debug for RoomServer {
@@ -217,6 +279,27 @@ impl std::fmt::Debug for RoomServer {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
+}
+
+/// The HTTP client of calls to other nodes and the scheduler: a status is an answer, not an
+/// error.
+fn http_agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// An answer's status and body (at most the largest replica message).
+fn read_answer(resp: &mut ureq::http::Response<ureq::Body>) -> Result<(u16, Vec<u8>), ureq::Error> {
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .body_mut()
+        .with_config()
+        .limit(crate::codec::MAX_MESSAGE_BYTES as u64)
+        .read_to_vec()?;
+    Ok((status, bytes))
 }
 
 /// Wall clock, ms since the epoch (the HLC's physical part).
@@ -231,6 +314,13 @@ impl RoomServer {
     pub fn new(config: RoomServerConfig, peers: Peers) -> Arc<Self> {
         Arc::new(RoomServer {
             outbox: replication::Outbox::new(config.cluster_token.clone()),
+            snapshots: config.snapshots.as_ref().map(|t| {
+                snapshots::SnapshotClient::new(
+                    t,
+                    config.node.clone(),
+                    config.cluster_token.as_deref(),
+                )
+            }),
             config,
             peers,
             shared: Shard::new(),
@@ -256,8 +346,9 @@ impl RoomServer {
                     _ = tick.tick() => {}
                     () = shard.wake.notified() => {}
                 }
-                let alive = me.poll(&shard, now_ms());
+                let (alive, jobs) = me.poll(&shard, now_ms());
                 me.flush_outbox();
+                me.run_snapshot_jobs(jobs);
                 if !alive {
                     return;
                 }
@@ -299,7 +390,12 @@ impl RoomServer {
                 tracing::info!(room = %room, "hosting room");
                 rooms.insert(
                     room.clone(),
-                    Room::new(&self.config.node, room.clone(), now_ms()),
+                    Room::new(
+                        &self.config.node,
+                        room.clone(),
+                        now_ms(),
+                        self.snapshots.is_some(),
+                    ),
                 );
             }
             let out = rooms.get_mut(room).map(f);
@@ -328,7 +424,8 @@ impl RoomServer {
     fn open(&self, room: &RoomId) -> bool {
         self.with_room(room, true, |r| {
             r.idle_since = None;
-            r.caught_up || (r.asked_all && r.asking.is_empty() && r.dirty_since.is_none())
+            r.restore == Restore::Done
+                && (r.caught_up || (r.asked_all && r.asking.is_empty() && r.dirty_since.is_none()))
         })
         .unwrap_or(false)
     }
@@ -489,14 +586,16 @@ impl RoomServer {
 
     /// The timers of a shard's rooms; the shared shard hands hot rooms a shard of their own.
     /// `false`: an isolated shard whose room went (its task ends).
-    fn poll(self: &Arc<Self>, shard: &Arc<Shard>, now: u64) -> bool {
+    fn poll(self: &Arc<Self>, shard: &Arc<Shard>, now: u64) -> (bool, SnapshotJobs) {
         let directory = (self.peers)();
         let shared = Arc::ptr_eq(shard, &self.shared);
         let mut rooms = shard.lock();
         let mut gone = Vec::new();
         let mut hot = Vec::new();
+        let mut jobs = SnapshotJobs::default();
         for (id, r) in rooms.iter_mut() {
             self.poll_room(now, id, r, &directory);
+            self.poll_snapshot(now, id, r, &mut jobs);
             if r.clients.is_empty()
                 && r.graces.is_empty()
                 && r.idle_since
@@ -512,7 +611,13 @@ impl RoomServer {
         }
         for id in gone {
             tracing::info!(room = %id, "no longer hosting room (idle)");
-            rooms.remove(&id);
+            // Its snapshot goes with it, unless it never merged the stored ones.
+            if rooms
+                .remove(&id)
+                .is_some_and(|r| r.restore == Restore::Done)
+            {
+                jobs.delete.push(id);
+            }
         }
         for id in hot {
             let Some(r) = rooms.remove(&id) else { continue };
@@ -529,9 +634,121 @@ impl RoomServer {
         if !shared && rooms.is_empty() {
             let mut isolated = self.isolated.write().unwrap_or_else(|e| e.into_inner());
             isolated.retain(|_, s| !Arc::ptr_eq(s, shard));
-            return false;
+            return (false, jobs);
         }
-        true
+        (true, jobs)
+    }
+
+    /// A room's snapshot timers: fetch the stored snapshots of a room just opened; store its
+    /// state every interval when it changed (only once the stored ones are merged, so an
+    /// empty replica never replaces what its node stored before it restarted).
+    fn poll_snapshot(&self, now: u64, id: &RoomId, r: &mut Room, jobs: &mut SnapshotJobs) {
+        let Some(target) = &self.config.snapshots else {
+            return;
+        };
+        match r.restore {
+            Restore::Pending(at) if at <= now => {
+                r.restore = Restore::Fetching;
+                jobs.fetch.push(id.clone());
+            }
+            Restore::Done
+                if !r.storing && now.saturating_sub(r.stored_at) >= target.interval_ms =>
+            {
+                r.stored_at = now;
+                let root = r.replica.state().digest().root;
+                if r.stored_root != Some(root) {
+                    match crate::codec::encode(r.replica.state()) {
+                        Ok(bytes) => {
+                            r.storing = true;
+                            jobs.store.push((id.clone(), bytes, root));
+                        }
+                        Err(e) => tracing::warn!(room = %id, error = %e, "room snapshot"),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Makes the snapshot calls `jobs` holds, each in a task of its own.
+    fn run_snapshot_jobs(self: &Arc<Self>, jobs: SnapshotJobs) {
+        if self.snapshots.is_none() {
+            return;
+        }
+        for room in jobs.fetch {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let Some(client) = &me.snapshots else { return };
+                let got = client.fetch(&room).await;
+                me.restored(&room, got);
+            });
+        }
+        for (room, bytes, root) in jobs.store {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let Some(client) = &me.snapshots else { return };
+                let n = bytes.len() as u64;
+                let stored = client.put(&room, bytes).await;
+                if let Err(e) = &stored {
+                    me.counters.snapshot_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(room = %room, error = %e, "storing the room's snapshot failed");
+                } else {
+                    me.counters.snapshots_stored.fetch_add(1, Ordering::Relaxed);
+                    me.counters.snapshot_bytes.fetch_add(n, Ordering::Relaxed);
+                }
+                me.with_room(&room, false, |r| {
+                    r.storing = false;
+                    if stored.is_ok() {
+                        r.stored_root = Some(root);
+                    }
+                });
+            });
+        }
+        for room in jobs.delete {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let Some(client) = &me.snapshots else { return };
+                if let Err(e) = client.delete(&room).await {
+                    me.counters.snapshot_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(room = %room, error = %e, "removing the room's snapshot failed");
+                }
+            });
+        }
+    }
+
+    /// The stored snapshots of `room` came (or could not be fetched: tried again in a second).
+    fn restored(&self, room: &RoomId, got: Result<Vec<crate::snapshot::StoredSnapshot>, String>) {
+        let now = now_ms();
+        self.with_room(room, false, |r| match got {
+            Ok(snapshots) => {
+                for s in &snapshots {
+                    match r.replica.merge_snapshot(now, &s.state) {
+                        Ok(changed) => {
+                            r.restored += 1;
+                            if changed {
+                                r.touch(now);
+                            }
+                        }
+                        Err(e) => {
+                            self.counters.snapshot_errors.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(room = %room, node = %s.node, error = %e, "room snapshot refused");
+                        }
+                    }
+                }
+                self.counters
+                    .snapshots_restored
+                    .fetch_add(snapshots.len() as u64, Ordering::Relaxed);
+                if !snapshots.is_empty() {
+                    tracing::info!(room = %room, snapshots = snapshots.len(), "room restored from its snapshots");
+                }
+                r.restore = Restore::Done;
+            }
+            Err(e) => {
+                self.counters.snapshot_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(room = %room, error = %e, "fetching the room's snapshots failed (retrying)");
+                r.restore = Restore::Pending(now + 1_000);
+            }
+        });
     }
 
     fn poll_room(&self, now: u64, id: &RoomId, r: &mut Room, directory: &[(NodeId, String)]) {
@@ -549,7 +766,7 @@ impl RoomServer {
             .collect();
         for p in due {
             r.graces.remove(&p);
-            if r.hosts(&self.config.node, &p) {
+            if r.removes(&self.config.node, &p) {
                 self.counters.graces.fetch_add(1, Ordering::Relaxed);
                 // Unique per leave: two graces ending in the same millisecond must not share a key
                 // (the second would be refused as a reused key and its participant stay).
@@ -579,6 +796,15 @@ impl RoomServer {
                 self.outbox.push(node, id, Message::AeRequest(ae.clone()));
             }
             r.asked_all = true;
+            r.last_ask = now;
+        } else if !r.asking.is_empty() && now.saturating_sub(r.last_ask) >= ASK_AGAIN_MS {
+            // A node asked that has not answered (unreachable, or it came back at another
+            // address): ask again, so the catch-up does not wait for the next round.
+            r.last_ask = now;
+            let ae = r.replica.start_anti_entropy();
+            for node in r.asking.clone() {
+                self.outbox.push(&node, id, Message::AeRequest(ae.clone()));
+            }
         }
         if now.saturating_sub(r.last_delta) >= self.config.delta_interval_ms {
             r.last_delta = now;
@@ -604,6 +830,34 @@ impl RoomServer {
             r.caught_up |= r.asked_all && r.asking.is_empty();
             if !events.is_empty() {
                 self.deliver(r, &events);
+            }
+        }
+        // Once the replica caught up (stored snapshots and every node asked): participants
+        // this node hosts, or whose host does not host the room, that have no connection
+        // here (the node or the cluster restarted) get the grace a lost connection gets, so
+        // they leave unless they come back.
+        if !r.orphans_checked
+            && r.restore == Restore::Done
+            && r.asked_all
+            && r.asking.is_empty()
+            && r.dirty_since.is_none()
+        {
+            r.orphans_checked = true;
+            let orphans: Vec<ParticipantId> = r
+                .told
+                .participants
+                .keys()
+                .filter(|p| {
+                    r.removes(&self.config.node, p)
+                        && !r.graces.contains_key(*p)
+                        && !r.clients.values().any(|c| &c.participant == *p)
+                })
+                .cloned()
+                .collect();
+            for p in orphans {
+                tracing::info!(room = %id, participant = %p, "hosted here without a connection: grace");
+                self.counters.orphan_graces.fetch_add(1, Ordering::Relaxed);
+                r.graces.insert(p, now + self.config.grace_ms);
             }
         }
     }
@@ -802,6 +1056,11 @@ impl RoomServer {
                 "collecting": r.asked_all && r.asking.is_empty(),
                 "ops_per_s": r.ops_per_s,
                 "isolated": isolated,
+                "snapshots": {
+                    "restored": r.restore == Restore::Done,
+                    "merged": r.restored,
+                    "stored": r.stored_root.is_some(),
+                },
                 "state": state_json(&r.replica.state().view()),
             })
         })
@@ -824,7 +1083,7 @@ impl RoomServer {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         #[rustfmt::skip]
-        let figures: [(&str, &str, &str, u64); 14] = [
+        let figures: [(&str, &str, &str, u64); 19] = [
             ("ferry_room_rooms", "gauge", "Rooms this node hosts a replica of.", rooms as u64),
             ("ferry_room_connections", "gauge", "Room WebSockets open on this node.", connections as u64),
             ("ferry_room_participants", "gauge", "Participants of the rooms hosted here (as last told to clients).", participants as u64),
@@ -839,6 +1098,11 @@ impl RoomServer {
             ("ferry_room_grace_leaves_total", "counter", "Participants removed after their connection went without leave.", get(&c.graces)),
             ("ferry_room_isolated_rooms", "gauge", "Hot rooms running on a task of their own.", isolated as u64),
             ("ferry_room_isolations_total", "counter", "Rooms isolated for their operation rate.", get(&c.isolations)),
+            ("ferry_room_snapshots_stored_total", "counter", "Room states stored with the scheduler (for a full-cluster restart).", get(&c.snapshots_stored)),
+            ("ferry_room_snapshot_bytes_total", "counter", "Bytes of the room states stored.", get(&c.snapshot_bytes)),
+            ("ferry_room_snapshots_restored_total", "counter", "Stored room snapshots merged into rooms opened here.", get(&c.snapshots_restored)),
+            ("ferry_room_snapshot_errors_total", "counter", "Failed snapshot stores, fetches and removals.", get(&c.snapshot_errors)),
+            ("ferry_room_orphan_graces_total", "counter", "Participants hosted here found without a connection when a room opened (a restart), given a grace.", get(&c.orphan_graces)),
         ];
         let mut s = String::new();
         for (name, kind, help, v) in figures {

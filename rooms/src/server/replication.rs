@@ -48,11 +48,7 @@ pub(super) struct Outbox {
 
 impl Outbox {
     pub(super) fn new(token: Option<String>) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(REQUEST_TIMEOUT))
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let agent = super::http_agent(REQUEST_TIMEOUT);
         Outbox {
             queues: Mutex::default(),
             agent,
@@ -124,13 +120,7 @@ impl Outbox {
                 req = req.header("authorization", a);
             }
             let mut resp = req.send(&body[..]).map_err(|e| e.to_string())?;
-            let status = resp.status().as_u16();
-            let bytes = resp
-                .body_mut()
-                .with_config()
-                .limit(codec::MAX_MESSAGE_BYTES as u64)
-                .read_to_vec()
-                .map_err(|e| e.to_string())?;
+            let (status, bytes) = super::read_answer(&mut resp).map_err(|e| e.to_string())?;
             if status != 200 {
                 return Err(format!(
                     "{url}: {status} {}",
