@@ -365,9 +365,21 @@ pub enum IceClientEvent {
     ErrorResponse { code: u16 },
 }
 
+/// How a controlling [`IceClient`] nominates its pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Nomination {
+    /// USE-CANDIDATE on every check.
+    #[default]
+    Aggressive,
+    /// RFC 8445 §8.1.1, as browsers do: checks without USE-CANDIDATE until one succeeds (media
+    /// may use the pair from then on), then at once a check that nominates it.
+    Regular,
+}
+
 /// Minimal full agent for test peers and the load generator: one local and one remote
 /// candidate, checks every [`CHECK_INTERVAL`] until connected, then every [`CONSENT_INTERVAL`].
-/// Controlling by default, with aggressive nomination (USE-CANDIDATE on every check); after
+/// Controlling by default, with aggressive nomination (USE-CANDIDATE on every check; regular
+/// after [`IceClient::with_nomination`]); after
 /// [`IceClient::controlled`] (the remote agent made the offer) its checks carry ICE-CONTROLLED and
 /// the remote nominates. Either way it answers the remote's checks ([`IceClient::handle_request`]),
 /// as a full remote agent (libnice) only uses a pair its own check succeeded on. Transaction ids
@@ -379,6 +391,7 @@ pub struct IceClient {
     remote_addr: SocketAddr,
     tie_breaker: u64,
     controlling: bool,
+    nomination: Nomination,
     seed: u64,
     counter: u64,
     /// `"{remote.ufrag}:{local.ufrag}"`, built once.
@@ -406,6 +419,7 @@ impl IceClient {
             remote_addr,
             tie_breaker,
             controlling: true,
+            nomination: Nomination::Aggressive,
             seed,
             counter: 0,
             username,
@@ -439,7 +453,7 @@ impl IceClient {
                 &self.username,
                 CLIENT_PRIORITY,
                 Some(self.tie_breaker),
-                true,
+                self.nomination == Nomination::Aggressive || self.connected,
                 key,
             )
         } else {
@@ -463,6 +477,12 @@ impl IceClient {
     /// USE-CANDIDATE.
     pub fn controlled(mut self) -> Self {
         self.controlling = false;
+        self
+    }
+
+    /// How our checks nominate while we control.
+    pub fn with_nomination(mut self, nomination: Nomination) -> Self {
+        self.nomination = nomination;
         self
     }
 
@@ -532,10 +552,14 @@ impl IceClient {
             return None;
         }
         self.connected = true;
-        // Switch to the consent cadence right away rather than after one more check interval.
-        self.next_send = self
-            .last_response
-            .and_then(|t| t.checked_add(CONSENT_INTERVAL));
+        self.next_send = if self.controlling && self.nomination == Nomination::Regular {
+            // The pair works: nominate it now.
+            Some(now)
+        } else {
+            // Switch to the consent cadence right away rather than after one more check interval.
+            self.last_response
+                .and_then(|t| t.checked_add(CONSENT_INTERVAL))
+        };
         Some(IceClientEvent::Connected { mapped })
     }
 

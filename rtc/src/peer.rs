@@ -57,7 +57,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::cert;
 use crate::codec::Codec;
 use crate::dtls::{self, DtlsEvent, DtlsRole, DtlsTransport};
-use crate::ice::{IceClient, IceClientEvent, IceCredentials};
+use crate::ice::{IceClient, IceClientEvent, IceCredentials, Nomination};
 use crate::media::PacketizeError;
 use crate::rtcp::{RtcpIter, RtcpPacket};
 use crate::rtp::{self, RtpHeader};
@@ -132,6 +132,8 @@ pub struct Peer {
     ice: Option<IceClient>,
     /// The server offered ([`Peer::accept_offer`]): it controls ICE.
     ice_controlled: bool,
+    /// How our checks nominate when we control ([`Peer::set_nomination`]).
+    nomination: Nomination,
     /// A fresh [`IceClient`] sends at once; it has no deadline until polled.
     ice_kick: bool,
     dtls: Option<DtlsTransport>,
@@ -293,6 +295,7 @@ impl Peer {
             known_remotes: Vec::new(),
             ice: None,
             ice_controlled: false,
+            nomination: Nomination::Aggressive,
             ice_kick: false,
             dtls: None,
             srtp_tx: None,
@@ -466,7 +469,7 @@ impl Peer {
         self.ice = Some(if self.ice_controlled {
             ice.controlled()
         } else {
-            ice
+            ice.with_nomination(self.nomination)
         });
         self.ice_kick = true;
     }
@@ -761,6 +764,13 @@ impl Peer {
         s.remb_bps = self.sender.remb_bps;
         s.sender_reports_sent = self.sender.srs_sent;
         s
+    }
+
+    /// How our ICE checks nominate from the next agent on (a new address, an ICE restart):
+    /// aggressively (the default) or, as browsers do, regularly: media may then use a new path
+    /// before the check that nominates it.
+    pub fn set_nomination(&mut self, nomination: Nomination) {
+        self.nomination = nomination;
     }
 
     /// Moves us to another local address (NAT rebinding, network change): the next datagrams

@@ -627,8 +627,11 @@ impl Node {
                     // A check on the media path: it tells which way the client is reached.
                     ingress.update_path(session);
                 }
-                if !self.by_addr.contains_key(&from) && session.ice.selected().is_none() {
-                    // A check before nomination: let the peer's DTLS reach us.
+                if !self.by_addr.contains_key(&from) {
+                    // A check before nomination: let the peer's DTLS reach us, and its media
+                    // when a new path (an ICE restart's, a NAT rebinding's) carries it before the
+                    // check that nominates it (browsers nominate regularly; SRTP stays
+                    // authenticated, and replies keep the selected path until then).
                     self.by_addr.insert(from, key);
                 }
                 match event {

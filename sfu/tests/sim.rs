@@ -222,6 +222,48 @@ fn viewer_path_switch_keeps_media_flowing() {
     assert!(tb.nodes[0].node.metrics().ice_path_switches >= 1);
 }
 
+/// A publisher that moves to a new address and, as browsers do after an ICE restart, sends media
+/// there once a check succeeded but before the check that nominates the path: the node takes
+/// that media (nothing dropped as from an unknown source), so the viewer misses nothing.
+#[test]
+fn publisher_media_on_a_checked_path_before_its_nomination_is_kept() {
+    use ferry_sfu::ice::Nomination;
+    let node = addr("10.0.0.100:5000");
+    // 50 ms each way: the nominating check comes 100 ms after the first, three frames later.
+    let mut tb = Testbed::new(12, LinkConfig::delay(Duration::from_millis(50)));
+    tb.add_node(NodeId::new("node-a").unwrap(), node).unwrap();
+    let (publisher, _) = tb
+        .publish(node, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
+        .unwrap();
+    tb.run_for(Duration::from_millis(500));
+    let (viewer, _) = tb.view(node, "cam", addr("10.0.0.2:4000")).unwrap();
+    tb.run_for(Duration::from_secs(2));
+    let before = video(&tb, viewer).packets;
+    tb.peers[publisher].set_nomination(Nomination::Regular);
+    tb.peers[publisher].set_local_addr(addr("10.0.0.9:7000"));
+    tb.run_for(Duration::from_secs(3));
+    let after = video(&tb, viewer);
+    let m = tb.nodes[0].node.metrics();
+    assert!(
+        after.packets > before + 100,
+        "{before} -> {}",
+        after.packets
+    );
+    assert!(
+        m.ice_path_switches >= 1,
+        "the nominating check switched the path"
+    );
+    assert_eq!(
+        m.dropped_unknown_source, 0,
+        "media on the checked path before its nomination was dropped"
+    );
+    assert_eq!(
+        m.retransmissions_missed, 0,
+        "the viewer asked for packets the node never had"
+    );
+    assert_eq!(after.nack_gave_up, 0, "the viewer lost packets");
+}
+
 /// A viewer that vanishes (no more ICE consent checks) is dropped after the
 /// RFC 7675 30 s; the publisher and the other viewer are untouched.
 #[test]

@@ -90,6 +90,10 @@ export class Frames {
     this.video = video;
     this.count = 0;
     this.maxGapMs = 0;
+    // Gaps over 80 ms since the last reset: { at: wall-clock ms (Date.now()'s scale) of the
+    // frame that ended it, ms }, the last 100. Tests tell a migration's gaps from the machine's
+    // by when they happened.
+    this.gaps = [];
     this.times = [];
     this.tsRegressions = 0;
     this.regressions = [];
@@ -98,7 +102,14 @@ export class Frames {
     this.last = null;
     const tick = (now, meta) => {
       this.count += 1;
-      if (this.last !== null) this.maxGapMs = Math.max(this.maxGapMs, now - this.last);
+      if (this.last !== null) {
+        const gap = now - this.last;
+        this.maxGapMs = Math.max(this.maxGapMs, gap);
+        if (gap > 80) {
+          this.gaps.push({ at: Math.round(performance.timeOrigin + now), ms: Math.round(gap) });
+          if (this.gaps.length > 100) this.gaps.shift();
+        }
+      }
       this.last = now;
       this.times.push(Date.now());
       if (this.times.length > 400) this.times.shift();
@@ -129,6 +140,7 @@ export class Frames {
 
   reset() {
     this.maxGapMs = 0;
+    this.gaps = [];
     this.last = null;
   }
 
@@ -136,6 +148,7 @@ export class Frames {
     return {
       count: this.count,
       maxGapMs: Math.round(this.maxGapMs),
+      gaps: this.gaps,
       times: this.times,
       tsRegressions: this.tsRegressions,
       regressions: this.regressions,

@@ -180,6 +180,35 @@ fn client_ignores_forged_and_unsolicited_responses() {
 }
 
 #[test]
+fn regular_nomination_checks_first_then_nominates_at_once() {
+    let t0 = Instant::now();
+    let mut cl =
+        IceClient::new(client(), server(), addr(B), 7, 8).with_nomination(Nomination::Regular);
+    let mut lite = lite();
+    let mut buf = [0u8; MAX_MESSAGE_LEN];
+    let (n, _) = cl.poll_transmit(t0, &mut buf).unwrap();
+    let first = StunMessage::parse(&buf[..n]).unwrap();
+    assert!(!first.use_candidate() && first.ice_controlling() == Some(7));
+    let mut out = [0u8; MAX_MESSAGE_LEN];
+    let (len, event) = lite
+        .handle_binding_request(t0, addr(A), &first, &mut out)
+        .unwrap();
+    assert_eq!(event, None, "a check without USE-CANDIDATE selects nothing");
+    let t1 = t0 + Duration::from_millis(20);
+    let event = cl.handle_response(t1, &StunMessage::parse(&out[..len]).unwrap());
+    assert!(matches!(event, Some(IceClientEvent::Connected { .. })));
+    // The nominating check is due at once, not after the consent interval.
+    assert_eq!(cl.poll_timeout(), Some(t1));
+    let (n, _) = cl.poll_transmit(t1, &mut buf).unwrap();
+    let second = StunMessage::parse(&buf[..n]).unwrap();
+    assert!(second.use_candidate());
+    let (_, event) = lite
+        .handle_binding_request(t1, addr(A), &second, &mut out)
+        .unwrap();
+    assert_eq!(event, Some(IceEvent::Connected(addr(A))));
+}
+
+#[test]
 fn controlled_client_claims_the_controlled_role_and_never_nominates() {
     let t0 = Instant::now();
     let mut cl = IceClient::new(client(), server(), addr(B), 0xabcd, 3).controlled();
