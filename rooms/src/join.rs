@@ -8,10 +8,13 @@ use ferry_proto::ids::NodeId;
 
 /// The request body (every field optional).
 #[derive(Clone, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JoinRequest {
-    /// The participant (stable across reconnects); one is made up when absent.
+    /// The participant (stable across reconnects, `[A-Za-z0-9._-]{1,64}`); one is made up when
+    /// absent.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub participant: Option<String>,
     /// Display name (informational here; the `join` command carries it).
     #[serde(default)]
@@ -20,12 +23,16 @@ pub struct JoinRequest {
 
 /// The answer.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JoinAnswer {
     /// The room.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub room: RoomId,
     /// The participant.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub participant: ParticipantId,
     /// The node hosting the participant's connection.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub node: NodeId,
     /// The node's HTTP base URL (its WHIP/WHEP endpoints).
     pub http: String,

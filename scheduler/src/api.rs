@@ -46,7 +46,7 @@ const MAX_BODY: usize = 256 * 1024;
         list_sessions, list_streams, list_recordings, start_recording, get_recording, stop_recording, list_transcodes,
         start_transcode, get_transcode, stop_transcode, place, create_migration, get_migration, list_migrations, routing, healthz,
         readyz, whip, whep, consume_ticket, turn_credentials, turn_relays, add_turn_relay, remove_turn_relay, start_turn_drain, cancel_turn_drain,
-        put_room_snapshot, get_room_snapshots, delete_room_snapshot, list_room_snapshots
+        put_room_snapshot, get_room_snapshots, delete_room_snapshot, list_room_snapshots, join_room
     ),
     modifiers(&BearerAuth),
 )]
@@ -809,7 +809,12 @@ async fn place(
 
 /// Where a participant's room WebSocket goes (docs/rooms.md): the participant is placed by
 /// weighted consistent hashing of `{room}/{participant}` with bounded loads; the access token
-/// needs the `join` grant for the room.
+/// (bearer or `?access_token=`) needs the `join` grant for the room. The body may be empty.
+#[utoipa::path(post, path = "/v1/rooms/{room}/join", request_body(content = Option<ferry_room::join::JoinRequest>, description = "Optional: the participant id and display name"),
+    params(("room" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "Room id"),
+           ("access_token" = Option<String>, Query, description = "Access token with the join grant, instead of the Authorization header")),
+    security(("bearer" = [])),
+    responses((status = 200, body = ferry_room::join::JoinAnswer), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 403, body = ApiError), (status = 503, body = ApiError)))]
 async fn join_room(
     State(s): State<Arc<Scheduler>>,
     Extension(tokens): Extension<Arc<GatewayTokens>>,
@@ -821,8 +826,9 @@ async fn join_room(
     let req: ferry_room::join::JoinRequest = if raw.is_empty() {
         Default::default()
     } else {
-        match serde_json::from_slice(&raw) {
-            Ok(r) => r,
+        // `null` is no request, as an empty body is.
+        match serde_json::from_slice::<Option<_>>(&raw) {
+            Ok(r) => r.unwrap_or_default(),
             Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad join request: {e}")),
         }
     };

@@ -85,8 +85,9 @@ async fn join_room(
     let req: JoinRequest = if body.is_empty() {
         JoinRequest::default()
     } else {
-        match serde_json::from_slice(&body) {
-            Ok(r) => r,
+        // `null` is no request, as an empty body is.
+        match serde_json::from_slice::<Option<_>>(&body) {
+            Ok(r) => r.unwrap_or_default(),
             Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad join request: {e}")),
         }
     };
