@@ -348,9 +348,26 @@ mod tests {
         let a = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
         let b = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
         let to = b.local_addr().expect("b");
+        let mut batch = RecvBatch::default();
+        // The kernel turns receive stamps on a moment after the first socket of the machine
+        // asks (a deferred static key); until then a datagram is stamped when it is read. Wait
+        // until a datagram that sat 5 ms says so (a node's sockets live far longer than that).
+        let mut on = false;
+        for _ in 0..200 {
+            assert_eq!(send_batch(&a, &[(b"w", to)]).await, 0);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            b.readable().await.expect("readable");
+            if let Ok(k) = try_recv_batch(&b, &mut batch) {
+                let now = std::time::SystemTime::now();
+                if (0..k).any(|i| batch.waited(i, now) >= std::time::Duration::from_millis(4)) {
+                    on = true;
+                    break;
+                }
+            }
+        }
+        assert!(on, "the kernel never stamped a received datagram");
         assert_eq!(send_batch(&a, &[(b"x", to), (b"y", to)]).await, 0);
         std::thread::sleep(std::time::Duration::from_millis(30));
-        let mut batch = RecvBatch::default();
         let mut waited = Vec::new();
         while waited.len() < 2 {
             b.readable().await.expect("readable");
