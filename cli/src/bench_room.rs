@@ -307,7 +307,7 @@ impl Client {
             ""
         };
         let ws = format!(
-            "{}&access_token={}{lazy}",
+            "{}&access_token={}&format=json{lazy}",
             answer["ws"].as_str().context("ws")?,
             self.token
         );
@@ -399,7 +399,7 @@ async fn joined(gateway: &str, token: &str, room: &str, id: &str) -> Result<Ws> 
     let (token2, body) = (token.to_owned(), json!({"participant": id}));
     let answer = tokio::task::spawn_blocking(move || post_json(&url, &token2, &body)).await??;
     let ws = format!(
-        "{}&access_token={token}",
+        "{}&access_token={token}&format=json",
         answer["ws"].as_str().context("ws")?
     );
     let (mut socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await?;

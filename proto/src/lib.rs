@@ -8,6 +8,8 @@ pub mod api;
 #[cfg(feature = "jwt")]
 pub mod auth;
 pub mod ids;
+#[cfg(feature = "room")]
+pub mod room;
 pub mod state;
 #[cfg(feature = "otel")]
 pub mod trace;

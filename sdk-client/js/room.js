@@ -437,6 +437,9 @@ export class Room {
     const answer = await this.#post(url, deadline);
     const ws = new URL(answer.ws, url);
     if (this.#settings.token) ws.searchParams.set('access_token', this.#settings.token);
+    // JSON text frames: native in every browser, no protobuf runtime to ship (the node's default
+    // is protobuf binary frames, which the Rust SDK speaks).
+    ws.searchParams.set('format', 'json');
     const conn = new Connection(this.#WebSocket, ws.href, answer, {
       frame: (c, f) => this.#frame(c, f),
       closed: (c, reason) => this.#closed(c, reason),

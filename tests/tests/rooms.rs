@@ -28,6 +28,8 @@ struct Peer {
     reader: tokio::task::JoinHandle<()>,
     /// The connection's local TCP port (the partition test lets it through).
     port: u16,
+    /// Protobuf binary frames (else JSON text frames).
+    binary: bool,
 }
 
 impl Drop for Peer {
@@ -42,10 +44,13 @@ impl Peer {
         Self::connect_with(answer, token, "").await
     }
 
-    /// [`Peer::connect`] with `extra` appended to the WebSocket's query (`&events=…`).
+    /// [`Peer::connect`] with `extra` appended to the WebSocket's query (`&events=…`). JSON
+    /// text frames, unless `extra` asks for `format=protobuf`: then binary frames both ways.
     async fn connect_with(answer: &Value, token: &str, extra: &str) -> Result<Peer> {
+        let binary = extra.contains("format=protobuf");
+        let json = if binary { "" } else { "&format=json" };
         let url = format!(
-            "{}&access_token={token}{extra}",
+            "{}&access_token={token}{json}{extra}",
             answer["ws"].as_str().context("ws")?
         );
         let (ws, _) = connect_async(url.as_str())
@@ -60,9 +65,16 @@ impl Peer {
         let log = frames.clone();
         let reader = tokio::spawn(async move {
             while let Some(Ok(m)) = stream.next().await {
-                if let Message::Text(t) = m
-                    && let Ok(v) = serde_json::from_str::<Value>(t.as_str())
-                {
+                let v = match (&m, binary) {
+                    (Message::Text(t), false) => serde_json::from_str::<Value>(t.as_str()).ok(),
+                    (Message::Binary(b), true) => ferry_proto::room::decode_server(b).ok(),
+                    // A frame in the encoding not asked for: recorded as such (tests fail).
+                    (Message::Text(_) | Message::Binary(_), _) => {
+                        Some(json!({"type": "wrong_encoding"}))
+                    }
+                    _ => None,
+                };
+                if let Some(v) = v {
                     log.lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .push((Instant::now(), v));
@@ -79,6 +91,7 @@ impl Peer {
             sink,
             reader,
             port,
+            binary,
         };
         peer.wait(Duration::from_secs(5), |f| f["type"] == "welcome")
             .await
@@ -138,9 +151,12 @@ impl Peer {
         let key = frame["key"].clone();
         let seen = self.all().len();
         let sent = Instant::now();
-        self.sink
-            .send(Message::Text(frame.to_string().into()))
-            .await?;
+        let message = if self.binary {
+            Message::Binary(ferry_proto::room::encode_client(&frame)?.into())
+        } else {
+            Message::Text(frame.to_string().into())
+        };
+        self.sink.send(message).await?;
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let all = self.all();
@@ -230,6 +246,8 @@ async fn refusal(url: &str) -> Result<(Value, Option<u16>)> {
     {
         match m? {
             Message::Text(t) => error = serde_json::from_str(t.as_str())?,
+            // The default format: protobuf binary frames.
+            Message::Binary(b) => error = ferry_proto::room::decode_server(&b)?,
             Message::Close(c) => return Ok((error, c.map(|c| u16::from(c.code)))),
             _ => {}
         }
@@ -271,9 +289,11 @@ async fn participants_on_both_nodes_share_one_room() -> Result<()> {
         answers.len() == 3,
         "placement never used both nodes: {answers:?}"
     );
+    // The third speaks protobuf (the node's default encoding), the others JSON.
     let mut peers = Vec::new();
-    for a in &answers {
-        peers.push(Peer::connect(a, &dev.token).await?);
+    for (i, a) in answers.iter().enumerate() {
+        let format = if i == 2 { "&format=protobuf" } else { "" };
+        peers.push(Peer::connect_with(a, &dev.token, format).await?);
     }
     eprintln!(
         "participants: {:?}",
@@ -373,6 +393,27 @@ async fn participants_on_both_nodes_share_one_room() -> Result<()> {
             f["type"] == "error" && f["code"] == "bad_request" && f["key"].is_null()
         })
         .await?;
+    // A binary frame that is not one, on the protobuf connection: its error comes in protobuf.
+    peers[2]
+        .sink
+        .send(Message::Binary(vec![0x0a, 0xff, 0x01].into()))
+        .await?;
+    peers[2]
+        .wait(Duration::from_secs(2), |f| {
+            f["type"] == "error"
+                && f["code"] == "bad_request"
+                && f["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("not a frame"))
+        })
+        .await?;
+    for p in &peers {
+        ensure!(
+            !p.all().iter().any(|f| f["type"] == "wrong_encoding"),
+            "{}: a frame in the encoding it did not ask for",
+            p.id
+        );
+    }
     // A participant that did not join may not chat.
     let late = join_answer(&dev, room, "late")?;
     let mut late = Peer::connect(&late, &dev.token).await?;

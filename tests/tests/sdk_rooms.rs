@@ -195,14 +195,23 @@ async fn rust_sdk_participants_on_both_nodes_share_a_room_and_move() -> Result<(
         .count();
     ensure!(seen == 1 && held == 1, "alice saw {seen}, holds {held}");
 
-    // A refused command carries the node's code; the room goes on.
+    // A refused command carries the node's code (the frame went as protobuf); the room goes on.
+    // A value no frame can carry is refused by the SDK itself.
     match alice
         .room
-        .send(json!({"type": "set", "register": "volume", "value": 3}))
+        .send(json!({"type": "set", "register": "volume", "value": true}))
         .await
     {
         Err(SdkError::Refused { code, .. }) if code == "bad_request" => {}
         other => bail!("a bad register: {other:?}"),
+    }
+    match alice
+        .room
+        .send(json!({"type": "set", "register": "audio_muted", "value": 3}))
+        .await
+    {
+        Err(SdkError::Invalid(_)) => {}
+        other => bail!("a value no frame carries: {other:?}"),
     }
 
     // Bob moves to alice's node: events keep flowing both ways.

@@ -126,16 +126,7 @@ impl From<CommandError> for FrameError {
     }
 }
 
-/// Event types a subscription may name.
-pub const EVENT_TYPES: [&str; 7] = [
-    "joined",
-    "left",
-    "register",
-    "published",
-    "unpublished",
-    "chat",
-    "reactions",
-];
+pub use ferry_proto::room::EVENT_TYPES;
 
 /// What one connection wants to hear (lazy subscription).
 #[derive(Clone, PartialEq, Eq, Debug, Default)]

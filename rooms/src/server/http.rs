@@ -16,8 +16,8 @@ use serde::Deserialize;
 use serde_json::json;
 use tower_http::cors::{Any, CorsLayer};
 
-use super::RoomServer;
 use super::replication::Batch;
+use super::{Format, OutFrame, RoomServer};
 use crate::codec;
 use crate::ids::{ParticipantId, RoomId};
 use crate::join::{self, JoinAnswer, JoinRequest};
@@ -118,6 +118,8 @@ struct WsQuery {
     events: Option<String>,
     /// The initial subscription's participants, comma-separated.
     participants: Option<String>,
+    /// `protobuf` (binary frames, the default) or `json` (text frames).
+    format: Option<String>,
 }
 
 fn list(s: Option<String>) -> Option<Vec<String>> {
@@ -152,16 +154,20 @@ async fn websocket(
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.message),
     };
+    let format = match Format::parse(q.format.as_deref()) {
+        Ok(f) => f,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
     let upgrade = upgrade.max_message_size(MAX_FRAME);
     // A browser cannot read the status of a refused upgrade: a bad token gets the WebSocket,
     // an error frame and close code 4401 / 4403 (4000 + the HTTP status) with the reason.
     if let Some((status, why)) = refused(&s, &room, query.as_deref(), &headers) {
-        return upgrade.on_upgrade(move |socket| refuse(socket, status, why));
+        return upgrade.on_upgrade(move |socket| refuse(socket, format, status, why));
     }
-    upgrade.on_upgrade(move |socket| serve(s, room, participant, subscription, socket))
+    upgrade.on_upgrade(move |socket| serve(s, room, participant, subscription, format, socket))
 }
 
-async fn refuse(mut socket: WebSocket, status: StatusCode, why: String) {
+async fn refuse(mut socket: WebSocket, format: Format, status: StatusCode, why: String) {
     let code = if status == StatusCode::FORBIDDEN {
         "forbidden"
     } else {
@@ -171,9 +177,8 @@ async fn refuse(mut socket: WebSocket, status: StatusCode, why: String) {
         code,
         message: why.clone(),
     };
-    let _ = socket
-        .send(WsMessage::Text(super::error_frame(None, &e).into()))
-        .await;
+    let frame = OutFrame::new(super::error_frame(None, &e));
+    let _ = socket.send(frame.message(format)).await;
     let _ = socket
         .send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
             code: 4000 + status.as_u16(),
@@ -191,6 +196,7 @@ async fn serve(
     room: RoomId,
     participant: ParticipantId,
     subscription: super::Subscription,
+    format: Format,
     socket: WebSocket,
 ) {
     let deadline = tokio::time::Instant::now() + CATCH_UP;
@@ -200,37 +206,36 @@ async fn serve(
     let (id, mut rx, welcome) = s.connect(&room, &participant, subscription);
     let (mut sink, mut stream) = socket.split();
     let mut left = false;
-    if sink.send(WsMessage::Text(welcome.into())).await.is_ok() {
+    let send = |text: String| OutFrame::new(text).message(format);
+    if sink.send(send(welcome)).await.is_ok() {
         loop {
             tokio::select! {
                 frame = rx.recv() => match frame {
                     Some(f) => {
-                        if sink.send(WsMessage::Text(f.as_ref().into())).await.is_err() {
+                        if sink.send(f.message(format)).await.is_err() {
                             break;
                         }
                     }
                     // Dropped as too slow.
                     None => break,
                 },
-                msg = stream.next() => match msg {
-                    Some(Ok(WsMessage::Text(t))) => {
-                        let (reply, leave) = s.frame(&room, id, t.as_str());
-                        left |= leave;
-                        if !reply.is_empty()
-                            && sink.send(WsMessage::Text(reply.into())).await.is_err()
-                        {
-                            break;
-                        }
+                // Text frames are JSON, binary frames protobuf, whatever the connection's
+                // format (which only says how the node answers).
+                msg = stream.next() => {
+                    let reply = match msg {
+                        Some(Ok(WsMessage::Text(t))) => s.frame(&room, id, t.as_str()),
+                        Some(Ok(WsMessage::Binary(b))) => match ferry_proto::room::decode_client(&b) {
+                            Ok(v) => s.frame(&room, id, &v.to_string()),
+                            Err(e) => s.not_a_frame(e),
+                        },
+                        Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
+                        Some(Ok(_)) => continue,
+                    };
+                    left |= reply.1;
+                    if !reply.0.is_empty() && sink.send(send(reply.0)).await.is_err() {
+                        break;
                     }
-                    Some(Ok(WsMessage::Binary(_))) => {
-                        let e = super::FrameError::bad("binary frames are not supported: send JSON text frames");
-                        if sink.send(WsMessage::Text(super::error_frame(None, &e).into())).await.is_err() {
-                            break;
-                        }
-                    }
-                    Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
-                    Some(Ok(_)) => {}
-                },
+                }
             }
         }
     }

@@ -5,11 +5,13 @@
 
 mod frames;
 mod http;
+mod outgoing;
 mod replication;
 mod snapshots;
 
 pub use frames::{ClientFrame, FrameError, Subscription, diff, state_for, state_json};
 pub use http::routes;
+pub use outgoing::{Format, OutFrame};
 pub use snapshots::SnapshotTarget;
 
 use std::collections::{BTreeSet, HashMap};
@@ -30,7 +32,7 @@ use ferry_proto::auth::Verifier;
 use ferry_proto::ids::NodeId;
 
 /// An `events` frame and how many events it carries.
-type Frame = (Arc<str>, u64);
+type Frame = (Arc<OutFrame>, u64);
 
 /// Frames a slow connection may have queued before it is closed.
 const CLIENT_QUEUE: usize = 4096;
@@ -104,7 +106,7 @@ impl RoomServerConfig {
 /// One connected client.
 struct Client {
     participant: ParticipantId,
-    tx: mpsc::Sender<Arc<str>>,
+    tx: mpsc::Sender<Arc<OutFrame>>,
     subscription: Subscription,
 }
 
@@ -436,7 +438,7 @@ impl RoomServer {
         room: &RoomId,
         participant: &ParticipantId,
         subscription: Subscription,
-    ) -> (u64, mpsc::Receiver<Arc<str>>, String) {
+    ) -> (u64, mpsc::Receiver<Arc<OutFrame>>, String) {
         let id = self.next_client.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(CLIENT_QUEUE);
         let state = self.with_room(room, true, |r| {
@@ -493,16 +495,12 @@ impl RoomServer {
 
     /// One text frame from client `id`: the reply frame (receipt, error, subscribed).
     fn frame(&self, room: &RoomId, id: u64, text: &str) -> (String, bool) {
-        self.counters.frames.fetch_add(1, Ordering::Relaxed);
         let parsed: Result<ClientFrame, _> = serde_json::from_str(text);
         let frame = match parsed {
             Ok(f) => f,
-            Err(e) => {
-                self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                let err = FrameError::bad(format!("not a frame: {e}"));
-                return (error_frame(None, &err), false);
-            }
+            Err(e) => return self.not_a_frame(e),
         };
+        self.counters.frames.fetch_add(1, Ordering::Relaxed);
         let key = frame_key(&frame);
         self.with_room(room, false, |r| self.frame_in(r, id, frame, key.clone()))
             .unwrap_or_else(|| {
@@ -511,6 +509,15 @@ impl RoomServer {
                     false,
                 )
             })
+    }
+
+    /// A client frame that is not one (bad JSON, a binary frame that does not decode): the
+    /// `error` reply.
+    fn not_a_frame(&self, why: impl std::fmt::Display) -> (String, bool) {
+        self.counters.frames.fetch_add(1, Ordering::Relaxed);
+        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+        let err = FrameError::bad(format!("not a frame: {why}"));
+        (error_frame(None, &err), false)
     }
 
     fn frame_in(
@@ -876,7 +883,7 @@ impl RoomServer {
                         events.iter().filter(|e| c.subscription.wants(e)).collect();
                     let f = (!mine.is_empty()).then(|| {
                         let text = json!({"type": "events", "events": mine}).to_string();
-                        (Arc::from(text), mine.len() as u64)
+                        (Arc::new(OutFrame::new(text)), mine.len() as u64)
                     });
                     frames.push((&c.subscription, f.clone()));
                     f
@@ -1139,7 +1146,7 @@ fn error_frame(key: Option<&str>, e: &FrameError) -> String {
 mod tests {
     use super::*;
 
-    async fn next_event(rx: &mut mpsc::Receiver<Arc<str>>, what: &str) -> Json {
+    async fn next_event(rx: &mut mpsc::Receiver<Arc<OutFrame>>, what: &str) -> Json {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         loop {
             let f = tokio::time::timeout_at(deadline, rx.recv())
@@ -1147,8 +1154,8 @@ mod tests {
                 .ok()
                 .flatten();
             let f = f.unwrap_or_else(|| panic!("no events frame with {what}"));
-            if f.contains(what) {
-                return serde_json::from_str(&f).unwrap_or_default();
+            if f.text().contains(what) {
+                return serde_json::from_str(f.text()).unwrap_or_default();
             }
         }
     }

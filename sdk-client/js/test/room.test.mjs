@@ -173,6 +173,7 @@ test('join: POST to the gateway, the socket it names with the token, welcome, jo
   assert.equal(`${url.origin}${url.pathname}`, 'ws://a:8081/v1/rooms/standup/ws');
   assert.equal(url.searchParams.get('participant'), 'alice');
   assert.equal(url.searchParams.get('access_token'), 'secret');
+  assert.equal(url.searchParams.get('format'), 'json');
   assert.deepEqual(ws.sent, [], 'nothing before the welcome');
 
   ws.receive(

@@ -273,7 +273,14 @@ impl Driver {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
-        match tokio::time::timeout(WRITE_TIMEOUT, c.sink.send(Message::Text(text.into()))).await {
+        let frame = match frames::binary(&text) {
+            Ok(b) => Message::Binary(b.into()),
+            Err(e) => {
+                tracing::error!(error = %e, "room frame without a binary form not sent");
+                return;
+            }
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, c.sink.send(frame)).await {
             Ok(Ok(())) => {}
             // The reader sees the socket go; what was not answered goes again after reconnecting.
             Ok(Err(e)) => tracing::debug!(error = %e, "room frame not sent"),

@@ -1,6 +1,7 @@
-//! The room WebSocket's JSON frames as a client sees them (docs/rooms.md, "Signalling"): the
+//! The room WebSocket's frames as a client sees them (docs/rooms.md, "Signalling"): the
 //! commands it sends, the frames the node sends parsed into types, the socket's URL and the
-//! idempotency keys. Pure: no IO.
+//! idempotency keys. Pure: no IO. Frames are built and read in their JSON form and go over the
+//! socket as protobuf binary frames (`ferry_proto::room`, the node's default encoding).
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -8,16 +9,7 @@ use serde_json::{Value, json};
 use super::{ChatMessage, MediaKind, Participant, Receipt, RegisterValue, RoomEvent};
 use crate::client::SdkError;
 
-/// Event types a subscription may name.
-pub(crate) const EVENT_TYPES: [&str; 7] = [
-    "joined",
-    "left",
-    "register",
-    "published",
-    "unpublished",
-    "chat",
-    "reactions",
-];
+pub(crate) use ferry_proto::room::EVENT_TYPES;
 
 /// `join`: enter the room (again after a reconnect: refreshes name and metadata).
 pub(crate) fn join(name: &str, metadata: &str) -> Value {
@@ -100,7 +92,21 @@ pub(crate) fn keyed(
     out.insert("type".into(), Value::String(kind));
     out.insert("key".into(), Value::String(key.clone()));
     out.extend(fields);
-    Ok((key, Value::Object(out).to_string()))
+    let frame = Value::Object(out);
+    // Refused here, not when it would go: a frame without a binary form could not be sent.
+    ferry_proto::room::encode_client(&frame).map_err(|e| SdkError::Invalid(e.to_string()))?;
+    Ok((key, frame.to_string()))
+}
+
+/// The binary frame of a command's text (from `keyed`, so it has one).
+pub(crate) fn binary(text: &str) -> Result<Vec<u8>, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    ferry_proto::room::encode_client(&v).map_err(|e| e.to_string())
+}
+
+/// Parses a binary frame (protobuf); `None` for what is not a frame.
+pub(crate) fn parse_binary(bytes: &[u8]) -> Option<ServerFrame> {
+    parse_value(ferry_proto::room::decode_server(bytes).ok()?)
 }
 
 /// Idempotency keys: a random seed and a counter (`[0-9a-f]{16}-N`, well within 64 characters).
@@ -162,7 +168,10 @@ pub(crate) enum ServerFrame {
 /// Parses a text frame; `None` for what is not a frame (or a welcome/receipt without its
 /// fields). Unknown events inside an `events` frame are skipped.
 pub(crate) fn parse(text: &str) -> Option<ServerFrame> {
-    let v: Value = serde_json::from_str(text).ok()?;
+    parse_value(serde_json::from_str(text).ok()?)
+}
+
+fn parse_value(v: Value) -> Option<ServerFrame> {
     let kind = v.get("type")?.as_str()?;
     Some(match kind {
         "welcome" => ServerFrame::Welcome(Box::new(serde_json::from_value(v).ok()?)),

@@ -418,6 +418,8 @@ impl Room {
     /// is kept) and returns the node's receipt, or [`SdkError::Refused`] with its code. A command
     /// the socket dropped before it was answered goes again with its same key after the
     /// reconnect (a command the node had applied comes back `duplicate: true`).
+    /// [`SdkError::Invalid`], before anything is sent, for what is not a command or has no
+    /// protobuf form (an unknown field, a register value that is not a flag, text or null).
     pub async fn send(&self, frame: Value) -> Result<Receipt, SdkError> {
         let (reply, answer) = oneshot::channel();
         self.tx

@@ -75,6 +75,14 @@ pub(crate) async fn read(
     let (mut code, mut reason) = (None, "the node closed the room connection".to_owned());
     while let Some(m) = stream.next().await {
         match m {
+            Ok(Message::Binary(b)) => {
+                if let Some(f) = frames::parse_binary(&b)
+                    && inbox.send((id, Incoming::Frame(f))).is_err()
+                {
+                    return;
+                }
+            }
+            // A node of an older version (or asked for JSON) sends text frames.
             Ok(Message::Text(t)) => {
                 if let Some(f) = frames::parse(t.as_str())
                     && inbox.send((id, Incoming::Frame(f))).is_err()
@@ -133,8 +141,13 @@ pub(crate) async fn dial(req: DialRequest, deadline: Instant) -> Result<Dialed, 
         let m = tokio::time::timeout_at(deadline, ws.next())
             .await
             .map_err(|_| SdkError::Timeout(JOIN_TIMEOUT))?;
+        let frame = match &m {
+            Some(Ok(Message::Binary(b))) => frames::parse_binary(b),
+            Some(Ok(Message::Text(t))) => frames::parse(t.as_str()),
+            _ => None,
+        };
         match m {
-            Some(Ok(Message::Text(t))) => match frames::parse(t.as_str()) {
+            Some(Ok(Message::Binary(_) | Message::Text(_))) => match frame {
                 Some(ServerFrame::Welcome(welcome)) => {
                     return Ok(Dialed {
                         ws,
