@@ -17,12 +17,14 @@
 //   transcodes (its transcode rows: { id, rungs, state, node, encoder, rtf }),
 //   clicked (what the last `move-viewer-*` command clicked: { session, mode, target, label }),
 //   log (the page's last 30 log lines),
-//   plot (after a `snapshot` command: { t, png }, the plot as a PNG data URL; null before).
+//   plot (after a `snapshot` command: { t, png }, the plot as a PNG data URL; null before),
+//   room (the room panel: { status, participants: [{ id, name, mic, hand, me }], chat: [text] }).
 // Commands: `move-viewer-edge`, `move-viewer-ice-restart`, `move-viewer-reconnect` (in the
 // cluster panel's row of the viewer's session: pick the mode, click the first "move to" button;
 // an error when there is no such row or button), `record` (click "record stream"), `transcode`
 // (click "transcode 360p"), `snapshot`
-// (take the plot's PNG).
+// (take the plot's PNG), `room-join` (the room panel's Join, room `demo-room`, name `Page`),
+// `room-mute`, `room-hand` (its buttons), `room-chat` (sends "hello from the page").
 import { params, startReporting } from './report.js';
 
 const CONTROLS = ['server', 'stream', 'codec', 'publish', 'publish-stop', 'play', 'play-stop', 'local', 'remote'];
@@ -49,6 +51,13 @@ const moveViewer = (mode) => async () => {
   const button = row.querySelector('button[data-target]:not(:disabled)');
   if (!button) throw new Error(`the row of ${viewer.id} has no enabled "move to" button`);
   clicked = { session: viewer.id, mode, target: button.dataset.target, label: button.textContent.trim() };
+  button.click();
+};
+
+/** Clicks the enabled button `id` (an error when it is missing or disabled). */
+const click = (id) => {
+  const button = document.getElementById(id);
+  if (!button || button.disabled) throw new Error(`no enabled #${id}`);
   button.click();
 };
 
@@ -108,6 +117,17 @@ addEventListener('load', () => {
         clicked,
         log: demo?.log.slice(-30) ?? [],
         plot,
+        room: {
+          status: text('#room-status'),
+          participants: [...document.querySelectorAll('#participants tr[data-participant]')].map((row) => ({
+            id: row.dataset.participant,
+            name: row.cells[1].textContent.trim(),
+            mic: row.cells[2].textContent.trim(),
+            hand: row.cells[3].textContent.trim(),
+            me: row.classList.contains('me'),
+          })),
+          chat: [...document.querySelectorAll('#chat li')].map((li) => li.textContent.trim()),
+        },
       };
     },
     {
@@ -123,6 +143,17 @@ addEventListener('load', () => {
         const button = document.getElementById('transcode');
         if (!button) throw new Error('the cluster panel has no "transcode 360p" button');
         button.click();
+      },
+      'room-join': async () => {
+        document.getElementById('room').value = 'demo-room';
+        document.getElementById('room-name').value = 'Page';
+        click('room-join');
+      },
+      'room-mute': async () => click('room-mute'),
+      'room-hand': async () => click('room-hand'),
+      'room-chat': async () => {
+        document.getElementById('chat-text').value = 'hello from the page';
+        document.getElementById('chat-form').requestSubmit();
       },
       snapshot: async () => {
         if (typeof window.ferryDemo?.plotPng !== 'function') throw new Error('the page has no ferryDemo.plotPng');

@@ -9,6 +9,9 @@
 //! a PNG (`target/demo-plot.png`). Once with the edge (`edge` mode: nothing
 //! for the client to do), once with `--no-edge` (`ice-restart` mode: the SDK
 //! restarts ICE towards the target, `target/demo-plot-ice-restart.png`).
+//! With the edge, the room panel too: the page joins a room, a participant of the test's own
+//! (a raw WebSocket, placed by the scheduler) joins, mutes and chats, the page shows it and its
+//! own mute, hand and chat reach the test.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -337,6 +340,9 @@ async fn run(edge: bool, png_name: &str, etcd: Option<&Etcd>) -> Result<()> {
          (first frame {} ms; the node measured {} ms)",
         marker["firstFrameMs"], m["blackout_ms"]
     );
+    if edge {
+        room_panel(&collector, &gateway, &dev.token).await?;
+    }
     if let Some(e) = etcd {
         // The state the leader wrote holds both sessions and the committed move.
         let state = e
@@ -449,4 +455,170 @@ fn base64_decodes_what_the_browser_encodes() {
     assert_eq!(base64_decode("TWFu").unwrap(), b"Man");
     assert_eq!(base64_decode("TWE=").unwrap(), b"Ma");
     assert!(base64_decode("TW!=").is_err());
+}
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next JSON frame of `ws` that `pred` accepts, within `timeout`.
+async fn frame_where(
+    ws: &mut Ws,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Result<Value> {
+    use futures_util::StreamExt;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let m = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .context("no such room frame in time")?
+            .context("the room socket closed")??;
+        if let tokio_tungstenite::tungstenite::Message::Text(t) = m {
+            let v: Value = serde_json::from_str(t.as_str())?;
+            if pred(&v) {
+                return Ok(v);
+            }
+        }
+    }
+}
+
+/// Any event of an `events` frame that `pred` accepts.
+fn has_event(f: &Value, pred: impl Fn(&Value) -> bool) -> bool {
+    f["type"] == "events" && f["events"].as_array().is_some_and(|e| e.iter().any(&pred))
+}
+
+/// The room panel: the page joins `demo-room`; the test's participant (placed by the scheduler,
+/// JSON frames) joins, mutes and chats; the page lists it as muted and shows its chat; the
+/// page's Mute, Raise hand and chat reach the test's participant.
+async fn room_panel(collector: &Collector, gateway: &str, token: &str) -> Result<()> {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let page_rows = |d: &Value| {
+        d["room"]["participants"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    collector.command("demo", "room-join");
+    let reports = collector
+        .wait_until(Duration::from_secs(10), |r| {
+            r.get("demo").is_some_and(|d| {
+                has_errors(d)
+                    || page_rows(d)
+                        .iter()
+                        .any(|p| p["me"] == true && p["name"] == "Page")
+            })
+        })
+        .await?;
+    let d = &reports["demo"];
+    ensure!(!has_errors(d), "page errors: {}", d["errors"]);
+    let page = page_rows(d)
+        .iter()
+        .find(|p| p["me"] == true)
+        .and_then(|p| p["id"].as_str().map(str::to_owned))
+        .context("the page's own row")?;
+    eprintln!("room panel: {}", d["room"]["status"]);
+
+    let body = serde_json::json!({"participant": "tester", "name": "Tester"}).to_string();
+    let bearer = format!("Bearer {token}");
+    let r = http(
+        &format!("{gateway}/v1/rooms/demo-room/join"),
+        "POST",
+        &[
+            ("Content-Type", "application/json"),
+            ("Authorization", &bearer),
+        ],
+        body.as_bytes(),
+    )?;
+    ensure!(
+        r.status == 200,
+        "join through the gateway: {} {}",
+        r.status,
+        r.body
+    );
+    let answer: Value = serde_json::from_str(&r.body)?;
+    let url = format!(
+        "{}&access_token={token}&format=json",
+        answer["ws"].as_str().context("ws")?
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await?;
+    frame_where(&mut ws, Duration::from_secs(5), |f| f["type"] == "welcome").await?;
+    let started = Instant::now();
+    for frame in [
+        serde_json::json!({"type": "join", "key": "t-1", "name": "Tester"}),
+        serde_json::json!({"type": "set", "key": "t-2", "register": "audio_muted", "value": true}),
+        serde_json::json!({"type": "chat", "key": "t-3", "text": "hello from the test"}),
+    ] {
+        let key = frame["key"].clone();
+        ws.send(Message::Text(frame.to_string().into())).await?;
+        let r = frame_where(&mut ws, Duration::from_secs(5), |f| f["key"] == key).await?;
+        ensure!(r["type"] == "receipt", "{frame}: {r}");
+    }
+    let reports = collector
+        .wait_until(Duration::from_secs(10), |r| {
+            r.get("demo").is_some_and(|d| {
+                has_errors(d)
+                    || (page_rows(d).iter().any(|p| {
+                        p["id"] == "tester" && p["name"] == "Tester" && p["mic"] == "muted"
+                    }) && d["room"]["chat"].as_array().is_some_and(|c| {
+                        c.iter().any(|m| {
+                            m.as_str()
+                                .is_some_and(|m| m.ends_with("hello from the test"))
+                        })
+                    }))
+            })
+        })
+        .await?;
+    let d = &reports["demo"];
+    ensure!(!has_errors(d), "page errors: {}", d["errors"]);
+    eprintln!(
+        "room panel shows the tester muted and its chat {:?} after its join; {}",
+        started.elapsed(),
+        d["room"]["status"]
+    );
+
+    let started = Instant::now();
+    for (command, what) in [("room-mute", "audio_muted"), ("room-hand", "hand_raised")] {
+        collector.command("demo", command);
+        frame_where(&mut ws, Duration::from_secs(5), |f| {
+            has_event(f, |e| {
+                e["type"] == "register"
+                    && e["participant"] == page.as_str()
+                    && e["register"] == what
+                    && e["value"] == true
+            })
+        })
+        .await
+        .with_context(|| format!("the page's {command}"))?;
+    }
+    collector.command("demo", "room-chat");
+    frame_where(&mut ws, Duration::from_secs(5), |f| {
+        has_event(f, |e| {
+            e["type"] == "chat"
+                && e["participant"] == page.as_str()
+                && e["text"] == "hello from the page"
+        })
+    })
+    .await
+    .context("the page's chat")?;
+    eprintln!(
+        "the page's mute, hand and chat reached the tester within {:?}",
+        started.elapsed()
+    );
+    let reports = collector
+        .wait_until(Duration::from_secs(5), |r| {
+            r.get("demo").is_some_and(|d| {
+                has_errors(d)
+                    || page_rows(d)
+                        .iter()
+                        .any(|p| p["me"] == true && p["mic"] == "muted" && p["hand"] == "raised")
+            })
+        })
+        .await?;
+    ensure!(
+        !has_errors(&reports["demo"]),
+        "page errors: {}",
+        reports["demo"]["errors"]
+    );
+    Ok(())
 }
