@@ -967,6 +967,23 @@ fn snapshots_listed(dev: &Dev) -> Result<Vec<Value>> {
     Ok(serde_json::from_str(&r.body)?)
 }
 
+/// SIGKILLs and restarts `dev`; carol connects to `room` on node-`node`: when the restart was
+/// over, her connection and its welcome.
+async fn restart_and_join(dev: &mut Dev, room: &str, node: &str) -> Result<(Instant, Peer, Value)> {
+    dev.restart()?;
+    ferry_tests::cluster::wait_registered(&dev.gateway, 2).await?;
+    let t0 = Instant::now();
+    let url = if node == "a" {
+        &dev.node_a
+    } else {
+        &dev.node_b
+    };
+    let carol = Peer::connect(&join_at(url, &dev.token, room, "carol")?, &dev.token).await?;
+    let welcome = carol.all()[0].clone();
+    eprintln!("welcome after the restart in {:?}: {welcome}", t0.elapsed());
+    Ok((t0, carol, welcome))
+}
+
 /// A restart of the whole cluster (scheduler and both nodes SIGKILLed at once, started again
 /// on the same state directory) keeps a room: every node stores its replica's state with the
 /// scheduler (`--room-snapshot-ms`), a node opening the room merges them; a participant who
@@ -1048,17 +1065,8 @@ async fn a_full_cluster_restart_keeps_the_rooms() -> Result<()> {
     ensure!(r.status == 401, "{} {}", r.status, r.body);
 
     drop((alice, bob));
-    dev.restart()?;
-    ferry_tests::cluster::wait_registered(&dev.gateway, 2).await?;
-    let t0 = Instant::now();
     // Carol joins on node-a: her welcome holds the room as it was.
-    let carol = Peer::connect(
-        &join_at(&dev.node_a, &dev.token, room, "carol")?,
-        &dev.token,
-    )
-    .await?;
-    let welcome = carol.all()[0].clone();
-    eprintln!("welcome after the restart in {:?}: {welcome}", t0.elapsed());
+    let (t0, carol, welcome) = restart_and_join(&mut dev, room, "a").await?;
     let state = &welcome["state"];
     ensure!(
         state["participants"]["alice"]["audio_muted"] == true
@@ -1112,5 +1120,85 @@ async fn a_full_cluster_restart_keeps_the_rooms() -> Result<()> {
     ] {
         ensure!(metrics.contains(m), "no {m:?} in the metrics");
     }
+    Ok(())
+}
+
+/// The same on etcd (`ferry dev --store etcd`): the nodes' snapshots are keys
+/// `{prefix}/rooms/{room}/{node}` in a real etcd, nothing is written beside the state directory,
+/// and after the whole cluster is SIGKILLed and started again a node restores the room from them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_snapshots_on_etcd_survive_a_full_cluster_restart() -> Result<()> {
+    let etcd = ferry_tests::etcd::Etcd::start("rooms")?;
+    let mut dev = start_dev_registered(
+        &[
+            "--room-snapshot-ms",
+            "200",
+            "--store",
+            "etcd",
+            "--etcd-endpoints",
+            &etcd.url,
+        ],
+        &[],
+    )
+    .await?;
+    let room = "on-etcd";
+    let mut alice = Peer::connect(
+        &join_at(&dev.node_a, &dev.token, room, "alice")?,
+        &dev.token,
+    )
+    .await?;
+    for f in [
+        json!({"type": "join", "key": "e-join", "name": "Alice"}),
+        json!({"type": "set", "key": "e-hand", "register": "hand_raised", "value": true}),
+        json!({"type": "chat", "key": "e-chat", "text": "kept in etcd"}),
+    ] {
+        let (_, r) = alice.send(f).await?;
+        ensure!(r["type"] == "receipt", "{r}");
+    }
+    let before = room_on(&dev.node_a, room)?;
+    let last_op = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as u64;
+    let key = format!("/ferry-dev/default/rooms/{room}/node-a");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let stored = loop {
+        let fresh = snapshots_listed(&dev)?.into_iter().find(|s| {
+            s["room"] == room
+                && s["node"] == "node-a"
+                && s["saved_at_ms"].as_u64() > Some(last_op + 100)
+        });
+        if let Some(s) = fresh {
+            break s;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no fresh snapshot of {room} listed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let value = etcd
+        .get(&key)?
+        .with_context(|| format!("no {key} in etcd"))?;
+    eprintln!("stored: {stored}; {key}: {} B in etcd", value.len());
+    ensure!(
+        !dev.state.join("scheduler.rooms").exists(),
+        "snapshots written beside the state directory with --store etcd"
+    );
+
+    drop(alice);
+    // Carol joins on node-b, which never hosted the room: it comes from node-a's key in etcd.
+    let (_, _carol, welcome) = restart_and_join(&mut dev, room, "b").await?;
+    let state = &welcome["state"];
+    ensure!(
+        state["participants"]["alice"]["hand_raised"] == true
+            && state["chat"][0]["text"] == "kept in etcd",
+        "the room was not restored from etcd: {welcome}"
+    );
+    let shown = room_on(&dev.node_b, room)?;
+    eprintln!("node-b after the restart: {shown}");
+    ensure!(
+        shown["digest"] == before["digest"] && shown["snapshots"]["merged"] == 1,
+        "restored {shown} / before {before}"
+    );
     Ok(())
 }
