@@ -1031,7 +1031,20 @@ async fn a_full_cluster_restart_keeps_the_rooms() -> Result<()> {
         if fresh.len() == 2 {
             break list;
         }
-        ensure!(Instant::now() < deadline, "snapshots not stored: {list:?}");
+        if Instant::now() > deadline {
+            // What each node says of its snapshots, and its snapshot error count.
+            let mut nodes = Vec::new();
+            for url in [&dev.node_a, &dev.node_b] {
+                let shown = room_on(url, room).map(|r| r["snapshots"].clone());
+                let metrics = http(&format!("{url}/metrics"), "GET", &[], b"")?.body;
+                let errors = metrics
+                    .lines()
+                    .find(|l| l.starts_with("ferry_room_snapshot_errors_total"))
+                    .map(str::to_owned);
+                nodes.push(format!("{url}: {shown:?} {errors:?}"));
+            }
+            bail!("snapshots not stored: {list:?}; {nodes:?}");
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     eprintln!("stored: {stored:?}");
