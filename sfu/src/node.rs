@@ -419,13 +419,24 @@ impl Node {
     }
 
     fn insert(&mut self, session: Session) -> usize {
+        // A moved session is no longer forwarded from here.
+        self.drop_forward(&session.ice.local().ufrag);
         let key = self.insert_detached(session);
         self.attach(key);
         key
     }
 
+    /// Forgets the forwarding pointer of session `ufrag` (it runs here now).
+    fn drop_forward(&mut self, ufrag: &str) {
+        if let Some(f) = self.forwards.remove(&ufrag.to_owned()) {
+            self.forward_addrs.retain(|_, u| *u != f.ufrag);
+        }
+    }
+
     /// Adds a session to the indexes but not to its stream: it neither
-    /// receives forwarded media nor feeds viewers.
+    /// receives forwarded media nor feeds viewers. A forwarding pointer for it stays (an
+    /// imported session comes back, and until it is activated its source still reaches the
+    /// client through the pointer).
     fn insert_detached(&mut self, session: Session) -> usize {
         let key = match self.free.pop() {
             Some(k) => k,
@@ -436,10 +447,6 @@ impl Node {
         };
         self.by_id.insert(session.id.clone(), key);
         self.by_ufrag.insert(session.ice.local().ufrag.clone(), key);
-        // A moved session is no longer forwarded from here.
-        if let Some(f) = self.forwards.remove(&session.ice.local().ufrag) {
-            self.forward_addrs.retain(|_, u| *u != f.ufrag);
-        }
         if let Some(addr) = session.ice.selected() {
             self.by_addr.insert(addr, key);
         }

@@ -48,7 +48,10 @@ export class Watch {
   async report() {
     const pc = this.track();
     let current = {};
-    const totals = { freezeCount: 0, totalFreezesDuration: 0, packetsLost: 0, framesDecoded: 0, transports: this.pcs.size };
+    const totals = {
+      freezeCount: 0, totalFreezesDuration: 0, packetsLost: 0, framesDecoded: 0, nackCount: 0,
+      retransmittedPacketsReceived: 0, transports: this.pcs.size,
+    };
     for (const [p, w] of this.pcs) {
       if (p.connectionState !== 'closed') {
         w.last = await digest(p).catch((e) => ({ statsError: String(e) }));
@@ -64,6 +67,8 @@ export class Watch {
         totals.totalFreezesDuration += v.totalFreezesDuration ?? 0;
         totals.packetsLost += v.packetsLost ?? 0;
         totals.framesDecoded += v.framesDecoded ?? 0;
+        totals.nackCount += v.nackCount ?? 0;
+        totals.retransmittedPacketsReceived += v.retransmittedPacketsReceived ?? 0;
       }
     }
     return {

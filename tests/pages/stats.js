@@ -19,7 +19,7 @@ const INBOUND = [
   'packetsReceived', 'packetsLost', 'bytesReceived', 'jitter', 'framesReceived', 'framesDecoded',
   'keyFramesDecoded', 'framesDropped', 'framesPerSecond', 'frameWidth', 'frameHeight',
   'freezeCount', 'totalFreezesDuration', 'decoderImplementation', 'nackCount', 'pliCount',
-  'firCount', 'totalSamplesReceived', 'concealedSamples',
+  'firCount', 'totalSamplesReceived', 'concealedSamples', 'retransmittedPacketsReceived',
 ];
 
 const pick = (stat, fields) => Object.fromEntries(fields.map((f) => [f, stat[f] ?? null]));

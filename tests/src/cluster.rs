@@ -398,6 +398,8 @@ pub struct Cluster {
     pub _scheduler: FerryProcess,
     /// `ferry edge`.
     pub _edge: FerryProcess,
+    /// The edge's HTTP base URL (`/metrics`).
+    pub edge_http: String,
     /// node-a's process.
     pub a: FerryProcess,
     /// node-b's process.
@@ -427,6 +429,23 @@ pub fn start_scheduler(args: &[&str], env: &[(&str, &str)]) -> Result<FerryProce
     FerryProcess::spawn_env(&all, env)
 }
 
+/// `ferry edge` on free ports with the cluster secrets in `cluster_dir`: the process, its UDP
+/// address and its HTTP base URL (`/metrics`).
+pub fn start_edge(cluster_dir: &str) -> Result<(FerryProcess, String, String)> {
+    let edge = FerryProcess::spawn(&[
+        "edge",
+        "--udp",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--cluster-dir",
+        cluster_dir,
+    ])?;
+    let udp = edge.after("udp")?;
+    let http = format!("http://{}", edge.after("http")?);
+    Ok((edge, udp, http))
+}
+
 /// Starts the processes; `name` keeps concurrent clusters' directories apart.
 pub fn start_cluster(name: &str) -> Result<Cluster> {
     start_cluster_with(name, &[], &[])
@@ -451,8 +470,7 @@ pub fn start_cluster_with(name: &str, a_args: &[&str], b_args: &[&str]) -> Resul
         &token,
     ])?;
     let gateway = scheduler.after("http")?;
-    let edge = FerryProcess::spawn(&["edge", "--udp", "127.0.0.1:0", "--cluster-dir", d])?;
-    let edge_udp = edge.after("udp")?;
+    let (edge, edge_udp, edge_http) = start_edge(d)?;
     let node = |id: &str, extra: &[&str]| {
         let mut args = vec![
             "node",
@@ -481,6 +499,7 @@ pub fn start_cluster_with(name: &str, a_args: &[&str], b_args: &[&str]) -> Resul
         node_b: b.after("http")?,
         _scheduler: scheduler,
         _edge: edge,
+        edge_http,
         a,
         b,
         gateway,

@@ -35,4 +35,6 @@ pub mod sdk;
 
 pub use chromium::{Browser, CHROMIUM_ENV};
 pub use collector::{Collector, Reports, num};
-pub use node::{FERRY_BIN_ENV, FerryNode, FerryProcess, Response, api_call, ferry_bin, http};
+pub use node::{
+    FERRY_BIN_ENV, FerryNode, FerryProcess, LossCounters, Response, api_call, ferry_bin, http,
+};

@@ -285,3 +285,78 @@ pub fn api_call(
     let v = serde_json::from_str(&r.body).unwrap_or(serde_json::Value::String(r.body.clone()));
     Ok((r.status, v))
 }
+
+/// Counters of the places a datagram can be lost on its way to a client: each named base URL's
+/// `/metrics` counters that drop, fence, refuse or fail to send (node, edge, gateway), and the
+/// kernel's UDP receive-buffer, send-buffer and error counts (`/proc/net/snmp`, the whole
+/// machine). A test that sees a client lose packets prints what moved ([`LossCounters::since`]),
+/// which tells a dropping Ferry from a starved receiver.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LossCounters(std::collections::BTreeMap<String, u64>);
+
+/// The words of a counter name that counts a loss.
+const LOSS_WORDS: [&str; 6] = [
+    "dropped",
+    "fenced",
+    "refused",
+    "send_errors",
+    "unroutable",
+    "shed",
+];
+
+impl LossCounters {
+    /// Reads them now from `bases` (`(name, base URL)`; an unreachable one is left out, as a
+    /// killed node is).
+    pub fn read(bases: &[(&str, &str)]) -> LossCounters {
+        let mut m = std::collections::BTreeMap::new();
+        for (name, base) in bases {
+            let Ok(r) = http(&format!("{base}/metrics"), "GET", &[], b"") else {
+                continue;
+            };
+            for line in r.body.lines().filter(|l| !l.starts_with('#')) {
+                let Some((key, value)) = line.rsplit_once(' ') else {
+                    continue;
+                };
+                if LOSS_WORDS.iter().any(|w| key.contains(w))
+                    && let Ok(v) = value.trim().parse::<f64>()
+                {
+                    m.insert(format!("{name} {key}"), v as u64);
+                }
+            }
+        }
+        if let Ok(snmp) = std::fs::read_to_string("/proc/net/snmp") {
+            let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+            if let [names, values] = udp[..] {
+                for (k, v) in names
+                    .split_whitespace()
+                    .zip(values.split_whitespace())
+                    .skip(1)
+                {
+                    if k.contains("Errors")
+                        && let Ok(v) = v.parse()
+                    {
+                        m.insert(format!("kernel udp {k}"), v);
+                    }
+                }
+            }
+        }
+        LossCounters(m)
+    }
+
+    /// The counters that grew since `before`, one `name +n` per line (`none grew` if none).
+    pub fn since(&self, before: &LossCounters) -> String {
+        let grew: Vec<String> = self
+            .0
+            .iter()
+            .filter_map(|(k, v)| {
+                let d = v.saturating_sub(before.0.get(k).copied().unwrap_or(0));
+                (d > 0).then(|| format!("{k} +{d}"))
+            })
+            .collect();
+        if grew.is_empty() {
+            "none grew".into()
+        } else {
+            grew.join("\n")
+        }
+    }
+}

@@ -13,8 +13,8 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context, Result, bail, ensure};
-use ferry_tests::cluster::{start_dev, wait_registered};
-use ferry_tests::{FerryProcess, http};
+use ferry_tests::cluster::{start_dev, start_edge, wait_registered};
+use ferry_tests::http;
 use serde_json::Value;
 
 const DASHBOARD: &str = include_str!("../../deploy/grafana/ferry-dashboard.json");
@@ -27,16 +27,8 @@ const SYNTHETIC: &[&str] = &["up"];
 #[test]
 fn dashboard_and_alerts_use_exported_metrics() -> Result<()> {
     let dev = start_dev(true)?;
-    let edge = FerryProcess::spawn(&[
-        "edge",
-        "--udp",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--cluster-dir",
-        dev.state.join("cluster").to_str().context("state dir")?,
-    ])?;
-    let edge_http = format!("http://{}", edge.after("http")?);
+    let (_edge, _, edge_http) =
+        start_edge(dev.state.join("cluster").to_str().context("state dir")?)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

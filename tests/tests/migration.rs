@@ -24,7 +24,7 @@ use anyhow::{Context, Result, bail, ensure};
 use ferry_tests::cluster::{
     Dev, migration_end, start_dev, start_migration, wait_registered, wait_session_on,
 };
-use ferry_tests::{Browser, Collector, Reports, http, num};
+use ferry_tests::{Browser, Collector, LossCounters, Reports, http, num};
 use serde_json::Value;
 
 const SETUP: Duration = Duration::from_secs(45);
@@ -203,6 +203,14 @@ async fn run(codec: &str, mime: &str, mode: &str) -> Result<()> {
         })
         .await?;
     let start = collector.reports();
+    let bases = [
+        ("gateway", dev.gateway.as_str()),
+        ("node-a", dev.node_a.as_str()),
+        ("node-b", dev.node_b.as_str()),
+    ];
+    let counters = LossCounters::read(&bases);
+    // The viewers' packetsLost after each move, to tell which move a loss came with.
+    let mut lost_after = Vec::new();
 
     let mut views = Vec::new();
     // When each migration ran (ms since the epoch), to tell its gaps from the machine's.
@@ -229,6 +237,12 @@ async fn run(codec: &str, mime: &str, mode: &str) -> Result<()> {
         views.push(v);
         wait_session_on(&dev.gateway, session, target).await?;
         tokio::time::sleep(Duration::from_millis(1500)).await;
+        let r = collector.reports();
+        lost_after.push(format!(
+            "{session} → {target}: B {} C {}",
+            num(&r["B"], "/totals/packetsLost"),
+            num(&r["C"], "/totals/packetsLost")
+        ));
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let end = collector.reports();
@@ -328,8 +342,12 @@ async fn run(codec: &str, mime: &str, mode: &str) -> Result<()> {
         );
         ensure!(
             delta("/totals/packetsLost") <= 0.0,
-            "{id} lost video packets: {}",
-            e["totals"]
+            "{id} lost video packets: {}\npacketsLost from B {} C {}, after each move:\n{}\nloss counters that grew:\n{}",
+            e["totals"],
+            num(&start["B"], "/totals/packetsLost"),
+            num(&start["C"], "/totals/packetsLost"),
+            lost_after.join("\n"),
+            LossCounters::read(&bases).since(&counters)
         );
         ensure!(
             num(e, "/frames/tsRegressions") == 0.0,

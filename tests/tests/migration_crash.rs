@@ -15,7 +15,7 @@ use ferry_tests::cluster::{
     Cluster, migration_end, open_publisher, playing, session_of, start_cluster, start_migration,
     wait_registered, wait_session_on,
 };
-use ferry_tests::{Browser, Collector, Reports, http, num};
+use ferry_tests::{Browser, Collector, LossCounters, Reports, http, num};
 
 const SETUP: Duration = Duration::from_secs(45);
 
@@ -172,12 +172,33 @@ async fn killing_the_source_after_cutover_leaves_the_sessions_on_the_target() ->
     wait_registered(&c.gateway, 2).await?;
     let collector = Collector::start()?;
     let pages = open_pages(&c, &collector).await?;
+    let bases = [
+        ("edge", c.edge_http.as_str()),
+        ("node-a", c.node_a.as_str()),
+        ("node-b", c.node_b.as_str()),
+    ];
+    let counters = LossCounters::read(&bases);
     let start = collector.reports();
     for session in [&pages.publisher, &pages.viewer] {
         let id = start_migration(&c.gateway, &c.token, session, "node-b", "edge")?;
         let v = migration_end(&c.gateway, &id).await?;
         ensure!(v["state"] == "committed", "{v}");
+        if session != &pages.publisher {
+            continue;
+        }
+        // Whether a loss came with the publisher's move (the page reports every second).
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        eprintln!(
+            "B after moving {session}: packetsLost +{}",
+            delta(
+                &start,
+                &collector.reports(),
+                "B",
+                "/inbound/video/packetsLost"
+            )
+        );
     }
+    let moved = LossCounters::read(&bases);
     c.a.kill();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let end = collector.reports();
@@ -210,8 +231,10 @@ async fn killing_the_source_after_cutover_leaves_the_sessions_on_the_target() ->
     ensure!(
         delta(&start, &end, "B", "/inbound/video/freezeCount") == 0.0
             && delta(&start, &end, "B", "/inbound/video/packetsLost") <= 0.0,
-        "B froze or lost packets: {}",
-        end["B"]["inbound"]["video"]
+        "B froze or lost packets: {}\nloss counters that grew during the migrations:\n{}\nafter node-a's kill:\n{}",
+        end["B"]["inbound"]["video"],
+        moved.since(&counters),
+        LossCounters::read(&bases).since(&moved)
     );
     Ok(())
 }

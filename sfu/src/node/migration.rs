@@ -499,6 +499,9 @@ impl Node {
             s.via,
         );
         let publisher = matches!(s.role, Role::Publisher(_));
+        // Until now we forwarded for it (it had moved away and comes back): the source's last
+        // datagrams to the client went out through that pointer; from here on we own it.
+        self.drop_forward(&ufrag);
         self.attach(key);
         if via.is_some() && via == edge {
             self.send_claim(&ufrag, epoch);
