@@ -7,7 +7,10 @@
 //!   only (no join/leave/register events), as a large meeting's client that lists
 //!   participants on demand would;
 //! - `window 50 ms, all`: merge windows, every participant gets every event;
-//! - `no window, all`: every change goes out at once (`--room-window-ms 0`).
+//! - `no window, all`: every change goes out at once (`--room-window-ms 0`);
+//! - `window 50 ms, all, protobuf`: as `window 50 ms, all`, the clients on binary protobuf
+//!   frames (the node's default; the runs above ask for JSON with `?format=json`), each frame
+//!   decoded as an SDK would.
 //!
 //! `--observers` participants (not lazy) time every join from its `join` frame being sent to
 //! its `joined` event arriving (p50/p99). Per participant: events and frames delivered per
@@ -52,7 +55,7 @@ pub struct RoomArgs {
     /// Seconds measured after the last join was sent.
     #[arg(long, default_value_t = 3.0)]
     settle: f64,
-    /// Only the run named so (`lazy`, `all`, `nowindow`, `hot`); default: all four.
+    /// Only the run named so (`lazy`, `all`, `nowindow`, `protobuf`, `hot`); default: all.
     #[arg(long)]
     only: Option<String>,
     /// Small rooms beside the hot room (3 participants each).
@@ -72,26 +75,38 @@ struct Scenario {
     label: &'static str,
     window_ms: u64,
     lazy: bool,
+    /// Binary protobuf frames instead of JSON text.
+    binary: bool,
 }
 
-const SCENARIOS: [Scenario; 3] = [
+const SCENARIOS: [Scenario; 4] = [
     Scenario {
         name: "lazy",
         label: "window 50 ms, lazy",
         window_ms: 50,
         lazy: true,
+        binary: false,
     },
     Scenario {
         name: "all",
         label: "window 50 ms, all",
         window_ms: 50,
         lazy: false,
+        binary: false,
     },
     Scenario {
         name: "nowindow",
         label: "no window, all",
         window_ms: 0,
         lazy: false,
+        binary: false,
+    },
+    Scenario {
+        name: "protobuf",
+        label: "window 50 ms, all, protobuf",
+        window_ms: 50,
+        lazy: false,
+        binary: true,
     },
 ];
 
@@ -100,6 +115,8 @@ struct Row {
     run: String,
     window_ms: u64,
     lazy: bool,
+    /// `json` or `protobuf`.
+    format: &'static str,
     participants: usize,
     nodes: usize,
     join_rate: u64,
@@ -145,7 +162,7 @@ pub(crate) async fn room(args: RoomArgs) -> Result<()> {
         }
         let row = run(&args, s).await.with_context(|| s.label)?;
         println!(
-            "{:<20} | joined {:>6}/{} failed {} dropped {} | events/part/s {:>8.1} frames/part/s {:>6.1} KiB/part {:>8.1} | join→seen p50 {:>7.1} ms p99 {:>7.1} ms (seen {:.0} %) | cpu/node {:?}",
+            "{:<28} | joined {:>6}/{} failed {} dropped {} | events/part/s {:>8.1} frames/part/s {:>6.1} KiB/part {:>8.1} | join→seen p50 {:>7.1} ms p99 {:>7.1} ms (seen {:.0} %) | cpu/node {:?}",
             s.label,
             row.joined,
             row.participants,
@@ -229,6 +246,7 @@ async fn run(args: &RoomArgs, s: Scenario) -> Result<Row> {
             token: cluster.token.clone(),
             observer: i < args.observers,
             lazy: s.lazy,
+            binary: s.binary,
             totals: totals.clone(),
             sent: sent.clone(),
             latencies: latencies.clone(),
@@ -258,6 +276,7 @@ async fn run(args: &RoomArgs, s: Scenario) -> Result<Row> {
         run: s.label.to_owned(),
         window_ms: s.window_ms,
         lazy: s.lazy,
+        format: if s.binary { "protobuf" } else { "json" },
         participants: args.participants,
         nodes: args.nodes,
         join_rate: args.join_rate,
@@ -281,6 +300,7 @@ struct Client {
     token: String,
     observer: bool,
     lazy: bool,
+    binary: bool,
     totals: Arc<Totals>,
     sent: Arc<Vec<OnceLock<Instant>>>,
     latencies: Arc<Mutex<Vec<f64>>>,
@@ -306,16 +326,22 @@ impl Client {
         } else {
             ""
         };
+        let format = if self.binary { "" } else { "&format=json" };
         let ws = format!(
-            "{}&access_token={}&format=json{lazy}",
+            "{}&access_token={}{format}{lazy}",
             answer["ws"].as_str().context("ws")?,
             self.token
         );
         let (socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await?;
         let (mut sink, mut stream) = socket.split();
         let join = json!({"type": "join", "key": format!("join-{id}"), "name": id});
+        let join = if self.binary {
+            Message::Binary(ferry_proto::room::encode_client(&join)?.into())
+        } else {
+            Message::Text(join.to_string().into())
+        };
         let _ = self.sent[self.index].set(Instant::now());
-        sink.send(Message::Text(join.to_string().into())).await?;
+        sink.send(join).await?;
         let stopped = self.stop.notified();
         tokio::pin!(stopped);
         loop {
@@ -323,6 +349,7 @@ impl Client {
                 () = &mut stopped => return Ok(()),
                 m = stream.next() => match m {
                     Some(Ok(Message::Text(t))) => self.frame(t.as_str()),
+                    Some(Ok(Message::Binary(b))) => self.binary_frame(&b),
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
                         self.totals.dropped.fetch_add(1, Ordering::Relaxed);
                         return Ok(());
@@ -354,19 +381,50 @@ impl Client {
         let Ok(v) = serde_json::from_str::<Value>(text) else {
             return;
         };
-        let mut lat = Vec::new();
-        for e in v["events"].as_array().into_iter().flatten() {
-            if e["type"] != "joined" {
-                continue;
+        let joins = v["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["type"] == "joined")
+            .filter_map(|e| e["participant"].as_str());
+        self.seen_joins(now, joins);
+    }
+
+    /// A binary frame: decoded whole (protobuf), as a client must to use it.
+    fn binary_frame(&self, bytes: &[u8]) {
+        use ferry_proto::room::{ServerFrame, event, server_frame::Frame};
+        use prost::Message as _;
+        let t = &self.totals;
+        t.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let Ok(frame) = ServerFrame::decode(bytes) else {
+            return;
+        };
+        match frame.frame {
+            Some(Frame::Receipt(_)) => {
+                t.joined.fetch_add(1, Ordering::Relaxed);
             }
-            let index = e["participant"]
-                .as_str()
-                .and_then(|p| p.strip_prefix('p'))
-                .and_then(|n| n.parse::<usize>().ok());
-            if let Some(sent) = index.and_then(|i| self.sent.get(i)).and_then(OnceLock::get) {
-                lat.push(now.duration_since(*sent).as_secs_f64() * 1e3);
+            Some(Frame::Events(e)) => {
+                t.frames.fetch_add(1, Ordering::Relaxed);
+                t.events.fetch_add(e.events.len() as u64, Ordering::Relaxed);
+                if self.observer {
+                    let joins = e.events.iter().filter_map(|e| match &e.kind {
+                        Some(event::Kind::Joined(j)) => Some(j.participant.as_str()),
+                        _ => None,
+                    });
+                    self.seen_joins(Instant::now(), joins);
+                }
             }
+            _ => {}
         }
+    }
+
+    /// An observer saw these participants join at `now`: their join → seen latencies.
+    fn seen_joins<'a>(&self, now: Instant, participants: impl Iterator<Item = &'a str>) {
+        let lat: Vec<f64> = participants
+            .filter_map(|p| p.strip_prefix('p')?.parse::<usize>().ok())
+            .filter_map(|i| self.sent.get(i)?.get())
+            .map(|sent| now.duration_since(*sent).as_secs_f64() * 1e3)
+            .collect();
         self.latencies
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -207,7 +207,7 @@ async fn serve(
     let (mut sink, mut stream) = socket.split();
     let mut left = false;
     let send = |text: String| OutFrame::new(text).message(format);
-    if sink.send(send(welcome)).await.is_ok() {
+    if sink.send(welcome.message(format)).await.is_ok() {
         loop {
             tokio::select! {
                 frame = rx.recv() => match frame {

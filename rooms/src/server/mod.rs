@@ -11,7 +11,7 @@ mod snapshots;
 
 pub use frames::{ClientFrame, FrameError, Subscription, diff, state_for, state_json};
 pub use http::routes;
-pub use outgoing::{Format, OutFrame};
+pub use outgoing::{Format, OutFrame, Welcome, WelcomeState};
 pub use snapshots::SnapshotTarget;
 
 use std::collections::{BTreeSet, HashMap};
@@ -128,7 +128,7 @@ struct Room {
     /// What clients were last told (welcome and events are cut against it).
     told: RoomView,
     /// Welcome states of `told` per subscription (a join storm serializes each once).
-    welcomes: Vec<(Subscription, Arc<str>)>,
+    welcomes: Vec<(Subscription, Arc<WelcomeState>)>,
     dirty_since: Option<u64>,
     /// Nodes asked whether they host the room that have not answered.
     asking: BTreeSet<NodeId>,
@@ -438,7 +438,7 @@ impl RoomServer {
         room: &RoomId,
         participant: &ParticipantId,
         subscription: Subscription,
-    ) -> (u64, mpsc::Receiver<Arc<OutFrame>>, String) {
+    ) -> (u64, mpsc::Receiver<Arc<OutFrame>>, Welcome) {
         let id = self.next_client.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(CLIENT_QUEUE);
         let state = self.with_room(room, true, |r| {
@@ -447,7 +447,9 @@ impl RoomServer {
             let state = match r.welcomes.iter().find(|(s, _)| *s == subscription) {
                 Some((_, state)) => state.clone(),
                 None => {
-                    let state: Arc<str> = state_for(&r.told, &subscription).to_string().into();
+                    let state = Arc::new(WelcomeState::new(
+                        state_for(&r.told, &subscription).to_string(),
+                    ));
                     r.welcomes.push((subscription.clone(), state.clone()));
                     state
                 }
@@ -462,17 +464,15 @@ impl RoomServer {
             );
             state
         });
-        let state = state.unwrap_or_else(|| Arc::from("{}"));
-        // The state spliced in as text: it is shared by every welcome of this window.
-        let head = json!({
-            "type": "welcome",
-            "room": room.as_str(),
-            "participant": participant.as_str(),
-            "node": self.config.node.as_str(),
-            "window_ms": self.config.window_ms,
-        })
-        .to_string();
-        let welcome = format!("{},\"state\":{state}}}", &head[..head.len() - 1]);
+        let state = state.unwrap_or_else(|| Arc::new(WelcomeState::new("{}".into())));
+        // The state is shared by every welcome of this window, in each format.
+        let welcome = Welcome {
+            room: room.as_str().to_owned(),
+            participant: participant.as_str().to_owned(),
+            node: self.config.node.as_str().to_owned(),
+            window_ms: self.config.window_ms,
+            state,
+        };
         (id, rx, welcome)
     }
 
@@ -1204,6 +1204,7 @@ mod tests {
         // A connection to the hot room now lands in its shard.
         let q = ParticipantId::new("q").unwrap();
         let (_, _, welcome) = s.connect(&hot, &q, Subscription::default());
+        let welcome = welcome.text();
         assert!(welcome.contains("\"p\""), "{welcome}");
     }
 }

@@ -3,8 +3,11 @@
 //!
 //! A merge window's `events` frame is shared by every connection with the same subscription:
 //! its text is made once, and its binary form once, by the first binary connection that sends it.
+//! A welcome's room state likewise: the welcomes of one subscription in one merge window share it
+//! (a join storm's thousands of welcomes encode the state once per format), each welcome adding
+//! only its head (room, participant, node, window).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use axum::body::Bytes;
 use axum::extract::ws::Message as WsMessage;
@@ -62,6 +65,104 @@ impl OutFrame {
     }
 }
 
+/// A welcome's room state, shared by the welcomes of one subscription in one merge window: its
+/// JSON text, and its protobuf form (`RoomState`) once a binary client needs it.
+#[derive(Debug)]
+pub struct WelcomeState {
+    text: Arc<str>,
+    binary: OnceLock<Vec<u8>>,
+}
+
+impl WelcomeState {
+    /// The state from its JSON text.
+    pub fn new(text: String) -> Self {
+        WelcomeState {
+            text: text.into(),
+            binary: OnceLock::new(),
+        }
+    }
+
+    fn binary(&self) -> &[u8] {
+        self.binary.get_or_init(|| {
+            use prost::Message as _;
+            let state = serde_json::from_str(&self.text)
+                .map_err(|e| e.to_string())
+                .and_then(|v| {
+                    ferry_proto::room::RoomState::from_json(&v).map_err(|e| e.to_string())
+                });
+            match state {
+                Ok(s) => s.encode_to_vec(),
+                Err(e) => {
+                    tracing::error!(error = %e, "room state without a binary form");
+                    Vec::new()
+                }
+            }
+        })
+    }
+}
+
+/// One client's welcome: its head and the shared state.
+#[derive(Debug)]
+pub struct Welcome {
+    /// Room id.
+    pub room: String,
+    /// The connection's participant.
+    pub participant: String,
+    /// This node.
+    pub node: String,
+    /// The merge window.
+    pub window_ms: u64,
+    /// The room as the subscription sees it.
+    pub state: Arc<WelcomeState>,
+}
+
+impl Welcome {
+    /// The JSON text (the state spliced in as text).
+    pub fn text(&self) -> String {
+        let head = serde_json::json!({
+            "type": "welcome",
+            "room": self.room,
+            "participant": self.participant,
+            "node": self.node,
+            "window_ms": self.window_ms,
+        })
+        .to_string();
+        format!(
+            "{},\"state\":{}}}",
+            &head[..head.len() - 1],
+            self.state.text
+        )
+    }
+
+    /// The WebSocket message for a connection in `format`: the binary one is the head's fields
+    /// followed by the shared state's bytes as field 5, inside the `ServerFrame`'s field 1
+    /// (protobuf concatenates fields; the state is not decoded or encoded again).
+    pub fn message(&self, format: Format) -> WsMessage {
+        use prost::Message as _;
+        use prost::encoding::{WireType, encode_key, encode_varint};
+        if format == Format::Json {
+            return WsMessage::Text(self.text().into());
+        }
+        let mut inner = ferry_proto::room::server_frame::Welcome {
+            room: self.room.clone(),
+            participant: self.participant.clone(),
+            node: self.node.clone(),
+            window_ms: self.window_ms,
+            state: None,
+        }
+        .encode_to_vec();
+        let state = self.state.binary();
+        encode_key(5, WireType::LengthDelimited, &mut inner);
+        encode_varint(state.len() as u64, &mut inner);
+        inner.extend_from_slice(state);
+        let mut out = Vec::with_capacity(inner.len() + 8);
+        encode_key(1, WireType::LengthDelimited, &mut out);
+        encode_varint(inner.len() as u64, &mut out);
+        out.extend_from_slice(&inner);
+        WsMessage::Binary(out.into())
+    }
+}
+
 /// The binary form of a frame the room server made. Every frame it makes has one; a failure is
 /// a bug, logged, and the client gets an `error` frame in its place.
 fn encode(text: &str) -> Bytes {
@@ -106,5 +207,43 @@ mod tests {
             ferry_proto::room::decode_server(&b).unwrap()["code"],
             "internal"
         );
+    }
+
+    #[test]
+    fn a_welcome_spliced_from_the_shared_state_is_the_frame_encoded_whole() {
+        let mut state = ferry_proto::room::RoomState {
+            participant_count: 1,
+            reactions: 3,
+            ..Default::default()
+        };
+        state.participants.insert(
+            "p".into(),
+            ferry_proto::room::ParticipantState {
+                name: "P".into(),
+                audio_muted: true,
+                ..Default::default()
+            },
+        );
+        let state = state.to_json().to_string();
+        let w = Welcome {
+            room: "r".into(),
+            participant: "q".into(),
+            node: "node-a".into(),
+            window_ms: 50,
+            state: Arc::new(WelcomeState::new(state)),
+        };
+        let text = w.text();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["state"]["participants"]["p"]["name"], "P", "{text}");
+        let WsMessage::Binary(b) = w.message(Format::Protobuf) else {
+            panic!("not binary");
+        };
+        // Byte for byte what encoding the whole frame gives, and the same frame decoded.
+        assert_eq!(&b[..], &encode(&text)[..]);
+        assert_eq!(
+            ferry_proto::room::decode_server(&b).unwrap(),
+            ferry_proto::room::decode_server(&encode(&text)).unwrap()
+        );
+        assert!(matches!(w.message(Format::Json), WsMessage::Text(t) if t.as_str() == text));
     }
 }
