@@ -112,6 +112,9 @@ metrics! {
     relay_received,
     /// Relay datagrams refused (unauthenticated, unknown stream, wrong origin).
     relay_refused,
+    /// Media packets a stream's old origin relayed before its publisher moved here, taken after
+    /// the move (counted in relay_received too).
+    relay_drained,
     /// Packets re-sent on a relay link after a relay NACK.
     relay_retransmitted,
     /// Client datagrams received through an edge or a forwarding node.

@@ -133,6 +133,10 @@ struct StreamEntry {
     publisher: Option<usize>,
     /// Or the node it is relayed from.
     relay_in: Option<crate::relay::RelayIn>,
+    /// The relay it came in on before its publisher moved here, and until when what the old
+    /// origin relayed before the move is still taken (set at the first relay tick after it;
+    /// [`crate::relay::RELAY_DRAIN`]).
+    relay_draining: Option<(crate::relay::RelayIn, Option<Instant>)>,
     viewers: Vec<usize>,
     /// Nodes this stream is relayed to.
     relay_out: Vec<crate::relay::RelayOut>,
@@ -471,8 +475,12 @@ impl Node {
         let mut unsubscribe = None;
         if publisher {
             entry.publisher = Some(key);
-            // Published here now: stop relaying it in.
-            unsubscribe = entry.relay_in.take().map(|r| r.origin);
+            // Published here now: stop relaying it in. What the old origin relayed before the
+            // publisher moved may still come (in flight, or not read yet): it is taken a while.
+            if let Some(r) = entry.relay_in.take() {
+                unsubscribe = Some(r.origin);
+                entry.relay_draining = Some((r, None));
+            }
         } else if !entry.viewers.contains(&key) {
             entry.viewers.push(key);
         }

@@ -377,6 +377,11 @@ pub struct RelayIn {
 /// How long a relayed-in stream nobody has watched yet is kept.
 pub const RELAY_IDLE: Duration = Duration::from_secs(5);
 
+/// How long (from the first relay tick after the move) a node whose relayed-in stream's
+/// publisher moved to it still takes what the old origin relayed before the move: packets in
+/// flight, or read late by a busy node, that the publisher will not send again.
+pub const RELAY_DRAIN: Duration = Duration::from_secs(1);
+
 impl RelayIn {
     /// A subscription to `origin`, not yet offered.
     pub fn new(origin: SocketAddr, now: Instant, cache_size: usize) -> Self {

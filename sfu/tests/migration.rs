@@ -197,6 +197,71 @@ fn a_lossless_network_needs_no_repair_across_migrations() {
     }
 }
 
+/// A publisher moving to the node its stream was relayed to: what the source relayed just
+/// before the freeze may reach the target after it activated the publisher (a slow relay link
+/// here; in the Chromium ice-restart test, a target busy elsewhere read it late). The target
+/// still takes those packets from its old origin for a while, so its viewer loses none of them.
+/// (Before, the target dropped the relay at activation and refused them —
+/// `relay_refused` +1..3 — and the viewer NACKed the hole, repaired by the publisher's
+/// retransmission: Chrome counts such a packet lost.)
+#[test]
+fn a_publisher_moving_to_its_relay_node_keeps_what_was_relayed_in_flight() {
+    let fifo = LinkConfig {
+        jitter: Duration::ZERO,
+        ..LinkConfig::delay(Duration::from_millis(1))
+    };
+    for (seed, edge) in [(41, false), (42, true), (43, false), (44, true)] {
+        let w = world_linked(seed, fifo, Codec::Vp8, edge, 1, "cam");
+        let (a, b) = (w.a, w.b);
+        // The relay A→B runs 100 ms behind; every step of the migration takes under 30 ms.
+        let mut tb = w.tb;
+        tb.net.set_link(
+            a,
+            b,
+            LinkConfig {
+                jitter: Duration::ZERO,
+                ..LinkConfig::delay(Duration::from_millis(100))
+            },
+        );
+        tb.run_for(Duration::from_millis(500));
+        let before = metrics(&tb, b).relay_refused;
+        let mut timing = Timing(rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+        migrate(&mut tb, &mut timing, &w.publisher_id, a, b);
+        tb.run_for(Duration::from_secs(2));
+        let refused = metrics(&tb, b).relay_refused - before;
+        let s = video(&tb, w.remote);
+        let holes: Vec<_> = s.received.holes().take(8).collect();
+        eprintln!(
+            "seed {seed} edge={edge}: node-b refused {refused} relayed packets; viewer on B: \
+             holes {holes:?}, nacks sent {}, recovered {}, rtx {}",
+            tb.peers[w.remote].stats().nacks_sent,
+            s.recovered,
+            s.rtx_packets
+        );
+        assert_eq!(
+            refused, 0,
+            "seed {seed}: node-b refused what node-a relayed before the move"
+        );
+        assert!(
+            holes.is_empty(),
+            "seed {seed}: the viewer on B misses {holes:?}"
+        );
+        // Through the edge, the publisher's packets after the flip reach node-b directly, 100
+        // ms before what node-a relayed just before it: the viewer NACKs that reordering before
+        // the relayed packets come. Without an edge they come the same way, in order.
+        if !edge {
+            assert_eq!(
+                s.recovered, 0,
+                "seed {seed}: the viewer on B repaired what node-a had relayed"
+            );
+        }
+        assert!(
+            metrics(&tb, b).relay_drained > 0,
+            "seed {seed}: node-b took relayed packets after the move"
+        );
+    }
+}
+
 /// A viewer migrating to a node whose relay of its stream has just lost its last viewer (the
 /// relay would be torn down at the next tick): the relay stays for the imported viewer, which
 /// plays on after its cutover. (Before, a tick between import and activation tore the relay

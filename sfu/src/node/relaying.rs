@@ -207,17 +207,36 @@ impl Node {
                 return;
             }
         };
-        let Some(stream) = self.relay_ids.get(&h.relay_id).cloned() else {
+        // A relayed stream, or one whose publisher moved here from `from` a moment ago.
+        let stream = self.relay_ids.get(&h.relay_id).cloned().or_else(|| {
+            self.streams
+                .iter()
+                .find(|(_, e)| {
+                    e.relay_draining
+                        .as_ref()
+                        .is_some_and(|(r, _)| r.origin == from && r.relay_id == Some(h.relay_id))
+                })
+                .map(|(name, _)| name.clone())
+        });
+        let Some(entry) = stream.as_ref().and_then(|s| self.streams.get_mut(s)) else {
             self.out.metrics.relay_refused += 1;
             return;
         };
-        let Some(r) = self
-            .streams
-            .get_mut(&stream)
-            .and_then(|e| e.relay_in.as_mut())
-            .filter(|r| r.origin == from)
-        else {
-            self.out.metrics.relay_refused += 1;
+        let (r, draining) = match entry.relay_in.as_mut().filter(|r| r.origin == from) {
+            Some(r) => (r, false),
+            None => match entry
+                .relay_draining
+                .as_mut()
+                .filter(|(r, _)| r.origin == from)
+            {
+                Some((r, _)) => (r, true),
+                None => {
+                    self.out.metrics.relay_refused += 1;
+                    return;
+                }
+            },
+        };
+        let Some(stream) = stream else {
             return;
         };
         let Some(line) = r.media.get(usize::from(h.track)) else {
@@ -226,14 +245,18 @@ impl Node {
         let mut src = h.src;
         src.clock_rate = line.codec.clock_rate();
         let fresh = r.receive(now, h.track, &src, rtp);
-        // A gap on the relay link is NACKed at once, not at the next refresh.
-        if let Some(t) = r.nack_deadline() {
+        // A gap on the relay link is NACKed at once, not at the next refresh (a draining relay
+        // NACKs nothing: its publisher is here now).
+        if let Some(t) = r.nack_deadline().filter(|_| !draining) {
             self.next_timeout = Some(self.next_timeout.map_or(t, |n| n.min(t)));
         }
         if !fresh {
             return;
         }
         self.out.metrics.relay_received += 1;
+        if draining {
+            self.out.metrics.relay_drained += 1;
+        }
         if self.fan_out(now, &stream, usize::from(h.track), rtp, &src) {
             self.request_keyframe(now, &stream, usize::from(h.track));
         }
@@ -444,6 +467,14 @@ impl Node {
             let Some(e) = self.streams.get_mut(&name) else {
                 continue;
             };
+            if let Some((_, until)) = e.relay_draining.as_mut() {
+                let t = *until.get_or_insert(now + relay::RELAY_DRAIN);
+                if now >= t {
+                    e.relay_draining = None;
+                } else {
+                    min(t);
+                }
+            }
             e.relay_out
                 .retain(|r| now.saturating_duration_since(r.refreshed) < relay::SUBSCRIPTION_TTL);
             for r in &e.relay_out {
