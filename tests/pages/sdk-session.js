@@ -96,8 +96,8 @@ export class Frames {
     this.count = 0;
     this.maxGapMs = 0;
     // Gaps over 80 ms since the last reset: { at: wall-clock ms (Date.now()'s scale) of the
-    // frame that ended it, ms }, the last 100. Tests tell a migration's gaps from the machine's
-    // by when they happened.
+    // frame that ended it, ms, late (below) }, the last 100. Tests tell a migration's gaps from
+    // the machine's by when they happened and by how late their frames arrived.
     this.gaps = [];
     this.times = [];
     this.tsRegressions = 0;
@@ -105,21 +105,38 @@ export class Frames {
     this.lastRtp = null;
     this.track = null;
     this.last = null;
+    // The previous presented frame's arrival (meta.receiveTime, stamped when its last packet came
+    // in) and RTP timestamp, to tell a gap in delivery from one in presentation.
+    this.lastArrival = null;
     const tick = (now, meta) => {
       this.count += 1;
+      const track = video.srcObject?.getVideoTracks?.()[0]?.id ?? null;
+      const arrival =
+        typeof meta.receiveTime === 'number' && typeof meta.rtpTimestamp === 'number'
+          ? { rx: meta.receiveTime, rtp: meta.rtpTimestamp, track }
+          : null;
       if (this.last !== null) {
         const gap = now - this.last;
         this.maxGapMs = Math.max(this.maxGapMs, gap);
         if (gap > 80) {
-          this.gaps.push({ at: Math.round(performance.timeOrigin + now), ms: Math.round(gap) });
+          // late: how much longer the two frames took to arrive than they were captured apart
+          // (RTP video clock, 90 kHz). A migration that holds media back makes frames late; a
+          // starved renderer (the machine's stall) skips frames that arrived in time, late ≈ 0.
+          // null when the page cannot tell (no receive time, another track).
+          const prev = this.lastArrival;
+          const late =
+            arrival && prev && prev.track === arrival.track
+              ? Math.round(arrival.rx - prev.rx - ((arrival.rtp - prev.rtp) | 0) / 90)
+              : null;
+          this.gaps.push({ at: Math.round(performance.timeOrigin + now), ms: Math.round(gap), late });
           if (this.gaps.length > 100) this.gaps.shift();
         }
       }
       this.last = now;
+      this.lastArrival = arrival;
       this.times.push(Date.now());
       if (this.times.length > 400) this.times.shift();
       // A new track (the SDK swapped transports) is a new RTP stream: compare within one.
-      const track = video.srcObject?.getVideoTracks?.()[0]?.id ?? null;
       if (track !== this.track) {
         this.track = track;
         this.lastRtp = null;
@@ -147,6 +164,7 @@ export class Frames {
     this.maxGapMs = 0;
     this.gaps = [];
     this.last = null;
+    this.lastArrival = null;
   }
 
   report() {
