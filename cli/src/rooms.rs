@@ -36,6 +36,16 @@ pub(crate) struct RoomArgs {
         default_value_t = 5000
     )]
     pub snapshot_ms: u64,
+    /// Ops go from the node that stamped them down a push tree over the room's nodes: each
+    /// node passes an op to at most this many others (1 or more; 64: one hop up to 65 nodes,
+    /// two up to 4,161).
+    #[arg(
+        long = "room-fanout",
+        env = "FERRY_ROOM_FANOUT",
+        default_value_t = ferry_room::fanout::DEFAULT_FANOUT as u64,
+        value_parser = clap::value_parser!(u64).range(1..=4096)
+    )]
+    pub fanout: u64,
 }
 
 /// A node's room server and the directory it reads its peers from.
@@ -62,6 +72,7 @@ impl NodeRooms {
         config.tls = tls;
         config.window_ms = args.window_ms;
         config.hot_ops_per_s = args.hot_ops;
+        config.fanout = args.fanout as usize;
         config.snapshots = scheduler
             .filter(|_| args.snapshot_ms > 0)
             .map(|url| SnapshotTarget {

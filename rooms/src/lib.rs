@@ -8,6 +8,7 @@
 //! - [`state`]: [`RoomState`], the CRDT (OR-Sets, LWW registers, PN-counter, chat sequence),
 //!   delta-state sync against acknowledged version vectors, tombstone collection.
 //! - [`digest`]: Merkle digest for anti-entropy (`digest`, `diff`, `subtree`).
+//! - [`fanout`]: the push tree an op takes from the replica that stamped it to the others.
 //! - [`replica`]: [`Replica`], one room replica: commands, ops, deltas, acks, anti-entropy.
 //! - [`idempotency`]: client idempotency keys (≥ 30 s, bounded).
 //! - [`merge_window`]: 50/100/200 ms merge windows for outgoing events.
@@ -18,8 +19,10 @@
 //! # Drive loop
 //!
 //! A driver owns sockets and timers and does, per room replica:
-//! client command → [`Replica::handle_command`] → reply with the receipt, broadcast the op,
-//! push [`Change::from_op`] into the [`MergeWindow`]; peer `Op` → [`Replica::handle_op`];
+//! client command → [`Replica::handle_command`] → reply with the receipt, send the op to its
+//! [`fanout::children`],
+//! push [`Change::from_op`] into the [`MergeWindow`]; peer `Op` → [`Replica::handle_op`] →
+//! if new, on to this replica's children in the op's tree;
 //! delta timer → [`Replica::delta_for`] each peer; peer `Delta` → [`Replica::handle_delta`] →
 //! send the `Ack` back → [`Replica::handle_ack`]; every 30 s and on reconnect
 //! [`Replica::start_anti_entropy`]; window timer ([`MergeWindow::poll_timeout`]) →
@@ -50,6 +53,7 @@
 pub mod codec;
 pub mod context;
 pub mod digest;
+pub mod fanout;
 pub mod hlc;
 pub mod idempotency;
 pub mod ids;

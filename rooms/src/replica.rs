@@ -202,6 +202,42 @@ impl Replica {
         self.acked.remove(peer).is_some()
     }
 
+    /// The replicas this one passes an op stamped by `origin` on to: its children in the op's
+    /// push tree over the replicas it knows, itself included ([`crate::fanout`]). The origin
+    /// calls it with its own id for a fresh op; a replica that received an op it did not have
+    /// calls it with the op's dot's replica.
+    pub fn fanout_children(&self, origin: &ReplicaId, fanout: usize) -> Vec<ReplicaId> {
+        let me = &self.config.replica;
+        crate::fanout::children(
+            self.acked.keys().chain(std::iter::once(me)),
+            origin,
+            me,
+            fanout,
+        )
+        .into_iter()
+        .cloned()
+        .collect()
+    }
+
+    /// Merges an op that came from a peer down its push tree; whether the state changed, and
+    /// the replicas to pass it on to: this one's children in the op's tree when the op was new
+    /// here, none for a repeat (it was passed on when it came first).
+    pub fn handle_pushed_op(
+        &mut self,
+        now_ms: u64,
+        op: &Op,
+        fanout: usize,
+    ) -> Result<(bool, Vec<ReplicaId>), SyncError> {
+        let fresh = !self.state.context().covers(&op.dot);
+        let changed = self.handle_op(now_ms, op)?;
+        let pass_on = if fresh {
+            self.fanout_children(&op.dot.replica, fanout)
+        } else {
+            Vec::new()
+        };
+        Ok((changed, pass_on))
+    }
+
     /// Whether `peer` lacks something this replica has (a delta would carry something).
     pub fn peer_behind(&self, peer: &ReplicaId) -> bool {
         self.acked

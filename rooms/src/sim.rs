@@ -1,7 +1,7 @@
 //! Deterministic simulation of one room's replicas over a lossy network.
 //!
-//! Seeded: clients at random replicas issue random commands (and retries), replicas broadcast
-//! ops, exchange deltas and acks and run anti-entropy over a network that loses, duplicates
+//! Seeded: clients at random replicas issue random commands (and retries), replicas push ops
+//! down their fan-out trees (a chain to a flat broadcast), exchange deltas and acks and run anti-entropy over a network that loses, duplicates
 //! and reorders datagrams, with skewed and backwards-stepping wall clocks, and a partition
 //! that heals. At the heal, client traffic stops and exactly one anti-entropy round runs; every
 //! replica must then have the same digest, and every operation a replica acknowledged to a
@@ -65,6 +65,9 @@ struct Net {
     partition: Option<Vec<bool>>,
     /// Every op and delta ever sent, for a final replay of ancient duplicates.
     archive: Vec<Vec<u8>>,
+    /// Ops go down push trees of this fan-out ([`crate::fanout`]): a replica passes on an op it
+    /// did not have.
+    fanout: usize,
 }
 
 impl Net {
@@ -200,20 +203,26 @@ fn random_command(rng: &mut ChaCha8Rng, c: &Client, present: bool) -> Command {
     }
 }
 
-/// Runs one seed. `Err` names the broken invariant.
-pub(crate) fn run(seed: u64) -> Result<Report, String> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let n = rng.random_range(3..=5usize);
-    let mut report = Report::default();
-    let room: RoomId = id("room-1");
+/// `n` replicas `node-0`… of `room`, each knowing all the others.
+fn replicas_of(room: &str, n: usize) -> (Vec<ReplicaId>, Vec<Replica>) {
+    let room: RoomId = id(room);
     let ids: Vec<ReplicaId> = (0..n).map(|i| id(&format!("node-{i}"))).collect();
-    let mut replicas: Vec<Replica> = ids
+    let replicas = ids
         .iter()
         .map(|me| {
             let peers = ids.iter().filter(|p| *p != me).cloned().collect();
             Replica::new(ReplicaConfig::new(me.clone(), room.clone(), peers))
         })
         .collect();
+    (ids, replicas)
+}
+
+/// Runs one seed. `Err` names the broken invariant.
+pub(crate) fn run(seed: u64) -> Result<Report, String> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let n = rng.random_range(3..=5usize);
+    let mut report = Report::default();
+    let (ids, mut replicas) = replicas_of("room-1", n);
     let mut skew: Vec<i64> = (0..n).map(|_| rng.random_range(-100..=100)).collect();
     let mut net = Net {
         rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed),
@@ -224,6 +233,8 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         max_delay_ms: rng.random_range(5..=150),
         partition: None,
         archive: Vec::new(),
+        // 1: a chain through every replica; n − 1: the origin sends to all.
+        fanout: rng.random_range(1..n),
     };
     let mut clients: Vec<Client> = (0..rng.random_range(4..=12))
         .map(|i| Client {
@@ -316,10 +327,9 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
                             }
                             _ => {}
                         }
-                        for peer in 0..n {
-                            if peer != at {
-                                net.send(t, at, peer, &Message::Op(op.clone()), &mut report);
-                            }
+                        for peer in replicas[at].fanout_children(&ids[at], net.fanout) {
+                            let peer = index_of(&ids, &peer)?;
+                            net.send(t, at, peer, &Message::Op(op.clone()), &mut report);
                         }
                         clients[ci].last = Some((at, key, cmd, out.receipt));
                     }
@@ -559,6 +569,12 @@ fn check_ledger(replicas: &[Replica], ledger: &Ledger) -> Result<(), String> {
     Ok(())
 }
 
+fn index_of(ids: &[ReplicaId], id: &ReplicaId) -> Result<usize, String> {
+    ids.iter()
+        .position(|x| x == id)
+        .ok_or_else(|| format!("{id} is no replica"))
+}
+
 fn deliver(
     replicas: &mut [Replica],
     net: &mut Net,
@@ -569,9 +585,19 @@ fn deliver(
 ) -> Result<(), String> {
     let msg: Message = decode(&env.bytes).map_err(|e| format!("decode: {e}"))?;
     let (to, from) = (env.to, env.from);
+    let ids: Vec<ReplicaId> = replicas.iter().map(|r| r.id().clone()).collect();
     let r = &mut replicas[to];
     let result = match msg {
-        Message::Op(op) => r.handle_op(now_ms, &op).map(|_| None),
+        Message::Op(op) => match r.handle_pushed_op(now_ms, &op, net.fanout) {
+            Ok((_, next)) => {
+                for child in next {
+                    let child = index_of(&ids, &child)?;
+                    net.send(t, to, child, &Message::Op(op.clone()), report);
+                }
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        },
         Message::Delta(d) => r
             .handle_delta(now_ms, &d)
             .map(|ack| Some(Message::Ack(ack))),
@@ -650,4 +676,72 @@ fn simulation_converges_after_partition_for_200_seeds() {
         total.replayed,
     );
     assert!(failures.is_empty(), "failing seeds: {failures:?}");
+}
+
+/// Ops alone, on a network that loses nothing, reach every one of 40 replicas down their push
+/// trees (fan-out 3: 1 + 3 + 9 + 27, three hops deep): each replica gets each op exactly once, no
+/// replica sends one op to more than 3, the farthest is `depth` hops from the origin, and the
+/// replicas agree without a delta or anti-entropy.
+#[test]
+fn ops_alone_reach_every_replica_down_their_trees() {
+    let (n, fanout) = (40usize, 3usize);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let (ids, mut replicas) = replicas_of("big-room", n);
+    let mut received = BTreeMap::<(usize, Dot), usize>::new();
+    let (mut max_sends, mut max_hops, mut ops) = (0usize, 0usize, 0usize);
+    for k in 0..300u64 {
+        let at = rng.random_range(0..n);
+        let p: ParticipantId = id(&format!("p{}", rng.random_range(0..50)));
+        let cmd = if replicas[at].state().is_present(&p) {
+            Command::Chat {
+                participant: p,
+                text: format!("m{k}"),
+            }
+        } else {
+            Command::Join {
+                participant: p,
+                name: String::new(),
+                metadata: String::new(),
+            }
+        };
+        let now = 1_700_000_000_000 + k * 10;
+        let out = replicas[at]
+            .handle_command(now, id(&format!("k{k}")), cmd)
+            .unwrap();
+        let op = out.op.unwrap();
+        ops += 1;
+        // (to, hops) in the order sent: a FIFO network.
+        let first = replicas[at].fanout_children(&ids[at], fanout);
+        max_sends = max_sends.max(first.len());
+        let mut queue: std::collections::VecDeque<(usize, usize)> = first
+            .iter()
+            .map(|c| (ids.iter().position(|x| x == c).unwrap(), 1))
+            .collect();
+        while let Some((to, hops)) = queue.pop_front() {
+            *received.entry((to, op.dot.clone())).or_default() += 1;
+            max_hops = max_hops.max(hops);
+            let fresh = !replicas[to].state().context().covers(&op.dot);
+            assert!(fresh, "{} got {:?} twice", ids[to], op.dot);
+            let (_, next) = replicas[to]
+                .handle_pushed_op(now + hops as u64, &op, fanout)
+                .unwrap();
+            max_sends = max_sends.max(next.len());
+            queue.extend(
+                next.iter()
+                    .map(|c| (ids.iter().position(|x| x == c).unwrap(), hops + 1)),
+            );
+        }
+    }
+    assert_eq!(
+        received.len(),
+        ops * (n - 1),
+        "every replica but the origin got every op"
+    );
+    assert!(received.values().all(|c| *c == 1));
+    assert!(max_sends <= fanout, "a replica sent one op to {max_sends}");
+    assert_eq!(max_hops, crate::fanout::depth(n, fanout));
+    assert!(
+        converged(&replicas),
+        "the replicas differ after the ops alone"
+    );
 }

@@ -514,6 +514,12 @@ async fn participants_on_both_nodes_share_one_room() -> Result<()> {
         let (ra, rb) = (room_on(&dev.node_a, room)?, room_on(&dev.node_b, room)?);
         if ra["digest"] == rb["digest"] && ra["peers"] == json!(["node-b"]) {
             ensure!(rb["peers"] == json!(["node-a"]), "{rb}");
+            // Two replicas: ops go one hop down their push trees (fan-out 64 by default).
+            ensure!(
+                ra["fanout"] == json!({"children": 64, "depth": 1}),
+                "{}",
+                ra["fanout"]
+            );
             ensure!(
                 ra["state"]["participants"].as_object().map(|o| o.len()) == Some(3),
                 "{ra}"

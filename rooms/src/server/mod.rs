@@ -72,6 +72,9 @@ pub struct RoomServerConfig {
     /// Where the rooms' snapshots are kept for a full-cluster restart (the scheduler); `None`:
     /// nowhere (a room lives as long as one of its replicas).
     pub snapshots: Option<SnapshotTarget>,
+    /// Replicas each node passes an op to in the op's push tree ([`crate::fanout`]): the node
+    /// that stamped it sends it to this many, each of them on to as many, and so on.
+    pub fanout: usize,
 }
 
 impl std::fmt::Debug for RoomServerConfig {
@@ -85,7 +88,8 @@ impl std::fmt::Debug for RoomServerConfig {
 }
 
 impl RoomServerConfig {
-    /// Defaults: 50 ms window, 10 s grace, deltas every 250 ms, anti-entropy every 30 s.
+    /// Defaults: 50 ms window, 10 s grace, deltas every 250 ms, anti-entropy every 30 s, ops
+    /// pushed down trees of fan-out 64.
     pub fn new(node: NodeId) -> Self {
         RoomServerConfig {
             node,
@@ -99,6 +103,7 @@ impl RoomServerConfig {
             tls: false,
             hot_ops_per_s: 300,
             snapshots: None,
+            fanout: crate::fanout::DEFAULT_FANOUT,
         }
     }
 }
@@ -232,6 +237,7 @@ struct Counters {
     snapshots_restored: AtomicU64,
     snapshot_errors: AtomicU64,
     orphan_graces: AtomicU64,
+    relayed: AtomicU64,
 }
 
 /// Rooms one task polls. The shared shard holds every room but the hot ones; each hot room is
@@ -573,9 +579,12 @@ impl RoomServer {
         self.counters.commands.fetch_add(1, Ordering::Relaxed);
         let duplicate = out.op.is_none();
         if let Some(op) = out.op {
-            for peer in r.replica.peers() {
+            for peer in r
+                .replica
+                .fanout_children(&self.config.node, self.config.fanout)
+            {
                 self.outbox
-                    .push(peer, r.replica.state().room(), Message::Op(op.clone()));
+                    .push(&peer, r.replica.state().room(), Message::Op(op.clone()));
             }
             r.touch(now);
             r.ops += 1;
@@ -932,7 +941,18 @@ impl RoomServer {
         for m in messages {
             self.counters.received.fetch_add(1, Ordering::Relaxed);
             let changed = match m {
-                Message::Op(op) => r.replica.handle_op(now, &op).unwrap_or(false),
+                Message::Op(op) => match r.replica.handle_pushed_op(now, &op, self.config.fanout) {
+                    Ok((changed, pass_on)) => {
+                        self.counters
+                            .relayed
+                            .fetch_add(pass_on.len() as u64, Ordering::Relaxed);
+                        for peer in pass_on {
+                            self.outbox.push(&peer, room, Message::Op(op.clone()));
+                        }
+                        changed
+                    }
+                    Err(_) => false,
+                },
                 Message::Delta(d) => match r.replica.handle_delta(now, &d) {
                     Ok(ack) => {
                         replies.push(Message::Ack(ack));
@@ -1063,6 +1083,10 @@ impl RoomServer {
                 "collecting": r.asked_all && r.asking.is_empty(),
                 "ops_per_s": r.ops_per_s,
                 "isolated": isolated,
+                "fanout": {
+                    "children": self.config.fanout,
+                    "depth": crate::fanout::depth(r.replica.peers().count() + 1, self.config.fanout),
+                },
                 "snapshots": {
                     "restored": r.restore == Restore::Done,
                     "merged": r.restored,
@@ -1090,7 +1114,7 @@ impl RoomServer {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         #[rustfmt::skip]
-        let figures: [(&str, &str, &str, u64); 19] = [
+        let figures: [(&str, &str, &str, u64); 20] = [
             ("ferry_room_rooms", "gauge", "Rooms this node hosts a replica of.", rooms as u64),
             ("ferry_room_connections", "gauge", "Room WebSockets open on this node.", connections as u64),
             ("ferry_room_participants", "gauge", "Participants of the rooms hosted here (as last told to clients).", participants as u64),
@@ -1101,6 +1125,7 @@ impl RoomServer {
             ("ferry_room_events_total", "counter", "Events delivered to clients (after merge windows and subscriptions).", get(&c.events)),
             ("ferry_room_replication_sent_total", "counter", "Replica messages sent to other nodes.", get(&c.sent)),
             ("ferry_room_replication_received_total", "counter", "Replica messages received from other nodes.", get(&c.received)),
+            ("ferry_room_ops_relayed_total", "counter", "Ops from other nodes passed on down their push trees (rooms over more nodes than the fan-out).", get(&c.relayed)),
             ("ferry_room_replication_errors_total", "counter", "Failed replication requests.", get(&c.send_errors)),
             ("ferry_room_grace_leaves_total", "counter", "Participants removed after their connection went without leave.", get(&c.graces)),
             ("ferry_room_isolated_rooms", "gauge", "Hot rooms running on a task of their own.", isolated as u64),
