@@ -43,6 +43,10 @@ pub enum ClusterError {
     Unavailable(String),
 }
 
+/// Heartbeats of its node after which a placed viewer that no report showed never came (the
+/// nodes beat every second: its client gave up, or chose another node).
+const PLACED_VIEW_BEATS: u8 = 3;
+
 /// Settings of the cluster core.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterConfig {
@@ -165,9 +169,11 @@ pub struct Cluster {
     recordings: BTreeMap<RecordingId, RecordingTask>,
     /// Transcodes the scheduler placed.
     transcodes: BTreeMap<TranscodeId, TranscodeTask>,
-    /// Viewers placed on a node since its last heartbeat, per stream: counted with the
-    /// reported ones, so that a burst of viewers inside one heartbeat spills too.
-    placed_views: BTreeMap<(StreamId, NodeId), u64>,
+    /// Viewers placed on a node that its heartbeats have not shown yet, per stream: counted
+    /// with the reported ones, so that a burst of viewers inside one heartbeat spills too. Each
+    /// is the number of the node's heartbeats since it was placed, oldest first
+    /// ([`PLACED_VIEW_BEATS`]).
+    placed_views: BTreeMap<(StreamId, NodeId), Vec<u8>>,
     metrics: ClusterMetrics,
 }
 
@@ -454,9 +460,29 @@ impl Cluster {
             changed = true;
         }
         record.last_seen = Some(now);
-        // Its sessions: the node is the authority on what it holds (the viewers placed there
-        // since its last heartbeat are in the report now, or never came).
-        self.placed_views.retain(|(_, node), _| node != id);
+        // Viewers placed here that this report shows as new viewer sessions came. The others
+        // may still be on their way (between their placement and their WHEP request when the
+        // node made the report: three viewers opened at once put two on a hot stream's origin
+        // whose share was one) and stay counted for a few heartbeats.
+        let mut came: BTreeMap<&StreamId, usize> = BTreeMap::new();
+        for s in &hb.sessions {
+            if s.kind == SessionKind::View && !self.sessions.contains_key(&s.id) {
+                *came.entry(&s.stream).or_default() += 1;
+            }
+        }
+        self.placed_views.retain(|(stream, node), beats| {
+            if node != id {
+                return true;
+            }
+            let n = came.get(stream).copied().unwrap_or(0).min(beats.len());
+            beats.drain(..n);
+            for b in beats.iter_mut() {
+                *b = b.saturating_add(1);
+            }
+            beats.retain(|b| *b < PLACED_VIEW_BEATS);
+            !beats.is_empty()
+        });
+        // Its sessions: the node is the authority on what it holds.
         let reported: BTreeSet<&SessionId> = hb.sessions.iter().map(|s| &s.id).collect();
         let before = self.sessions.len();
         self.sessions
@@ -811,7 +837,10 @@ impl Cluster {
         {
             let origin = publisher.node.clone();
             let node = self.hot_spill(&stream, &origin).unwrap_or(origin);
-            *self.placed_views.entry((stream, node.clone())).or_insert(0) += 1;
+            self.placed_views
+                .entry((stream, node.clone()))
+                .or_default()
+                .push(0);
             self.metrics.placements += 1;
             return Ok(self.response(node, Vec::new()));
         }
@@ -884,8 +913,7 @@ impl Cluster {
         let placed = self
             .placed_views
             .get(&(stream.clone(), origin.clone()))
-            .copied()
-            .unwrap_or(0);
+            .map_or(0, |b| b.len() as u64);
         let share_used = limit > 0 && reported + placed >= limit;
         if !share_used && !self.full(origin) {
             return None;
@@ -909,7 +937,7 @@ impl Cluster {
             .placed_views
             .iter()
             .filter(|((_, n), _)| n == node)
-            .map(|(_, k)| *k)
+            .map(|(_, b)| b.len() as u64)
             .sum();
         sessions + placed >= capacity
     }
@@ -1455,20 +1483,42 @@ mod tests {
             &[ids[0].clone(), ids[0].clone(), ids[0].clone()]
         );
         assert_ne!(burst[3], ids[0]);
-        // The origin's heartbeat reports what came (two of the three): the count starts over
-        // from the report.
+        // The origin's heartbeat reports two of the three placed there: the third may still be
+        // on its way (placed, its WHEP request not yet made), so it still counts…
+        let two = [
+            ("pub", SessionKind::Publish),
+            ("v0", SessionKind::View),
+            ("v1", SessionKind::View),
+        ];
+        beat_with(&mut c, t0, &ids[0], &two);
+        assert_ne!(view_of(&mut c), ids[0]);
+        // … until the origin's third heartbeat since has not shown it either: it never came.
+        beat_with(&mut c, t0, &ids[0], &two);
+        assert_ne!(view_of(&mut c), ids[0]);
+        beat_with(&mut c, t0, &ids[0], &two);
+        assert_eq!(view_of(&mut c), ids[0]);
+        assert_ne!(view_of(&mut c), ids[0]);
+
+        // Viewers opened at once, the origin's share 1 (tests/hot_stream.rs in Chromium): the
+        // first is placed on the origin, whose next heartbeat comes before its WHEP request; the
+        // second still spills. Once a report shows the first, it counts as reported.
+        let mut c = run(1, 0);
+        assert_eq!(view_of(&mut c), ids[0]);
+        beat_with(&mut c, t0, &ids[0], &[("pub", SessionKind::Publish)]);
+        let spill = view_of(&mut c);
+        assert_ne!(spill, ids[0]);
         beat_with(
             &mut c,
             t0,
             &ids[0],
-            &[
-                ("pub", SessionKind::Publish),
-                ("v0", SessionKind::View),
-                ("v1", SessionKind::View),
-            ],
+            &[("pub", SessionKind::Publish), ("v0", SessionKind::View)],
         );
-        assert_eq!(view_of(&mut c), ids[0]);
-        assert_ne!(view_of(&mut c), ids[0]);
+        assert_eq!(view_of(&mut c), spill);
+        assert_eq!(
+            c.placed_views
+                .get(&(StreamId::new("live").unwrap(), ids[0].clone())),
+            None
+        );
     }
 
     #[test]
