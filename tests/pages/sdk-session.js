@@ -96,8 +96,8 @@ export class Frames {
     this.count = 0;
     this.maxGapMs = 0;
     // Gaps over 80 ms since the last reset: { at: wall-clock ms (Date.now()'s scale) of the
-    // frame that ended it, ms, late (below) }, the last 100. Tests tell a migration's gaps from
-    // the machine's by when they happened and by how late their frames arrived.
+    // frame that ended it, ms, captured, late (below) }, the last 100. Tests tell a migration's
+    // gaps from the machine's by when they happened and by when their frames arrived.
     this.gaps = [];
     this.times = [];
     this.tsRegressions = 0;
@@ -119,16 +119,22 @@ export class Frames {
         const gap = now - this.last;
         this.maxGapMs = Math.max(this.maxGapMs, gap);
         if (gap > 80) {
-          // late: how much longer the two frames took to arrive than they were captured apart
-          // (RTP video clock, 90 kHz). A migration that holds media back makes frames late; a
-          // starved renderer (the machine's stall) skips frames that arrived in time, late ≈ 0.
-          // null when the page cannot tell (no receive time, another track).
+          // captured: how far apart the two frames were captured (RTP video clock, 90 kHz), and
+          // late: how much longer than that they took to arrive. A frame a migration held back
+          // arrives late. Frames captured one frame apart that arrived in time, shown late: the
+          // renderer's stall (the machine's). Frames skipped in between may have come late or
+          // been dropped by a starved renderer: the page cannot tell. null when it cannot tell at
+          // all (no receive time, another track).
           const prev = this.lastArrival;
-          const late =
-            arrival && prev && prev.track === arrival.track
-              ? Math.round(arrival.rx - prev.rx - ((arrival.rtp - prev.rtp) | 0) / 90)
-              : null;
-          this.gaps.push({ at: Math.round(performance.timeOrigin + now), ms: Math.round(gap), late });
+          const same = arrival && prev && prev.track === arrival.track;
+          const captured = same ? ((arrival.rtp - prev.rtp) | 0) / 90 : null;
+          const late = same ? Math.round(arrival.rx - prev.rx - captured) : null;
+          this.gaps.push({
+            at: Math.round(performance.timeOrigin + now),
+            ms: Math.round(gap),
+            captured: captured === null ? null : Math.round(captured),
+            late,
+          });
           if (this.gaps.length > 100) this.gaps.shift();
         }
       }
