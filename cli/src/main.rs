@@ -27,6 +27,7 @@ mod dev;
 mod gpu;
 mod migrate;
 mod ops;
+mod ops_rooms;
 mod ops_turn;
 mod record;
 mod rooms;
@@ -78,6 +79,8 @@ enum Command {
     /// The TURN relays: list, drain, undrain.
     #[command(subcommand)]
     Turn(ops_turn::TurnCommand),
+    /// The rooms across the cluster, or one room's replicas and participants.
+    Rooms(ops_rooms::RoomsArgs),
     /// Recordings on a node: start, list, stop.
     #[command(subcommand)]
     Record(record::RecordCommand),
@@ -205,6 +208,7 @@ fn main() -> anyhow::Result<()> {
         Command::Drain(_) => "drain".to_owned(),
         Command::Undrain(_) => "undrain".to_owned(),
         Command::Turn(_) => "turn".to_owned(),
+        Command::Rooms(_) => "rooms".to_owned(),
         Command::Record(_) => "record".to_owned(),
         Command::Transcode(_) => "transcode".to_owned(),
     };
@@ -226,6 +230,7 @@ fn main() -> anyhow::Result<()> {
             Command::Drain(args) => ops::run("drain", move |o| ops::drain(&args, o)).await,
             Command::Undrain(args) => ops::run("undrain", move |o| ops::undrain(&args, o)).await,
             Command::Turn(cmd) => ops::run("turn", move |o| ops_turn::run(&cmd, o)).await,
+            Command::Rooms(args) => ops::run("rooms", move |o| ops_rooms::run(&args, o)).await,
             Command::Record(cmd) => ops::run("record", move |o| record::run(&cmd, o)).await,
             Command::Transcode(cmd) => {
                 ops::run("transcode", move |o| transcode::run(&cmd, o)).await

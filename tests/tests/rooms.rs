@@ -265,6 +265,68 @@ fn room_on(url: &str, room: &str) -> Result<Value> {
     Ok(serde_json::from_str(&r.body)?)
 }
 
+/// `ferry rooms` (and `ferry rooms ROOM`) against the scheduler of `dev`: the room on both
+/// nodes, its replicas agreeing, its three participants; bad and unknown rooms.
+async fn operator_sees_the_room(dev: &Dev, room: &str) -> Result<()> {
+    let ferry = |args: &[&str]| -> Result<(i32, String, String)> {
+        let o = std::process::Command::new(ferry_tests::ferry_bin()?)
+            .arg("rooms")
+            .args(args)
+            .args(["--scheduler", &dev.gateway, "--token", &dev.token])
+            .output()
+            .context("running ferry rooms")?;
+        Ok((
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        ))
+    };
+    // The participants as last told to clients: a change shows one merge window (50 ms) later.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let (code, out, err) = ferry(&[])?;
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(room))
+            .unwrap_or_default();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        if code == 0
+            && cells.len() == 7
+            && [cells[0], cells[1], cells[2], cells[5], cells[6]]
+                == [room, "node-a,node-b", "3", "-", "yes"]
+        {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "ferry rooms ({code}):\n{out}{err}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (code, out, err) = ferry(&[room])?;
+    ensure!(
+        code == 0
+            && out.contains(&format!("ROOM {room}: 2 replicas, converged"))
+            && out.contains("PARTICIPANTS (3, as node-a sees them)")
+            && out
+                .lines()
+                .any(|l| l.starts_with("node-b") && l.contains("64/1")),
+        "ferry rooms {room} ({code}):\n{out}{err}"
+    );
+    eprintln!("ferry rooms {room}:\n{out}");
+    let (code, out, err) = ferry(&["no-such-room"])?;
+    ensure!(
+        code == 1 && out.contains("hosted by no node"),
+        "ferry rooms no-such-room ({code}):\n{out}{err}"
+    );
+    let (code, _, err) = ferry(&["../v1/nodes"])?;
+    ensure!(
+        code == 2 && err.contains("room \"../v1/nodes\""),
+        "ferry rooms with a bad room id ({code}): {err}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn participants_on_both_nodes_share_one_room() -> Result<()> {
     let dev = start_dev_registered(&[], &[]).await?;
@@ -531,6 +593,7 @@ async fn participants_on_both_nodes_share_one_room() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    operator_sees_the_room(&dev, room).await?;
 
     // A connection gone without `leave`: the participant leaves after the grace (10 s).
     let gone = peers.pop().context("peer")?;
