@@ -27,6 +27,14 @@ pub(crate) struct RoomArgs {
         default_value_t = 300
     )]
     pub hot_ops: u64,
+    /// An isolated room whose rate stayed under half of --room-hot-ops this long (ms) goes back
+    /// to the shared task.
+    #[arg(
+        long = "room-hot-cool-ms",
+        env = "FERRY_ROOM_HOT_COOL_MS",
+        default_value_t = 10_000
+    )]
+    pub hot_cool_ms: u64,
     /// Each room's state is stored with the scheduler this often when it changed (ms), so
     /// the rooms survive a restart of the whole cluster; 0: never (without a scheduler
     /// neither).
@@ -72,6 +80,7 @@ impl NodeRooms {
         config.tls = tls;
         config.window_ms = args.window_ms;
         config.hot_ops_per_s = args.hot_ops;
+        config.hot_cool_ms = args.hot_cool_ms;
         config.fanout = args.fanout as usize;
         config.snapshots = scheduler
             .filter(|_| args.snapshot_ms > 0)

@@ -69,6 +69,9 @@ pub struct RoomServerConfig {
     /// nodes) is hot: it moves to a task of its own, so that the other rooms of the node keep
     /// their latency. 0: never.
     pub hot_ops_per_s: u64,
+    /// An isolated room whose rate stayed under half of `hot_ops_per_s` this long goes back to
+    /// the shared task, ms.
+    pub hot_cool_ms: u64,
     /// Where the rooms' snapshots are kept for a full-cluster restart (the scheduler); `None`:
     /// nowhere (a room lives as long as one of its replicas).
     pub snapshots: Option<SnapshotTarget>,
@@ -102,6 +105,7 @@ impl RoomServerConfig {
             tokens: None,
             tls: false,
             hot_ops_per_s: 300,
+            hot_cool_ms: 10_000,
             snapshots: None,
             fanout: crate::fanout::DEFAULT_FANOUT,
         }
@@ -152,6 +156,9 @@ struct Room {
     ops: u64,
     rate_since: u64,
     ops_per_s: f64,
+    /// Isolated, its rate under half the threshold since then (it goes back after
+    /// [`RoomServerConfig::hot_cool_ms`]).
+    cool_since: Option<u64>,
     restore: Restore,
     /// Snapshots merged into the replica on opening.
     restored: usize,
@@ -184,6 +191,7 @@ impl Room {
             ops: 0,
             rate_since: now,
             ops_per_s: 0.0,
+            cool_since: None,
             restore: if snapshots {
                 Restore::Pending(now)
             } else {
@@ -238,6 +246,7 @@ struct Counters {
     snapshot_errors: AtomicU64,
     orphan_graces: AtomicU64,
     relayed: AtomicU64,
+    deisolations: AtomicU64,
 }
 
 /// Rooms one task polls. The shared shard holds every room but the hot ones; each hot room is
@@ -608,6 +617,7 @@ impl RoomServer {
         let mut rooms = shard.lock();
         let mut gone = Vec::new();
         let mut hot = Vec::new();
+        let mut cooled = Vec::new();
         let mut jobs = SnapshotJobs::default();
         for (id, r) in rooms.iter_mut() {
             self.poll_room(now, id, r, &directory);
@@ -623,6 +633,15 @@ impl RoomServer {
                 && r.ops_per_s >= self.config.hot_ops_per_s as f64
             {
                 hot.push(id.clone());
+            } else if !shared {
+                if r.ops_per_s < self.config.hot_ops_per_s as f64 / 2.0 {
+                    let since = *r.cool_since.get_or_insert(now);
+                    if now.saturating_sub(since) >= self.config.hot_cool_ms {
+                        cooled.push(id.clone());
+                    }
+                } else {
+                    r.cool_since = None;
+                }
             }
         }
         for id in gone {
@@ -634,6 +653,22 @@ impl RoomServer {
             {
                 jobs.delete.push(id);
             }
+        }
+        // Cooled down: back to the shared task. The room is in the shared shard before the
+        // isolated map forgets this one, so a lookup finds it in one or the other.
+        for id in cooled {
+            let Some(mut r) = rooms.remove(&id) else {
+                continue;
+            };
+            tracing::info!(room = %id, ops_per_s = r.ops_per_s, "hot room cooled: back on the shared task");
+            self.counters.deisolations.fetch_add(1, Ordering::Relaxed);
+            r.cool_since = None;
+            self.shared.lock().insert(id.clone(), r);
+            self.isolated
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+            self.shared.wake.notify_one();
         }
         for id in hot {
             let Some(r) = rooms.remove(&id) else { continue };
@@ -1114,7 +1149,7 @@ impl RoomServer {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         #[rustfmt::skip]
-        let figures: [(&str, &str, &str, u64); 20] = [
+        let figures: [(&str, &str, &str, u64); 21] = [
             ("ferry_room_rooms", "gauge", "Rooms this node hosts a replica of.", rooms as u64),
             ("ferry_room_connections", "gauge", "Room WebSockets open on this node.", connections as u64),
             ("ferry_room_participants", "gauge", "Participants of the rooms hosted here (as last told to clients).", participants as u64),
@@ -1130,6 +1165,7 @@ impl RoomServer {
             ("ferry_room_grace_leaves_total", "counter", "Participants removed after their connection went without leave.", get(&c.graces)),
             ("ferry_room_isolated_rooms", "gauge", "Hot rooms running on a task of their own.", isolated as u64),
             ("ferry_room_isolations_total", "counter", "Rooms isolated for their operation rate.", get(&c.isolations)),
+            ("ferry_room_deisolations_total", "counter", "Isolated rooms back on the shared task after their rate stayed under half the threshold.", get(&c.deisolations)),
             ("ferry_room_snapshots_stored_total", "counter", "Room states stored with the scheduler (for a full-cluster restart).", get(&c.snapshots_stored)),
             ("ferry_room_snapshot_bytes_total", "counter", "Bytes of the room states stored.", get(&c.snapshot_bytes)),
             ("ferry_room_snapshots_restored_total", "counter", "Stored room snapshots merged into rooms opened here.", get(&c.snapshots_restored)),
@@ -1189,6 +1225,7 @@ mod tests {
     async fn a_hot_room_gets_a_task_of_its_own_and_keeps_working() {
         let mut config = RoomServerConfig::new(NodeId::new("node-a").unwrap());
         config.hot_ops_per_s = 50;
+        config.hot_cool_ms = 300;
         config.window_ms = 10;
         let s = RoomServer::new(config, Arc::new(Vec::new));
         s.start();
@@ -1231,5 +1268,31 @@ mod tests {
         let (_, _, welcome) = s.connect(&hot, &q, Subscription::default());
         let welcome = welcome.text();
         assert!(welcome.contains("\"p\""), "{welcome}");
+        // Quiet again: once its rate stayed under half the threshold for 300 ms (the rate is
+        // measured each second), the room goes back to the shared task, and keeps working.
+        let t = std::time::Instant::now();
+        let hot_isolated = || {
+            s.list()
+                .as_array()
+                .and_then(|a| a.iter().find(|r| r["room"] == "hot").cloned())
+                .is_some_and(|r| r["isolated"] == true)
+        };
+        while hot_isolated() {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "still isolated: {}",
+                s.list()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!(
+            "hot room back on the shared task {:?} after its burst",
+            t.elapsed()
+        );
+        assert!(s.prometheus().contains("ferry_room_isolated_rooms 0"));
+        assert!(s.prometheus().contains("ferry_room_deisolations_total 1"));
+        let (reply, _) = s.frame(&hot, h, r#"{"type":"chat","key":"c3","text":"cool again"}"#);
+        assert!(reply.contains("receipt"), "{reply}");
+        next_event(&mut hrx, "cool again").await;
     }
 }
