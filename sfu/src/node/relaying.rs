@@ -208,7 +208,7 @@ impl Node {
             }
         };
         // A relayed stream, or one whose publisher moved here from `from` a moment ago.
-        let stream = self.relay_ids.get(&h.relay_id).cloned().or_else(|| {
+        let Some(stream) = self.relay_ids.get(&h.relay_id).cloned().or_else(|| {
             self.streams
                 .iter()
                 .find(|(_, e)| {
@@ -217,8 +217,11 @@ impl Node {
                         .is_some_and(|(r, _)| r.origin == from && r.relay_id == Some(h.relay_id))
                 })
                 .map(|(name, _)| name.clone())
-        });
-        let Some(entry) = stream.as_ref().and_then(|s| self.streams.get_mut(s)) else {
+        }) else {
+            self.out.metrics.relay_refused += 1;
+            return;
+        };
+        let Some(entry) = self.streams.get_mut(&stream) else {
             self.out.metrics.relay_refused += 1;
             return;
         };
@@ -235,9 +238,6 @@ impl Node {
                     return;
                 }
             },
-        };
-        let Some(stream) = stream else {
-            return;
         };
         let Some(line) = r.media.get(usize::from(h.track)) else {
             return;
