@@ -43,6 +43,14 @@ pub enum Event {
         /// Its number.
         number: u32,
     },
+    /// A video frame was written that does not follow on from the one written before it:
+    /// `packets` RTP sequence numbers between them are not in the recording (lost on the way,
+    /// dropped as unusable, or never handed over). Frames the publisher did not send leave no
+    /// hole, whatever the step in the timeline.
+    VideoHole {
+        /// Sequence numbers missing between the two frames.
+        packets: u64,
+    },
     /// A segment could not be muxed; its media is lost.
     MuxFailed {
         /// Its number.
@@ -91,4 +99,7 @@ pub struct RecorderStats {
     pub timeline_jumps: u64,
     /// Times a track's SSRC changed.
     pub ssrc_changes: u64,
+    /// Video holes: frames written that did not follow on from the frame before in RTP
+    /// sequence numbers ([`Event::VideoHole`]).
+    pub video_holes: u64,
 }

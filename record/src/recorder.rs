@@ -65,6 +65,8 @@ struct Track {
     /// The next frame starts again from arrival time (after an SSRC change).
     reanchor: bool,
     held: Option<Held>,
+    /// Extended sequence number of the last packet of the last frame written.
+    last_written_seq: Option<u64>,
 }
 
 impl Track {
@@ -80,6 +82,7 @@ impl Track {
             last_arrival: None,
             reanchor: false,
             held: None,
+            last_written_seq: None,
         }
     }
 
@@ -89,6 +92,7 @@ impl Track {
         t.seq = SeqUnwrapper::from_highest(s.highest_seq);
         t.ts = TsUnwrapper::from_highest(s.highest_ts);
         t.clock = s.clock;
+        t.last_written_seq = s.last_written_seq;
         t
     }
 
@@ -99,6 +103,7 @@ impl Track {
             ssrc: self.ssrc,
             highest_seq: self.seq.highest(),
             highest_ts: self.ts.highest(),
+            last_written_seq: self.last_written_seq,
             clock: self.clock,
         }
     }
@@ -348,6 +353,7 @@ impl Recorder {
             track.asm = FrameAssembler::new(track.cfg.codec, assembler);
             track.sr = None;
             track.reanchor = true;
+            track.last_written_seq = None;
             self.stats.ssrc_changes += 1;
         }
         let Some(track) = self.track_mut(kind) else {
@@ -592,6 +598,23 @@ impl Recorder {
         Some(t)
     }
 
+    /// Counts a hole when the video frame about to be written does not start right after the
+    /// last one written (in sequence numbers, carried across hand-overs).
+    fn check_follows_on(&mut self, frame: &Frame) {
+        let Some(track) = self.video.as_mut() else {
+            return;
+        };
+        let last = track.last_written_seq.replace(frame.last_seq);
+        if let Some(last) = last
+            && frame.first_seq > last + 1
+        {
+            self.stats.video_holes += 1;
+            self.outputs.push_back(Output::Event(Event::VideoHole {
+                packets: frame.first_seq - last - 1,
+            }));
+        }
+    }
+
     fn handle_frame(&mut self, kind: Kind, frame: Frame) {
         match kind {
             Kind::Video => self.handle_video(frame),
@@ -646,6 +669,7 @@ impl Recorder {
             self.stats.stale_frames += 1;
             return;
         };
+        self.check_follows_on(&frame);
         let seg_start = self.segmenter.start();
         let decision = self.segmenter.handle_frame(t, frame.keyframe);
         if let Some(held) = self.video.as_mut().and_then(|v| v.held.take()) {

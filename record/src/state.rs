@@ -50,6 +50,10 @@ pub struct TrackState {
     pub highest_seq: Option<u64>,
     /// Highest extended RTP timestamp received.
     pub highest_ts: Option<u64>,
+    /// Extended sequence number of the last packet of the last frame written: the next frame
+    /// written should start right after it (absent in states from before it was kept).
+    #[serde(default)]
+    pub last_written_seq: Option<u64>,
     /// Its mapping onto the media timeline, once it has a frame.
     pub clock: Option<TrackClock>,
 }

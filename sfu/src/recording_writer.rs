@@ -62,6 +62,10 @@ pub struct RecordingView {
     pub upload_errors: u64,
     /// The latest storage error, if any.
     pub last_error: Option<String>,
+    /// Places where this node's recorder lacks video the publisher sent (RTP sequence numbers
+    /// missing between two written frames); 0 when every frame that came was written.
+    #[serde(default)]
+    pub video_holes: u64,
 }
 
 /// What a writer task is told.
@@ -97,6 +101,7 @@ fn view(info: &RecordingInfo, store: &Store, last_error: &Mutex<Option<String>>)
         bytes: m.bytes,
         upload_errors: m.errors,
         last_error: last_error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        video_holes: info.video_holes,
     }
 }
 
@@ -154,6 +159,9 @@ impl Writers {
                     let _ = w.tx.send(Job::End);
                 }
             }
+            RecordingOutput::Event(id, ferry_record::Event::VideoHole { packets }) => {
+                tracing::warn!(recording = %id, packets, "recording lacks video: a hole in the RTP sequence");
+            }
             RecordingOutput::Event(id, e) => {
                 tracing::debug!(recording = %id, event = ?e, "recording event");
             }
@@ -191,6 +199,7 @@ impl Writers {
                 bytes: 0,
                 upload_errors: 0,
                 last_error: None,
+                video_holes: info.video_holes,
             },
         }
     }
@@ -246,12 +255,16 @@ impl Writers {
              ferry_recording_handovers_total{{direction=\"in\"}} {}\n\
              # HELP ferry_recording_gaps_total Recordings resumed here after their node died (each gap marked EXT-X-DISCONTINUITY).\n\
              # TYPE ferry_recording_gaps_total counter\n\
-             ferry_recording_gaps_total {}\n",
+             ferry_recording_gaps_total {}\n\
+             # HELP ferry_recording_video_holes_total Places where a recording here lacks video the publisher sent (RTP sequence numbers missing between two written frames).\n\
+             # TYPE ferry_recording_video_holes_total counter\n\
+             ferry_recording_video_holes_total {}\n",
             sum_us as f64 / 1e6,
             max_us as f64 / 1e6,
             moved.handed_over,
             moved.taken_over,
             moved.crash_resumes,
+            moved.video_holes,
         )
     }
 }

@@ -183,6 +183,8 @@ fn a_recording_stays_on_its_node_while_its_publisher_moves_away_and_back() {
             s2 - s1,
             r2 - r1
         );
+        let holes = w.tb.node(a).recording(&w.id).unwrap().video_holes;
+        assert_eq!(holes, 0, "seed {seed}: the relay's packets follow on");
         let now = w.tb.now();
         w.tb.node(a).stop_recording(now, &w.id).unwrap();
         bucket.take(&mut w.tb, a);
@@ -281,6 +283,12 @@ fn a_recording_moves_to_another_node_with_no_gap_and_no_duplicate() {
             (ra + rb).abs_diff(s2 - s1) <= 2,
             "seed {seed}: every frame once across the hand-over ({} sent, {ra} + {rb} recorded)",
             s2 - s1
+        );
+        let holes = |tb: &mut Testbed, at| tb.node(at).recording(&id).unwrap().video_holes;
+        assert_eq!(
+            (holes(&mut w.tb, a), holes(&mut w.tb, b)),
+            (0, 0),
+            "seed {seed}: B's first frame follows on from A's last"
         );
         let now = w.tb.now();
         w.tb.node(b).stop_recording(now, &id).unwrap();

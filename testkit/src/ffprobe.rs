@@ -56,6 +56,8 @@ pub struct Probe {
     pub packets: BTreeMap<String, usize>,
     /// Largest pts step between consecutive packets of the video stream, seconds.
     pub max_video_gap: f64,
+    /// Every video packet's pts, seconds, in order.
+    pub video_pts: Vec<f64>,
 }
 
 impl Probe {
@@ -103,6 +105,7 @@ pub fn probe(path: &Path) -> Result<Probe> {
     let mut packets = BTreeMap::new();
     let mut last: Vec<Option<f64>> = vec![None; kinds.len()];
     let mut max_video_gap: f64 = 0.0;
+    let mut video_pts = Vec::new();
     for pk in p["packets"].as_array().into_iter().flatten() {
         let i = pk["stream_index"]
             .as_u64()
@@ -124,6 +127,9 @@ pub fn probe(path: &Path) -> Result<Probe> {
             }
         }
         last[i] = Some(pts);
+        if kinds[i] == "video" {
+            video_pts.push(pts);
+        }
         *packets.entry(kinds[i].clone()).or_insert(0) += 1;
     }
     Ok(Probe {
@@ -131,5 +137,6 @@ pub fn probe(path: &Path) -> Result<Probe> {
         streams,
         packets,
         max_video_gap,
+        video_pts,
     })
 }

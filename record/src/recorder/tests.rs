@@ -309,6 +309,24 @@ fn a_lost_packet_inside_a_frame_drops_video_until_the_next_keyframe() {
     assert!(wanted);
     assert_eq!(rec.stats().video_frames, 300 - 50);
     assert_eq!(rec.stats().audio_frames, 500);
+    // One hole: frame 120 (the keyframe) written after frame 69, the 50 frames between missing.
+    assert_eq!(rec.stats().video_holes, 1);
+    let holes: Vec<u64> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(Event::VideoHole { packets }) => Some(*packets),
+            _ => None,
+        })
+        .collect();
+    let between = pkts
+        .iter()
+        .filter(|p| p.2.is_some_and(|i| (70..120).contains(&i)))
+        .count() as u64;
+    assert_eq!(
+        holes,
+        vec![between + 1],
+        "the lost packet and the frames dropped"
+    );
     // The frames before the hole are all there; the segment holding the hole is shorter in
     // samples but the timeline still only moves forward.
     let segs = segment_bytes(&out);
@@ -359,6 +377,9 @@ fn export_resume_continues_one_playlist_without_duplicates() {
     assert!(b.stats().stale_frames > 0);
     let (video, audio) = check_continuous(&segment_bytes(&out));
     assert_eq!((video, audio), (300, 500));
+    // B checked its first frame against A's last (carried in the state): no hole.
+    assert!(state.video.as_ref().unwrap().last_written_seq.is_some());
+    assert_eq!(a.stats().video_holes + b.stats().video_holes, 0);
     // One init segment: B's is the same bytes, so it is not written again.
     assert_eq!(
         puts(&out)
@@ -370,6 +391,50 @@ fn export_resume_continues_one_playlist_without_duplicates() {
     let numbers: Vec<u32> = b.segments().iter().map(|s| s.number).collect();
     assert_eq!(numbers, (1..=numbers.len() as u32).collect::<Vec<_>>());
     assert!(b.segments().iter().all(|s| !s.discontinuity));
+}
+
+#[test]
+fn frames_the_publisher_skipped_are_no_hole_but_a_late_takeover_is() {
+    // The publisher's encoder skipped frames 40 and 41 (no packets, no sequence numbers): a
+    // step of three frame intervals in the timeline, and nothing missing from the recording.
+    let mut pkts = stream(6, 45, 1500);
+    pkts.retain(|p| !matches!(p.2, Some(40 | 41)));
+    let mut seq = 65_500u16;
+    for p in pkts.iter_mut().filter(|p| p.2.is_some()) {
+        p.1[2..4].copy_from_slice(&seq.to_be_bytes());
+        seq = seq.wrapping_add(1);
+    }
+    let t0 = Instant::now();
+    let mut rec = Recorder::new(config()).unwrap();
+    run(&mut rec, t0, &pkts);
+    rec.finish(t0 + Duration::from_secs(7));
+    assert_eq!(rec.stats().video_frames, 6 * 30 - 2);
+    assert_eq!(rec.stats().video_holes, 0);
+
+    // A hand-over whose target hears the stream only from after the hand-over keyframe
+    // (frame 90) on: it starts at the next one (135), and says the recording lacks 90..135.
+    let pkts = stream(6, 45, 1500);
+    let split = pkts.iter().position(|p| p.2 == Some(80)).unwrap();
+    let mut a = Recorder::new(config()).unwrap();
+    run(&mut a, t0, &pkts[..split]);
+    a.begin_handover();
+    let mut state = None;
+    for (at, p, _) in &pkts[split..] {
+        let _ = a.handle_rtp(t0 + *at, p);
+        while let Some(o) = a.poll_output() {
+            if let Output::Handover(s) = o {
+                state = Some(*s);
+            }
+        }
+        if a.is_stopped() {
+            break;
+        }
+    }
+    let mut b = Recorder::resume(config(), &state.unwrap()).unwrap();
+    let late = pkts.iter().position(|p| p.2 == Some(91)).unwrap();
+    run(&mut b, t0, &pkts[late..]);
+    assert_eq!(b.stats().video_holes, 1);
+    assert_eq!(a.stats().video_holes, 0);
 }
 
 #[test]

@@ -83,6 +83,9 @@ pub struct RecordingInfo {
     pub video_frames: u64,
     /// Audio frames written (by this node's recorder).
     pub audio_frames: u64,
+    /// Places where this node's recorder wrote a video frame that did not follow on from the
+    /// one before (RTP sequence numbers missing: media the recording lacks).
+    pub video_holes: u64,
 }
 
 /// What the driver does for a recording.
@@ -195,6 +198,7 @@ impl Recording {
             frames: st.video_frames + st.audio_frames,
             video_frames: st.video_frames,
             audio_frames: st.audio_frames,
+            video_holes: st.video_holes,
         }
     }
 }
@@ -234,6 +238,7 @@ impl Awaiting {
             frames: 0,
             video_frames: 0,
             audio_frames: 0,
+            video_holes: 0,
         }
     }
 
@@ -263,6 +268,8 @@ pub struct RecordingCounters {
     pub taken_over: u64,
     /// Recordings resumed here after their node died (each a gap, marked in the playlist).
     pub crash_resumes: u64,
+    /// Video holes recorders wrote here ([`ferry_record::Event::VideoHole`]).
+    pub video_holes: u64,
 }
 
 impl RecordingCounters {
@@ -271,6 +278,7 @@ impl RecordingCounters {
         self.handed_over += o.handed_over;
         self.taken_over += o.taken_over;
         self.crash_resumes += o.crash_resumes;
+        self.video_holes += o.video_holes;
     }
 }
 
@@ -329,7 +337,12 @@ impl Recordings {
                     r.phase = RecordingPhase::Moved;
                     RecordingOutput::Handover(r.id.clone(), state)
                 }
-                Output::Event(e) => RecordingOutput::Event(r.id.clone(), e),
+                Output::Event(e) => {
+                    if let ferry_record::Event::VideoHole { .. } = e {
+                        counters.video_holes += 1;
+                    }
+                    RecordingOutput::Event(r.id.clone(), e)
+                }
             });
         }
         if r.phase == RecordingPhase::Recording && r.recorder.is_stopped() {
