@@ -36,6 +36,14 @@ pub struct HotStreamArgs {
     /// Measured seconds (after every viewer plays).
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
+    /// Sessions each node accepts (default: viewers + 10); fewer spread the spilled viewers
+    /// over more nodes once the first is full.
+    #[arg(long)]
+    node_sessions: Option<usize>,
+    /// The nodes' `--relay-fanout`: with 3 nodes and 1, the third gets the stream from the
+    /// second (a relay tree of depth 2).
+    #[arg(long, default_value_t = ferry_sfu::node::RELAY_FANOUT)]
+    relay_fanout: usize,
     /// Where the JSON goes.
     #[arg(long, default_value = "target/bench/hot-stream.json")]
     out: PathBuf,
@@ -52,6 +60,10 @@ struct NodeRow {
     relay_out_pps: f64,
     /// Media packets it received from a relay per second.
     relay_in_pps: f64,
+    /// Of those relayed out, received from a relay first (one level down the tree), per second.
+    relay_on_pps: f64,
+    /// Relay subscribers it sent one level down (or back to the origin).
+    relay_redirects: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -59,6 +71,7 @@ struct Report {
     viewers: usize,
     nodes: usize,
     origin_share: u64,
+    relay_fanout: usize,
     origin: String,
     duration_s: f64,
     per_node: Vec<NodeRow>,
@@ -81,12 +94,14 @@ pub(crate) async fn hot_stream(args: HotStreamArgs) -> Result<()> {
         "--nodes is 2 or 3"
     );
     let share = args.origin_share.to_string();
-    let c = Cluster::start_opts(
-        args.viewers + 10,
+    let fanout = args.relay_fanout.to_string();
+    let c = Cluster::start_full(
+        args.node_sessions.unwrap_or(args.viewers + 10),
         false,
         args.nodes,
         None,
         &["--hot-stream-viewers", &share],
+        &["--relay-fanout", &fanout],
     )
     .await?;
     let clocks = Clocks::now();
@@ -153,7 +168,7 @@ pub(crate) async fn hot_stream(args: HotStreamArgs) -> Result<()> {
         for (i, url) in c.node_http.iter().enumerate() {
             let cpu = c.node_pid(i).map_or(Ok(0.0), |p| cpu_seconds(p, ticks))?;
             let m = metrics(url).await?;
-            out.push((cpu, m.0, m.1));
+            out.push((cpu, m.0, m.1, m.2, m.3));
         }
         anyhow::Ok(out)
     };
@@ -190,6 +205,8 @@ pub(crate) async fn hot_stream(args: HotStreamArgs) -> Result<()> {
             cpu_cores: (n1[i].0 - n0[i].0) / dur,
             relay_out_pps: (n1[i].1 - n0[i].1) / dur,
             relay_in_pps: (n1[i].2 - n0[i].2) / dur,
+            relay_on_pps: (n1[i].3 - n0[i].3) / dur,
+            relay_redirects: n1[i].4,
         });
     }
     let mean = per_node.iter().map(|n| n.sessions as f64).sum::<f64>() / args.nodes as f64;
@@ -210,6 +227,7 @@ pub(crate) async fn hot_stream(args: HotStreamArgs) -> Result<()> {
         viewers: args.viewers,
         nodes: args.nodes,
         origin_share: args.origin_share,
+        relay_fanout: args.relay_fanout,
         origin: origin.clone(),
         duration_s: dur,
         per_node,
@@ -225,17 +243,36 @@ pub(crate) async fn hot_stream(args: HotStreamArgs) -> Result<()> {
         all_playing_s,
     };
     println!(
-        "hot stream: {} viewers, origin {} (share {}), {} nodes; all playing {:.1} s after the burst",
-        report.viewers, report.origin, report.origin_share, report.nodes, report.all_playing_s
+        "hot stream: {} viewers, origin {} (share {}), {} nodes, relay fan-out {}; all playing {:.1} s after the burst",
+        report.viewers,
+        report.origin,
+        report.origin_share,
+        report.nodes,
+        report.relay_fanout,
+        report.all_playing_s
     );
     println!(
-        "{:>8} | {:>7} {:>8} | {:>6} | {:>12} {:>11}",
-        "node", "viewers", "sessions", "cores", "relay out/s", "relay in/s"
+        "{:>8} | {:>7} {:>8} | {:>6} | {:>12} {:>11} {:>11} | {:>9}",
+        "node",
+        "viewers",
+        "sessions",
+        "cores",
+        "relay out/s",
+        "relay in/s",
+        "relay on/s",
+        "redirects"
     );
     for n in &report.per_node {
         println!(
-            "{:>8} | {:>7} {:>8} | {:>6.2} | {:>12.0} {:>11.0}",
-            n.node, n.viewers, n.sessions, n.cpu_cores, n.relay_out_pps, n.relay_in_pps
+            "{:>8} | {:>7} {:>8} | {:>6.2} | {:>12.0} {:>11.0} {:>11.0} | {:>9.0}",
+            n.node,
+            n.viewers,
+            n.sessions,
+            n.cpu_cores,
+            n.relay_out_pps,
+            n.relay_in_pps,
+            n.relay_on_pps,
+            n.relay_redirects
         );
     }
     println!(
@@ -270,8 +307,9 @@ async fn stream_entry(gateway: &str, stream: &str) -> Result<Value> {
         .unwrap_or_default())
 }
 
-/// A node's relay counters: (packets relayed out, packets received from relays).
-async fn metrics(http: &str) -> Result<(f64, f64)> {
+/// A node's relay counters: (packets relayed out, packets received from relays, packets relayed
+/// on from a relay, subscribers redirected).
+async fn metrics(http: &str) -> Result<(f64, f64, f64, f64)> {
     let url = format!("{http}/metrics");
     let text = tokio::task::spawn_blocking(move || -> Result<String> {
         Ok(ureq::get(&url).call()?.body_mut().read_to_string()?)
@@ -286,5 +324,7 @@ async fn metrics(http: &str) -> Result<(f64, f64)> {
     Ok((
         get("ferry_node_relay_sent_total "),
         get("ferry_node_relay_received_total "),
+        get("ferry_node_relay_forwarded_total "),
+        get("ferry_node_relay_redirects_total "),
     ))
 }

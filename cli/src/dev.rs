@@ -190,6 +190,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             ice_servers: Vec::new(),
             nack_cache: 1000,
             max_sessions: 2000,
+            relay_fanout: ferry_sfu::node::RELAY_FANOUT,
             process_metrics: Some(rooms.metrics(&transcoders)),
             scheduler: Some({
                 let mut l = crate::scheduler::link(&gateway, &token, name);

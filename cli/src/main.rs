@@ -112,6 +112,10 @@ struct NodeArgs {
     /// Sessions accepted before WHIP/WHEP answer 503.
     #[arg(long, default_value_t = 2000)]
     max_sessions: usize,
+    /// Nodes a stream published here is relayed to directly; further subscribers get it from
+    /// one of them (a relay tree of depth 2). 0: no limit.
+    #[arg(long, default_value_t = ferry_sfu::node::RELAY_FANOUT)]
+    relay_fanout: usize,
     /// Scheduler to report to (heartbeats with load and sessions).
     #[arg(long)]
     scheduler: Option<String>,
@@ -333,6 +337,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             .collect(),
         nack_cache: args.nack_cache,
         max_sessions: args.max_sessions,
+        relay_fanout: args.relay_fanout,
         process_metrics: Some(rooms.metrics(&transcoders)),
         scheduler: args.scheduler.as_ref().map(|url| {
             let mut l = scheduler::link(url, &token, &args.id);

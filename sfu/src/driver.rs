@@ -864,6 +864,9 @@ pub struct NodeOptions {
     pub nack_cache: usize,
     /// Sessions accepted before answering 503.
     pub max_sessions: usize,
+    /// Nodes a stream published here is relayed to directly before further ones are sent one
+    /// level down (0: no limit; [`crate::node::RELAY_FANOUT`]).
+    pub relay_fanout: usize,
     /// Extra text for `/metrics` from the embedding process.
     pub process_metrics: Option<crate::http::ProcessMetrics>,
     /// The scheduler to report to, if any.
@@ -936,6 +939,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     let mut config = crate::node::NodeConfig::new(opts.id.clone(), candidates, rng.random(), wall);
     config.nack_cache = opts.nack_cache;
     config.max_sessions = opts.max_sessions;
+    config.relay_fanout = opts.relay_fanout;
     let mut runtime = None;
     let mut migration = None;
     let directory: SharedDirectory = opts.directory.clone().unwrap_or_default();

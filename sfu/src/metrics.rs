@@ -117,6 +117,12 @@ metrics! {
     relay_drained,
     /// Packets re-sent on a relay link after a relay NACK.
     relay_retransmitted,
+    /// Relay subscribers sent on to another subscriber (this origin relays the stream to
+    /// `--relay-fanout` nodes already) or back to the origin (this node stopped relaying).
+    relay_redirects,
+    /// Media packets of a stream relayed in here and relayed on to other nodes (counted in
+    /// relay_sent too).
+    relay_forwarded,
     /// Client datagrams received through an edge or a forwarding node.
     tunnel_received,
     /// Tunnel datagrams refused (unauthenticated, malformed, no such session).

@@ -97,7 +97,14 @@ pub struct NodeConfig {
     pub edge: Option<SocketAddr>,
     /// Shedding video viewers' frames when the node cannot keep up ([`overload`]).
     pub overload: overload::OverloadConfig,
+    /// Nodes a published stream is relayed to directly; the next subscriber is sent on to one
+    /// of them, which relays it on (a tree of depth 2). 0: no limit.
+    pub relay_fanout: usize,
 }
+
+/// Default [`NodeConfig::relay_fanout`]: 32 relay links out of the origin (32 × 4 Mbit/s of a
+/// camera stream), 32 × 32 nodes two levels down.
+pub const RELAY_FANOUT: usize = 32;
 
 impl NodeConfig {
     /// Defaults for everything but identity, addresses, seed and clock.
@@ -123,6 +130,7 @@ impl NodeConfig {
             cluster_addr: None,
             edge: None,
             overload: overload::OverloadConfig::default(),
+            relay_fanout: RELAY_FANOUT,
         }
     }
 }
@@ -140,6 +148,8 @@ struct StreamEntry {
     viewers: Vec<usize>,
     /// Nodes this stream is relayed to.
     relay_out: Vec<crate::relay::RelayOut>,
+    /// Subscribers sent one level down lately: (subscriber, sent to, when).
+    sent_down: Vec<(SocketAddr, SocketAddr, Instant)>,
     /// Its publisher went away without ending the stream (its client may reconnect with its
     /// ticket): viewers and relays wait until then.
     orphaned_until: Option<Instant>,
@@ -193,6 +203,9 @@ pub struct Node {
     forward_addrs: demux::ByAddr<String>,
     /// Streams whose publisher moved away: the new origin, until when.
     moved_streams: HashMap<StreamId, (SocketAddr, Instant)>,
+    /// Where the directory last said each stream elsewhere is published (a relaying node
+    /// sends its subscribers there when it stops).
+    origins: HashMap<StreamId, SocketAddr>,
     /// Other nodes' cluster addresses.
     peers: HashMap<NodeId, SocketAddr>,
     /// Imported sessions waiting for activation: what they take over.
@@ -255,6 +268,7 @@ impl Node {
             forwards: Default::default(),
             forward_addrs: Default::default(),
             moved_streams: HashMap::new(),
+            origins: HashMap::new(),
             peers: HashMap::new(),
             imports: HashMap::new(),
             next_claim: now,

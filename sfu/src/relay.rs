@@ -185,7 +185,7 @@ pub fn read_media<'a>(
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Control {
     /// The message.
-    #[prost(oneof = "control::Body", tags = "1, 2, 3, 4, 5, 6")]
+    #[prost(oneof = "control::Body", tags = "1, 2, 3, 4, 5, 6, 7")]
     pub body: Option<control::Body>,
 }
 
@@ -212,6 +212,10 @@ pub mod control {
         /// Origin → subscriber: the NTP↔RTP mapping of a track.
         #[prost(message, tag = "6")]
         SenderReport(super::RelaySr),
+        /// Origin → subscriber: subscribe elsewhere (the origin serves its fan-out already, or
+        /// a relaying node stops relaying).
+        #[prost(message, tag = "7")]
+        Redirect(super::Redirect),
     }
 }
 
@@ -246,6 +250,20 @@ pub struct Offer {
     /// subscriber of that origin switches to the sender).
     #[prost(string, tag = "6")]
     pub previous_origin: String,
+}
+
+/// `Redirect`: the relay tree's second level (DESIGN §2). An origin that relays a stream to
+/// `--relay-fanout` nodes already sends a new subscriber on to one of them, which relays what it
+/// receives on; a relaying node whose own use of the stream ends sends its subscribers back to
+/// its origin.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Redirect {
+    /// Stream name.
+    #[prost(string, tag = "1")]
+    pub stream: String,
+    /// Cluster address to subscribe at instead; empty: the stream's origin in the directory.
+    #[prost(string, tag = "2")]
+    pub via: String,
 }
 
 /// `Nack`.
@@ -332,6 +350,7 @@ pub fn peek_control_relay_id(data: &[u8]) -> Option<u32> {
         control::Body::Subscribe(s) | control::Body::Unsubscribe(s) => {
             relay_id(&StreamId::new(s.stream).ok()?)
         }
+        control::Body::Redirect(r) => relay_id(&StreamId::new(r.stream).ok()?),
         control::Body::Offer(o) => o.relay_id,
         control::Body::Nack(n) => n.relay_id,
         control::Body::KeyframeRequest(t) => t.relay_id,
@@ -346,6 +365,8 @@ pub struct RelayOut {
     pub addr: SocketAddr,
     /// Last subscription refresh.
     pub refreshed: Instant,
+    /// Subscribers this node sent on to it ([`Redirect`]): the next goes to the one with fewest.
+    pub redirected: u32,
 }
 
 /// The receiving end of a relayed stream: stands in for the publisher.
@@ -360,6 +381,8 @@ pub struct RelayIn {
     /// Per (track, SSRC): the cache, loss tracking, and the offset from the
     /// generator's numbering to the origin's extended sequence numbers.
     caches: HashMap<(u8, u32), (PacketCache, NackGenerator, u64)>,
+    /// Per (track, SSRC): the highest extended timestamp received (to extend a cached packet's).
+    highest_ts: HashMap<(u8, u32), u64>,
     sr: HashMap<u8, (u64, u64, Instant)>,
     /// Next subscription refresh.
     pub next_refresh: Instant,
@@ -390,6 +413,7 @@ impl RelayIn {
             relay_id: None,
             media: Vec::new(),
             caches: HashMap::new(),
+            highest_ts: HashMap::new(),
             sr: HashMap::new(),
             next_refresh: now,
             last_keyframe_request: HashMap::new(),
@@ -436,6 +460,11 @@ impl RelayIn {
             *delta = src.ext_seq.wrapping_sub(gen_ext);
         }
         cache.insert(src.ext_seq, rtp);
+        let ts = self
+            .highest_ts
+            .entry((track, src.ssrc))
+            .or_insert(src.ext_ts);
+        *ts = (*ts).max(src.ext_ts);
         arrival != Arrival::Duplicate
     }
 
@@ -444,6 +473,15 @@ impl RelayIn {
         self.caches
             .get(&(track, ssrc))
             .and_then(|(c, _, _)| c.get(ext_seq))
+    }
+
+    /// A cached relayed packet and its extended timestamp (for relaying it on again).
+    pub fn cached_with_ts(&self, track: u8, ssrc: u32, ext_seq: u64) -> Option<(&[u8], u64)> {
+        let pkt = self.cached(track, ssrc, ext_seq)?;
+        let ts = u32::from_be_bytes(pkt.get(4..8)?.try_into().ok()?);
+        let highest = *self.highest_ts.get(&(track, ssrc))?;
+        let ext = crate::seq::TsUnwrapper::from_highest(Some(highest)).peek(u64::from(ts));
+        Some((pkt, ext))
     }
 
     /// Relay-link NACKs due now, as `(track, ssrc, ext seqs)`.
@@ -559,6 +597,17 @@ mod tests {
         let wire = write_control(&key, &c);
         assert_eq!(read_control(&key, &wire), Ok(c));
         assert_eq!(read_control(&other, &wire), Err(RelayError::BadTag));
+        // A redirect is routed to the core of the stream it names.
+        let r = Control {
+            body: Some(control::Body::Redirect(Redirect {
+                stream: "cam".into(),
+                via: "10.0.0.2:5000".into(),
+            })),
+        };
+        let wire = write_control(&key, &r);
+        assert_eq!(read_control(&key, &wire), Ok(r));
+        let cam = StreamId::new("cam").unwrap();
+        assert_eq!(peek_control_relay_id(&wire), Some(relay_id(&cam)));
     }
 
     #[test]

@@ -15,29 +15,16 @@ use std::time::Duration;
 
 use ferry_proto::{NodeId, SessionId, StreamId};
 use ferry_sfu::codec::Codec;
-use ferry_sfu::peer::RecvStreamStats;
 use ferry_sfu::sim::LinkConfig;
 use ferry_sfu::testbed::Testbed;
 use rand::{RngExt, SeedableRng};
 
 mod support;
-use support::{Timing, addr, id_of, link, migrate};
+use support::{Timing, addr, id_of, link, migrate, video};
 
 const A: &str = "10.0.0.100:5000";
 const B: &str = "10.0.0.101:5000";
 const EDGE: &str = "10.0.0.200:3478";
-
-fn video(tb: &Testbed, peer: usize) -> RecvStreamStats {
-    let st = tb.peers[peer].stats();
-    let v: Vec<_> = st.video().cloned().collect();
-    assert_eq!(
-        v.len(),
-        1,
-        "one video stream, no new SSRC: {:?}",
-        st.ssrcs_seen
-    );
-    v[0].clone()
-}
 
 /// Every viewer: packets flowing, nothing lost after repair, monotonic
 /// timestamps, no SRTP index reused, the stream started at a keyframe; the

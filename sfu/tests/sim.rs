@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use ferry_proto::NodeId;
 use ferry_sfu::codec::Codec;
-use ferry_sfu::peer::RecvStreamStats;
 use ferry_sfu::sim::LinkConfig;
 use ferry_sfu::testbed::Testbed;
 use prost::Message;
+
+mod support;
+use support::video;
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
@@ -24,18 +26,6 @@ fn lossy(loss: f64) -> LinkConfig {
         reorder: 0.01,
         ..LinkConfig::delay(Duration::from_millis(20))
     }
-}
-
-fn video(tb: &Testbed, peer: usize) -> RecvStreamStats {
-    let st = tb.peers[peer].stats();
-    let v: Vec<_> = st.video().cloned().collect();
-    assert_eq!(
-        v.len(),
-        1,
-        "one video stream, no SSRC change: {:?}",
-        st.ssrcs_seen
-    );
-    v[0].clone()
 }
 
 /// With 5 % loss (plus jitter and reordering) on every path, both viewers

@@ -89,7 +89,7 @@ impl Node {
         let stream = s.stream.clone();
         let pkt = &data[..ing.len];
         let want_keyframe = self.fan_out(now, &stream, ing.line, pkt, &ing.src);
-        self.relay_out(&stream, ing.line, &ing.src, pkt);
+        self.relay_out(&stream, ing.line, &ing.src, pkt, None);
         if want_keyframe {
             self.request_keyframe(now, &stream, ing.line);
         }

@@ -513,6 +513,7 @@ impl Node {
                         e.relay_out.push(RelayOut {
                             addr,
                             refreshed: now,
+                            redirected: 0,
                         });
                     }
                 }

@@ -11,7 +11,7 @@ use super::Node;
 use crate::munger::SourcePacket;
 use crate::negotiate::MediaLine;
 use crate::relay::{
-    self, Control, MediaHeader, Offer, RelayIn, RelayNack, RelayOut, RelaySr, RelayTrack,
+    self, Control, MediaHeader, Offer, Redirect, RelayIn, RelayNack, RelayOut, RelaySr, RelayTrack,
     Subscribe, control::Body,
 };
 use crate::rtp::RtpHeader;
@@ -64,6 +64,29 @@ impl Node {
         );
     }
 
+    /// Sets how many nodes a stream published here is relayed to directly
+    /// ([`super::NodeConfig::relay_fanout`]).
+    pub fn set_relay_fanout(&mut self, n: usize) {
+        self.config.relay_fanout = n;
+    }
+
+    /// The node `stream` is relayed in from, if it is.
+    pub fn relay_source(&self, stream: &StreamId) -> Option<SocketAddr> {
+        self.streams
+            .get(stream)?
+            .relay_in
+            .as_ref()
+            .map(|r| r.origin)
+    }
+
+    /// Nodes `stream` is relayed to from here.
+    pub fn relay_subscribers(&self, stream: &StreamId) -> Vec<SocketAddr> {
+        self.streams
+            .get(stream)
+            .map(|e| e.relay_out.iter().map(|r| r.addr).collect())
+            .unwrap_or_default()
+    }
+
     /// Whether a relayed `stream` has been offered (viewers can join).
     pub fn relay_ready(&self, stream: &StreamId) -> bool {
         self.streams
@@ -90,30 +113,43 @@ impl Node {
             .map(|r| r.media.clone())
     }
 
-    /// Follows streams whose relay origin died to where their publisher is now (it reconnected
-    /// to another node): the relay subscribes there and the viewers switch to the new source at
-    /// its first keyframe. Only a dead origin is left: during a planned migration the relay
-    /// follows the origin's own offers, ahead of the routing table.
+    /// Follows streams whose relay source died: to where their publisher is now (it reconnected
+    /// to another node), or — the source was a node one level down from an origin that still
+    /// publishes it — to that origin, keeping what was relayed so far (the numbering is the
+    /// origin's, so the hole the death left is NACKed there). Only a dead source is left: during
+    /// a planned migration the relay follows the origin's own offers, ahead of the routing
+    /// table. Nodes declared down stop being relayed to.
     pub fn repoint_relays(
         &mut self,
         now: Instant,
         origins: &std::collections::HashMap<StreamId, SocketAddr>,
         down: &std::collections::HashSet<SocketAddr>,
     ) {
-        let moves: Vec<(StreamId, SocketAddr)> = self
+        let previous = std::mem::replace(&mut self.origins, origins.clone());
+        for e in self.streams.values_mut() {
+            e.relay_out.retain(|r| !down.contains(&r.addr));
+        }
+        let moves: Vec<(StreamId, SocketAddr, bool)> = self
             .streams
             .iter()
             .filter(|(_, e)| e.publisher.is_none())
             .filter_map(|(name, e)| {
                 let r = e.relay_in.as_ref()?;
                 let to = *origins.get(name)?;
-                (to != r.origin && down.contains(&r.origin)).then(|| (name.clone(), to))
+                let same_origin = previous.get(name) == Some(&to);
+                (to != r.origin && down.contains(&r.origin))
+                    .then(|| (name.clone(), to, same_origin))
             })
             .collect();
-        for (stream, to) in moves {
-            tracing::info!(%stream, %to, "relay origin died: following the stream's publisher");
+        for (stream, to, same_origin) in moves {
             self.out.metrics.relays_repointed += 1;
-            self.subscribe_relay(now, &stream, to);
+            if same_origin {
+                tracing::info!(%stream, %to, "relay source died: back to the stream's origin");
+                self.resubscribe(now, &stream, to);
+            } else {
+                tracing::info!(%stream, %to, "relay origin died: following the stream's publisher");
+                self.subscribe_relay(now, &stream, to);
+            }
         }
     }
 
@@ -137,11 +173,8 @@ impl Node {
         previous_origin: Option<SocketAddr>,
     ) {
         let media = if live {
-            self.streams
-                .get(stream)
-                .and_then(|e| e.publisher)
-                .and_then(|k| self.sessions[k].as_ref())
-                .map(|p| p.media.iter().map(MediaLine::to_state).collect())
+            self.source_lines(stream)
+                .map(|m| m.iter().map(MediaLine::to_state).collect())
                 .unwrap_or_default()
         } else {
             Vec::new()
@@ -164,13 +197,15 @@ impl Node {
         );
     }
 
-    /// Relays one forwarded packet of a local publisher to the subscribed nodes.
+    /// Relays one forwarded packet of `stream` (published here, or relayed in from `except`)
+    /// to the subscribed nodes.
     pub(super) fn relay_out(
         &mut self,
         stream: &StreamId,
         line: usize,
         src: &SourcePacket,
         rtp: &[u8],
+        except: Option<SocketAddr>,
     ) {
         let Some(key) = self.config.cluster_key.clone() else {
             return;
@@ -186,11 +221,19 @@ impl Node {
             track: line as u8,
             src: *src,
         };
-        let targets: Vec<SocketAddr> = entry.relay_out.iter().map(|r| r.addr).collect();
+        let targets: Vec<SocketAddr> = entry
+            .relay_out
+            .iter()
+            .map(|r| r.addr)
+            .filter(|a| Some(*a) != except)
+            .collect();
         for to in targets {
             let mut buf = self.out.buffer();
             relay::write_media(&key, &h, rtp, &mut buf);
             self.out.metrics.relay_sent += 1;
+            if except.is_some() {
+                self.out.metrics.relay_forwarded += 1;
+            }
             self.out.send(to, buf);
         }
     }
@@ -257,7 +300,10 @@ impl Node {
         if draining {
             self.out.metrics.relay_drained += 1;
         }
-        if self.fan_out(now, &stream, usize::from(h.track), rtp, &src) {
+        let want_keyframe = self.fan_out(now, &stream, usize::from(h.track), rtp, &src);
+        // The second level of the relay tree: nodes subscribed here get it too.
+        self.relay_out(&stream, usize::from(h.track), &src, rtp, Some(from));
+        if want_keyframe {
             self.request_keyframe(now, &stream, usize::from(h.track));
         }
         self.note_relay_deadline(now);
@@ -291,16 +337,67 @@ impl Node {
                     // stream once it is activated (relay_to); no "ended".
                     return;
                 }
-                if live && let Some(e) = self.streams.get_mut(&stream) {
-                    match e.relay_out.iter_mut().find(|r| r.addr == from) {
-                        Some(r) => r.refreshed = now,
-                        None => e.relay_out.push(RelayOut {
-                            addr: from,
-                            refreshed: now,
-                        }),
-                    }
+                // A stream relayed in here is relayed on (never back to where it comes from);
+                // until its own offer arrived the subscriber's next refresh is answered.
+                // (Asked by its own source, a moment after that moved: the next refresh too.)
+                let relayed = match self.streams.get(&stream).and_then(|e| e.relay_in.as_ref()) {
+                    Some(r) if !live => Some(r.ready() && r.origin != from),
+                    _ => None,
+                };
+                if relayed == Some(false) {
+                    return;
                 }
-                self.send_offer(&stream, from, live);
+                if !live && relayed.is_none() {
+                    self.answer_lost_subscriber(&stream, from);
+                    return;
+                }
+                let fanout = self.config.relay_fanout;
+                let Some(e) = self.streams.get_mut(&stream) else {
+                    return;
+                };
+                let full = live && fanout > 0 && e.relay_out.len() >= fanout;
+                match e.relay_out.iter_mut().find(|r| r.addr == from) {
+                    Some(r) => r.refreshed = now,
+                    None if full => {
+                        // Relayed to enough nodes from here: the newcomer takes it from the
+                        // subscriber that was sent the fewest so far (one level down); a
+                        // repeated request gets the same answer.
+                        let earlier = e.sent_down.iter().find(|(f, _, at)| {
+                            *f == from
+                                && now.saturating_duration_since(*at) < relay::SUBSCRIPTION_TTL
+                        });
+                        let via = match earlier {
+                            Some((_, via, _)) => *via,
+                            None => {
+                                let Some(r) = e.relay_out.iter_mut().min_by_key(|r| r.redirected)
+                                else {
+                                    return;
+                                };
+                                r.redirected += 1;
+                                let via = r.addr;
+                                e.sent_down.retain(|(f, _, _)| *f != from);
+                                e.sent_down.push((from, via, now));
+                                self.out.metrics.relay_redirects += 1;
+                                tracing::debug!(%stream, %from, %via, "relay subscriber sent one level down");
+                                via
+                            }
+                        };
+                        self.send_control(
+                            from,
+                            Body::Redirect(Redirect {
+                                stream: stream.to_string(),
+                                via: via.to_string(),
+                            }),
+                        );
+                        return;
+                    }
+                    None => e.relay_out.push(RelayOut {
+                        addr: from,
+                        refreshed: now,
+                        redirected: 0,
+                    }),
+                }
+                self.send_offer(&stream, from, true);
             }
             Body::Unsubscribe(s) => {
                 if let Ok(stream) = StreamId::new(s.stream)
@@ -315,20 +412,98 @@ impl Node {
                 if let Some(stream) = self.relay_stream_of_origin(t.relay_id) {
                     self.out.metrics.keyframe_requests_received += 1;
                     self.request_keyframe(now, &stream, t.track as usize);
+                } else if let Some(stream) = self.relay_ids.get(&t.relay_id).cloned() {
+                    // A node one level down: the request goes up (throttled as our own).
+                    self.out.metrics.keyframe_requests_received += 1;
+                    self.request_relay_keyframe(now, &stream, t.track as usize);
                 }
             }
             Body::SenderReport(sr) => {
-                if let Some(stream) = self.relay_ids.get(&sr.relay_id).cloned()
-                    && let Some(r) = self
-                        .streams
-                        .get_mut(&stream)
-                        .and_then(|e| e.relay_in.as_mut())
-                    && r.origin == from
-                {
-                    r.sender_report(now, sr.track as u8, sr.ntp, sr.ext_ts);
+                let Some(stream) = self.relay_ids.get(&sr.relay_id).cloned() else {
+                    return;
+                };
+                let Some(e) = self.streams.get_mut(&stream) else {
+                    return;
+                };
+                let Some(r) = e.relay_in.as_mut().filter(|r| r.origin == from) else {
+                    return;
+                };
+                r.sender_report(now, sr.track as u8, sr.ntp, sr.ext_ts);
+                let down: Vec<SocketAddr> = e.relay_out.iter().map(|r| r.addr).collect();
+                for to in down {
+                    self.send_control(to, Body::SenderReport(sr.clone()));
                 }
             }
+            Body::Redirect(r) => self.handle_redirect(now, from, r),
         }
+    }
+
+    /// Subscribes where the node this stream came from sent us: one of its subscribers, or
+    /// (`via` empty) the stream's origin in the directory.
+    fn handle_redirect(&mut self, now: Instant, from: SocketAddr, r: Redirect) {
+        let Ok(stream) = StreamId::new(r.stream) else {
+            return;
+        };
+        let via = match r.via.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => self.origins.get(&stream).copied(),
+        };
+        let me = self
+            .config
+            .cluster_addr
+            .or(self.config.candidates.first().copied());
+        let Some(via) = via.filter(|v| *v != from && Some(*v) != me) else {
+            return;
+        };
+        let Some(ri) = self
+            .streams
+            .get_mut(&stream)
+            .and_then(|e| e.relay_in.as_mut())
+            .filter(|ri| ri.origin == from)
+        else {
+            return;
+        };
+        tracing::debug!(%stream, %from, %via, "relay redirected");
+        ri.origin = via;
+        self.resubscribe(now, &stream, via);
+    }
+
+    /// Subscribes the relay of `stream` (its state kept: the numbering is the origin's
+    /// wherever it comes from) at its new source `to` now.
+    fn resubscribe(&mut self, now: Instant, stream: &StreamId, to: SocketAddr) {
+        if let Some(r) = self
+            .streams
+            .get_mut(stream)
+            .and_then(|e| e.relay_in.as_mut())
+        {
+            r.origin = to;
+            r.next_refresh = now + relay::REFRESH;
+        }
+        self.send_control(
+            to,
+            Body::Subscribe(Subscribe {
+                stream: stream.to_string(),
+            }),
+        );
+        self.note_relay_deadline(now);
+    }
+
+    /// A subscription for a stream neither published nor relayed here: where its publisher
+    /// went, that it ended, or — a node that relayed it on and stopped — its origin.
+    fn answer_lost_subscriber(&mut self, stream: &StreamId, from: SocketAddr) {
+        if !self.moved_streams.contains_key(stream)
+            && let Some(origin) = self.origins.get(stream).copied().filter(|o| *o != from)
+        {
+            self.send_control(
+                from,
+                Body::Redirect(Redirect {
+                    stream: stream.to_string(),
+                    via: origin.to_string(),
+                }),
+            );
+            return;
+        }
+        self.send_offer(stream, from, false);
     }
 
     /// A local stream by the id subscribers use for it.
@@ -369,20 +544,26 @@ impl Node {
             self.note_relay_deadline(now);
             return;
         }
-        // The origin no longer publishes it: the stream ended.
+        // The origin no longer publishes it: the stream ended (for the nodes below too).
         entry.relay_in = None;
         let viewers = std::mem::take(&mut entry.viewers);
+        let down = std::mem::take(&mut entry.relay_out);
         if entry.unused() {
             self.streams.remove(&stream);
         }
+        self.relay_ids.retain(|_, s| *s != stream);
         for v in viewers {
             self.close(v, crate::session::CloseReason::PublisherGone);
+        }
+        for r in down {
+            self.send_offer(&stream, r.addr, false);
         }
         let _ = now;
     }
 
     fn handle_relay_nack(&mut self, from: SocketAddr, n: RelayNack) {
         let Some(stream) = self.relay_stream_of_origin(n.relay_id) else {
+            self.relay_nack_from_below(from, n);
             return;
         };
         let Some(key) = self.config.cluster_key.clone() else {
@@ -410,24 +591,51 @@ impl Node {
                 ) else {
                     continue;
                 };
-                let mut buf = Vec::with_capacity(pkt.len() + 64);
-                relay::write_media(
-                    &key,
-                    &MediaHeader {
-                        relay_id: n.relay_id,
-                        track: n.track as u8,
-                        src,
-                    },
-                    pkt,
-                    &mut buf,
-                );
-                out.push(buf);
+                out.push(retransmission(&key, &n, src, pkt));
             }
         }
+        self.send_retransmissions(from, out);
+    }
+
+    fn send_retransmissions(&mut self, to: SocketAddr, out: Vec<Vec<u8>>) {
         for buf in out {
             self.out.metrics.relay_retransmitted += 1;
-            self.out.send(from, buf);
+            self.out.send(to, buf);
         }
+    }
+
+    /// A NACK from a node one level down: answered from what was relayed in (what is missing
+    /// here too, this node NACKs itself, and relays on the retransmission when it comes).
+    fn relay_nack_from_below(&mut self, from: SocketAddr, n: RelayNack) {
+        let Some(key) = self.config.cluster_key.clone() else {
+            return;
+        };
+        let Some(stream) = self.relay_ids.get(&n.relay_id) else {
+            return;
+        };
+        let Some(e) = self.streams.get(stream) else {
+            return;
+        };
+        if !e.relay_out.iter().any(|r| r.addr == from) {
+            return;
+        }
+        let Some(r) = e.relay_in.as_ref() else {
+            return;
+        };
+        let Some(line) = r.media.get(n.track as usize) else {
+            return;
+        };
+        let mut out = Vec::new();
+        for &ext in n.ext_seqs.iter().take(64) {
+            let Some((pkt, ext_ts)) = r.cached_with_ts(n.track as u8, n.ssrc, ext) else {
+                continue;
+            };
+            let Some(src) = super::forward::source_packet(line, n.ssrc, ext, ext_ts, pkt) else {
+                continue;
+            };
+            out.push(retransmission(&key, &n, src, pkt));
+        }
+        self.send_retransmissions(from, out);
     }
 
     /// Refreshes subscriptions, drops lapsed ones, sends relay-link NACKs and
@@ -477,6 +685,8 @@ impl Node {
             }
             e.relay_out
                 .retain(|r| now.saturating_duration_since(r.refreshed) < relay::SUBSCRIPTION_TTL);
+            e.sent_down
+                .retain(|(_, _, at)| now.saturating_duration_since(*at) < relay::SUBSCRIPTION_TTL);
             for r in &e.relay_out {
                 for (track, (ntp, ext_ts)) in &sr {
                     sends.push((
@@ -497,13 +707,24 @@ impl Node {
                 }
                 let idle = r.used || now.saturating_duration_since(r.created) >= relay::RELAY_IDLE;
                 if !wanted && periodic && r.ready() && idle {
-                    // No local viewer or recording left: tear the relay down.
+                    // No local viewer or recording left: tear the relay down, and send the
+                    // nodes it was relayed on to back to where it came from.
                     sends.push((
                         r.origin,
                         Body::Unsubscribe(Subscribe {
                             stream: name.to_string(),
                         }),
                     ));
+                    for below in e.relay_out.drain(..) {
+                        self.out.metrics.relay_redirects += 1;
+                        sends.push((
+                            below.addr,
+                            Body::Redirect(Redirect {
+                                stream: name.to_string(),
+                                via: r.origin.to_string(),
+                            }),
+                        ));
+                    }
                     drop_streams.push(name.clone());
                     continue;
                 }
@@ -573,4 +794,25 @@ impl Node {
             );
         }
     }
+}
+
+/// The relay media datagram that answers relay NACK `n` with `pkt`.
+fn retransmission(
+    key: &relay::ClusterKey,
+    n: &RelayNack,
+    src: SourcePacket,
+    pkt: &[u8],
+) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(pkt.len() + 64);
+    relay::write_media(
+        key,
+        &MediaHeader {
+            relay_id: n.relay_id,
+            track: n.track as u8,
+            src,
+        },
+        pkt,
+        &mut buf,
+    );
+    buf
 }

@@ -27,6 +27,19 @@ pub fn link(loss: f64) -> LinkConfig {
     }
 }
 
+/// The one video stream peer `peer` received (its SSRC never changed).
+pub fn video(tb: &Testbed, peer: usize) -> ferry_sfu::peer::RecvStreamStats {
+    let st = tb.peers[peer].stats();
+    let v: Vec<_> = st.video().cloned().collect();
+    assert_eq!(
+        v.len(),
+        1,
+        "one video stream, no new SSRC: {:?}",
+        st.ssrcs_seen
+    );
+    v[0].clone()
+}
+
 /// The id of the node at `at`.
 pub fn id_of(tb: &mut Testbed, at: SocketAddr) -> NodeId {
     tb.node(at).id().clone()

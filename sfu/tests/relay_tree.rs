@@ -1,0 +1,225 @@
+//! The relay tree (issue 10, scope 4: "a tree of depth ≤ 2 when one level is not enough"), in the
+//! deterministic simulation with loss, jitter and reordering on every link.
+//!
+//! The origin relays a stream to `--relay-fanout` nodes directly and sends further subscribers
+//! one level down, to the subscriber it sent the fewest; a node one level down gets what its
+//! parent received (NACKs answered from the parent's relay cache, keyframe requests passed up,
+//! sender reports passed down). The tree keeps every viewer's stream whole while it changes:
+//! the publisher migrates to a node two levels down, a parent's own viewer leaves (it sends its
+//! subscribers back to the origin), and a parent dies (its subscribers follow the directory to
+//! the origin, which places them again).
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ferry_proto::{NodeId, StreamId};
+use ferry_sfu::codec::Codec;
+use ferry_sfu::testbed::Testbed;
+use rand::SeedableRng;
+
+mod support;
+use support::{Timing, addr, link, migrate, video};
+
+const NODES: [&str; 5] = [
+    "10.0.0.100:5000",
+    "10.0.0.101:5000",
+    "10.0.0.102:5000",
+    "10.0.0.103:5000",
+    "10.0.0.104:5000",
+];
+
+/// Every viewer in `viewers` received its stream whole up to now (holes are given a second to
+/// be repaired, through every level: the media goes on meanwhile), nothing given up, a keyframe,
+/// sender reports, and timestamps that never went back.
+fn check_whole(tb: &mut Testbed, viewers: &[(char, usize)], phase: &str) {
+    let marks: Vec<u64> = viewers
+        .iter()
+        .map(|&(_, v)| video(tb, v).received.last().unwrap_or(0))
+        .collect();
+    tb.run_for(Duration::from_secs(1));
+    for (&(node, v), mark) in viewers.iter().zip(marks) {
+        let s = video(tb, v);
+        assert!(
+            s.packets > 100,
+            "{phase}: viewer on {node}: {} packets",
+            s.packets
+        );
+        let holes: Vec<(u64, u64)> = s.received.holes().filter(|h| h.0 <= mark).collect();
+        assert!(holes.is_empty(), "{phase}: viewer on {node} lost {holes:?}");
+        assert!(
+            s.keyframes >= 1 && s.nack_gave_up == 0,
+            "{phase}: {node}: {s:?}"
+        );
+        assert_eq!(s.ts_regressions, 0, "{phase}: {node}");
+        // Sender reports reach every level (audio/video sync on the viewers).
+        assert!(s.sender_reports > 0, "{phase}: {node}: no sender report");
+    }
+}
+
+#[test]
+fn a_stream_relayed_to_more_nodes_than_the_fanout_goes_one_level_down_and_stays_whole() {
+    for seed in [71, 72, 73] {
+        let n: Vec<SocketAddr> = NODES.iter().map(|s| addr(s)).collect();
+        let (a, b, c, d, e) = (n[0], n[1], n[2], n[3], n[4]);
+        let mut tb = Testbed::new(seed, link(0.02));
+        for (i, at) in n.iter().enumerate() {
+            tb.add_node(
+                NodeId::new(format!("node-{}", (b'a' + i as u8) as char)).unwrap(),
+                *at,
+            )
+            .unwrap();
+            tb.node(*at).set_relay_fanout(2);
+        }
+        let (publisher, publisher_id) = tb
+            .publish(a, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
+            .unwrap();
+        tb.run_for(Duration::from_secs(1));
+        let stream = StreamId::new("cam").unwrap();
+        let mut viewers = vec![('a', tb.view(a, "cam", addr("10.0.0.2:4000")).unwrap())];
+        for (name, at, port) in [
+            ('b', b, 4001),
+            ('c', c, 4002),
+            ('d', d, 4003),
+            ('e', e, 4004),
+        ] {
+            let now = tb.now();
+            tb.node(at).subscribe_relay(now, &stream, a);
+            tb.run_for(Duration::from_millis(400));
+            let src = tb.node(at).relay_source(&stream);
+            let redirects = tb.node(a).metrics().relay_redirects;
+            assert!(
+                tb.node(at).relay_ready(&stream),
+                "seed {seed}: {name} offered (source {src:?}, a redirected {redirects})"
+            );
+            let client = addr(&format!("10.0.1.{}:{port}", port - 4000));
+            viewers.push((name, tb.view(at, "cam", client).unwrap()));
+        }
+        // Two relay links out of the origin; the others one level down, spread over them.
+        let mut direct = tb.node(a).relay_subscribers(&stream);
+        direct.sort();
+        assert_eq!(direct, vec![b, c], "seed {seed}");
+        assert_eq!(tb.node(d).relay_source(&stream), Some(b), "seed {seed}");
+        assert_eq!(tb.node(e).relay_source(&stream), Some(c), "seed {seed}");
+        assert_eq!(tb.node(a).metrics().relay_redirects, 2);
+        tb.run_for(Duration::from_secs(5));
+        let ids: Vec<(char, usize)> = viewers.iter().map(|(n, (v, _))| (*n, *v)).collect();
+        check_whole(&mut tb, &ids, "tree");
+        let (ma, mb) = (tb.node(a).metrics().clone(), tb.node(b).metrics().clone());
+        let md = tb.node(d).metrics().clone();
+        eprintln!(
+            "seed {seed}: a sent {} retransmitted {}; b forwarded {} retransmitted {}; d received {} refused {}",
+            ma.relay_sent,
+            ma.relay_retransmitted,
+            mb.relay_forwarded,
+            mb.relay_retransmitted,
+            md.relay_received,
+            md.relay_refused
+        );
+        assert!(mb.relay_forwarded > 200, "b relays on what it receives");
+        assert!(
+            mb.relay_retransmitted > 0,
+            "d's losses on the b→d link were repaired by b"
+        );
+        assert_eq!(md.relay_refused, 0);
+
+        // The publisher moves to e, two levels down: e is the origin now, every viewer goes on.
+        let mut timing = Timing(rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+        migrate(&mut tb, &mut timing, &publisher_id, a, e);
+        tb.run_for(Duration::from_secs(4));
+        assert_eq!(
+            tb.node(e).relay_source(&stream),
+            None,
+            "seed {seed}: published on e"
+        );
+        assert_eq!(
+            tb.node(a).relay_source(&stream),
+            Some(e),
+            "seed {seed}: a follows"
+        );
+        check_whole(&mut tb, &ids, "publisher moved two levels down");
+
+        // b's own viewer leaves: b stops relaying and sends d back to b's source.
+        let b_viewer = viewers.iter().find(|(n, _)| *n == 'b').unwrap().1.1.clone();
+        let now = tb.now();
+        tb.node(b).delete(now, &b_viewer).unwrap();
+        tb.run_for(Duration::from_secs(4));
+        assert_eq!(
+            tb.node(b).relay_source(&stream),
+            None,
+            "seed {seed}: b stopped"
+        );
+        let d_source = tb.node(d).relay_source(&stream);
+        assert!(
+            d_source.is_some() && d_source != Some(b),
+            "seed {seed}: d moved on ({d_source:?})"
+        );
+        let ids: Vec<(char, usize)> = ids.into_iter().filter(|(n, _)| *n != 'b').collect();
+        check_whole(&mut tb, &ids, "a parent stopped relaying");
+
+        // c dies: the scheduler's directory says so, and c's subscribers follow it to the
+        // origin, which places them again (keeping what was relayed: the hole is NACKed there,
+        // or — NACKs spent on the dead node — the viewer gets a keyframe after it).
+        // (The directory every node had since the publisher's move names e as its origin.)
+        let origins = HashMap::from([(stream.clone(), e)]);
+        for at in [a, b, c, d, e] {
+            let now = tb.now();
+            tb.node(at).repoint_relays(now, &origins, &HashSet::new());
+        }
+        let mut under_c = Vec::new();
+        for &(name, v) in &ids {
+            let at = n[usize::from(name as u8 - b'a')];
+            if name != 'c' && tb.node(at).relay_source(&stream) == Some(c) {
+                let st = video(&tb, v);
+                under_c.push((name, v, st.received.last().unwrap_or(0), st.keyframes));
+            }
+        }
+        assert!(
+            !under_c.is_empty(),
+            "seed {seed}: c relays to a node below it"
+        );
+        tb.crash_node(c);
+        tb.run_for(Duration::from_millis(100));
+        let down = HashSet::from([c]);
+        for at in [a, b, d, e] {
+            let now = tb.now();
+            tb.node(at).repoint_relays(now, &origins, &down);
+        }
+        tb.run_for(Duration::from_secs(4));
+        for at in [a, d] {
+            let s = tb.node(at).relay_source(&stream);
+            assert!(
+                s.is_some() && s != Some(c),
+                "seed {seed}: {at} off c ({s:?})"
+            );
+        }
+        assert!(!tb.node(e).relay_subscribers(&stream).contains(&c));
+        tb.peers[publisher].pause_media();
+        tb.run_for(Duration::from_secs(1));
+        for &(name, v, last, keyframes) in &under_c {
+            let st = video(&tb, v);
+            let holes: Vec<(u64, u64)> = st.received.holes().filter(|h| h.1 > last).collect();
+            eprintln!("seed {seed}: viewer on {name} below the dead c: holes after it {holes:?}");
+            assert!(
+                st.received.last().unwrap_or(0) > last + 300,
+                "seed {seed}: {name}'s stream goes on"
+            );
+            assert!(
+                holes.iter().all(|h| h.1 < last + 60),
+                "seed {seed}: {name}: holes only where c died: {holes:?}"
+            );
+            assert!(
+                holes.is_empty() || st.keyframes > keyframes,
+                "seed {seed}: {name}: a keyframe after the hole"
+            );
+            assert_eq!(st.ts_regressions, 0);
+        }
+        let ids: Vec<(char, usize)> = ids
+            .into_iter()
+            .filter(|(n, _)| *n != 'c' && !under_c.iter().any(|u| u.0 == *n))
+            .collect();
+        check_whole(&mut tb, &ids, "a parent died");
+    }
+}
