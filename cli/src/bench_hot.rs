@@ -64,6 +64,8 @@ struct NodeRow {
     relay_on_pps: f64,
     /// Relay subscribers it sent one level down (or back to the origin).
     relay_redirects: f64,
+    /// The node it gets the stream from (`GET /v1/streams` `relayed_from`), if relayed.
+    fed_by: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -207,6 +209,7 @@ pub(crate) async fn hot_stream(args: HotStreamArgs) -> Result<()> {
             relay_in_pps: (n1[i].2 - n0[i].2) / dur,
             relay_on_pps: (n1[i].3 - n0[i].3) / dur,
             relay_redirects: n1[i].4,
+            fed_by: entry["relayed_from"][*id].as_str().map(str::to_owned),
         });
     }
     let mean = per_node.iter().map(|n| n.sessions as f64).sum::<f64>() / args.nodes as f64;
@@ -252,7 +255,7 @@ pub(crate) async fn hot_stream(args: HotStreamArgs) -> Result<()> {
         report.all_playing_s
     );
     println!(
-        "{:>8} | {:>7} {:>8} | {:>6} | {:>12} {:>11} {:>11} | {:>9}",
+        "{:>8} | {:>7} {:>8} | {:>6} | {:>12} {:>11} {:>11} | {:>9} | {:>7}",
         "node",
         "viewers",
         "sessions",
@@ -260,11 +263,12 @@ pub(crate) async fn hot_stream(args: HotStreamArgs) -> Result<()> {
         "relay out/s",
         "relay in/s",
         "relay on/s",
-        "redirects"
+        "redirects",
+        "fed by"
     );
     for n in &report.per_node {
         println!(
-            "{:>8} | {:>7} {:>8} | {:>6.2} | {:>12.0} {:>11.0} {:>11.0} | {:>9.0}",
+            "{:>8} | {:>7} {:>8} | {:>6.2} | {:>12.0} {:>11.0} {:>11.0} | {:>9.0} | {:>7}",
             n.node,
             n.viewers,
             n.sessions,
@@ -272,7 +276,8 @@ pub(crate) async fn hot_stream(args: HotStreamArgs) -> Result<()> {
             n.relay_out_pps,
             n.relay_in_pps,
             n.relay_on_pps,
-            n.relay_redirects
+            n.relay_redirects,
+            n.fed_by.as_deref().unwrap_or("-")
         );
     }
     println!(

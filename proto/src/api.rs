@@ -254,6 +254,20 @@ pub struct Heartbeat {
     /// A canary node gets a small fixed weight.
     #[serde(default)]
     pub canary: bool,
+    /// Streams relayed in, each with the node it comes from.
+    #[serde(default)]
+    pub relays: Vec<RelayReport>,
+}
+
+/// A stream a node relays in (`Heartbeat::relays`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct RelayReport {
+    /// Stream name.
+    pub stream: String,
+    /// Cluster (UDP) address of the node it comes from: its origin, or a node the origin sent
+    /// this one to (one level down the relay tree).
+    pub from: String,
 }
 
 /// A node in `GET /v1/nodes`.
@@ -647,6 +661,10 @@ pub struct StreamView {
     /// Hot: its origin serves as many viewers as `--hot-stream-viewers` allows, further ones
     /// go to other nodes (relayed from the origin).
     pub hot: bool,
+    /// The relay tree: each node the stream is relayed to, and the node it gets it from (the
+    /// origin, or one of the origin's subscribers past `--relay-fanout`).
+    #[serde(default)]
+    pub relayed_from: std::collections::BTreeMap<String, String>,
 }
 
 /// `POST /v1/turn/credentials`: TURN relays for a user.

@@ -968,7 +968,9 @@ impl Cluster {
                     .and_then(|o| by_node.get(o))
                     .copied()
                     .unwrap_or(0);
+                let relayed_from = self.relayed_from(&stream);
                 StreamView {
+                    relayed_from,
                     stream: stream.to_string(),
                     origin: origin.map(|o| o.to_string()),
                     viewers,
@@ -978,6 +980,34 @@ impl Cluster {
                         .collect(),
                     hot: spilled || (limit > 0 && on_origin >= limit),
                 }
+            })
+            .collect()
+    }
+
+    /// The relay tree of `stream` from the nodes' heartbeats: node → the node it gets the
+    /// stream from (a source address no node reports stays as the address).
+    fn relayed_from(&self, stream: &StreamId) -> BTreeMap<String, String> {
+        let by_cluster: BTreeMap<&str, &NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| !n.heartbeat.cluster.is_empty())
+            .map(|(id, n)| (n.heartbeat.cluster.as_str(), id))
+            .collect();
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.state != NodeState::Down)
+            .flat_map(|(id, n)| {
+                n.heartbeat
+                    .relays
+                    .iter()
+                    .filter(|r| r.stream == stream.as_str())
+                    .map(|r| {
+                        let from = by_cluster
+                            .get(r.from.as_str())
+                            .map_or_else(|| r.from.clone(), |n| n.to_string());
+                        (id.to_string(), from)
+                    })
+                    .collect::<Vec<_>>()
             })
             .collect()
     }
@@ -1415,6 +1445,56 @@ mod tests {
             ..Heartbeat::default()
         };
         c.heartbeat(now, id, hb).unwrap();
+    }
+
+    #[test]
+    fn the_relay_tree_of_a_stream_comes_from_the_heartbeats() {
+        let t0 = Instant::now();
+        let mut c = Cluster::new(ClusterConfig::default(), t0).unwrap();
+        let node = |n: &str| NodeId::new(n).unwrap();
+        let addr = |n: &str| format!("10.0.0.{}:5000", n.as_bytes()[0]);
+        // a publishes; b gets it from a, c from b (one level down), d from an unknown address.
+        for (id, sessions, from) in [
+            ("a", vec![("pub", SessionKind::Publish)], None),
+            ("b", vec![("v1", SessionKind::View)], Some(addr("a"))),
+            ("c", vec![("v2", SessionKind::View)], Some(addr("b"))),
+            (
+                "d",
+                vec![("v3", SessionKind::View)],
+                Some("192.0.2.1:9".to_owned()),
+            ),
+        ] {
+            let hb = Heartbeat {
+                http: format!("http://{id}.test"),
+                media: "127.0.0.1:1".into(),
+                cluster: addr(id),
+                sessions: sessions
+                    .iter()
+                    .map(|(s, kind)| ferry_proto::api::SessionReport {
+                        id: SessionId::new(*s).unwrap(),
+                        stream: StreamId::new("live").unwrap(),
+                        kind: *kind,
+                        state: "connected".into(),
+                    })
+                    .collect(),
+                relays: from
+                    .into_iter()
+                    .map(|from| ferry_proto::api::RelayReport {
+                        stream: "live".into(),
+                        from,
+                    })
+                    .collect(),
+                ..Heartbeat::default()
+            };
+            c.heartbeat(t0, &node(id), hb).unwrap();
+        }
+        let s = c.streams();
+        let tree: Vec<(&str, &str)> = s[0]
+            .relayed_from
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(tree, vec![("b", "a"), ("c", "b"), ("d", "192.0.2.1:9")]);
     }
 
     fn view_of(c: &mut Cluster) -> NodeId {

@@ -49,7 +49,7 @@ enum Command {
     Metrics(Reply<String>),
     Snapshot(SessionId, Reply<SessionSnapshot>),
     Restore(Box<SessionSnapshot>, Reply<SessionId>),
-    Report(Reply<(Vec<SessionInfo>, crate::metrics::NodeMetrics)>),
+    Report(Reply<NodeReport>),
     /// A migration order and the `traceparent` of the scheduler's span that sent it.
     Migrate(Box<MigrationView>, String, MigrationReply<MigrationView>),
     MigrationStatus(MigrationId, MigrationReply<MigrationView>),
@@ -59,6 +59,14 @@ enum Command {
 }
 
 type MigrationReply<T> = oneshot::Sender<Result<T, MigrationApiError>>;
+
+/// What a heartbeat reports of the node: its sessions, counters, and the streams it relays in
+/// (with the cluster address each comes from).
+pub type NodeReport = (
+    Vec<SessionInfo>,
+    crate::metrics::NodeMetrics,
+    Vec<(StreamId, SocketAddr)>,
+);
 
 /// A WHIP/WHEP request, checked.
 struct CreateRequest {
@@ -472,10 +480,8 @@ impl NodeHandle {
         self.call(Command::Metrics).await
     }
 
-    /// Sessions and counters, for heartbeats.
-    pub async fn report(
-        &self,
-    ) -> Result<(Vec<SessionInfo>, crate::metrics::NodeMetrics), SignalError> {
+    /// Sessions, counters and relays, for heartbeats.
+    pub async fn report(&self) -> Result<NodeReport, SignalError> {
         self.call(Command::Report).await
     }
 
@@ -792,7 +798,11 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
             let _ = r.send(cores.drive(shard, |n| n.restore_session(now, *snap)));
         }
         Command::Report(r) => {
-            let _ = r.send(Ok((cores.sessions(), cores.metrics())));
+            let _ = r.send(Ok((
+                cores.sessions(),
+                cores.metrics(),
+                cores.relay_sources(),
+            )));
         }
         Command::Migrate(view, parent, r) => {
             let _ = r.send(migrate(cores, cluster, now, *view, &parent));

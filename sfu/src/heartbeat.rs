@@ -195,6 +195,8 @@ impl Reporter {
                 None => self.link.gpu,
             },
             canary: self.link.canary,
+            // Filled by the caller (the node's relays).
+            relays: Vec::new(),
         }
     }
 
@@ -205,10 +207,17 @@ impl Reporter {
         let mut failing = false;
         loop {
             tick.tick().await;
-            let Ok((sessions, metrics)) = node.report().await else {
+            let Ok((sessions, metrics, relays)) = node.report().await else {
                 return;
             };
             let mut hb = self.build(Instant::now(), &sessions, &metrics);
+            hb.relays = relays
+                .into_iter()
+                .map(|(stream, from)| ferry_proto::api::RelayReport {
+                    stream: stream.to_string(),
+                    from: from.to_string(),
+                })
+                .collect();
             hb.recordings = node
                 .recordings()
                 .await

@@ -223,3 +223,50 @@ fn a_stream_relayed_to_more_nodes_than_the_fanout_goes_one_level_down_and_stays_
         check_whole(&mut tb, &ids, "a parent died");
     }
 }
+
+/// A stream that ends ends everywhere in the tree: the origin tells the nodes it relays to, and
+/// they tell the nodes one level down, whose viewers are closed.
+#[test]
+fn the_end_of_a_stream_reaches_the_second_level() {
+    let n: Vec<SocketAddr> = NODES[..3].iter().map(|s| addr(s)).collect();
+    let (a, b, c) = (n[0], n[1], n[2]);
+    let mut tb = Testbed::new(81, link(0.02));
+    for (i, at) in n.iter().enumerate() {
+        let id = NodeId::new(format!("node-{}", (b'a' + i as u8) as char)).unwrap();
+        tb.add_node(id, *at).unwrap();
+        tb.node(*at).set_relay_fanout(1);
+    }
+    let (_, publisher_id) = tb
+        .publish(a, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
+        .unwrap();
+    tb.run_for(Duration::from_secs(1));
+    let stream = StreamId::new("cam").unwrap();
+    for (at, client) in [(b, "10.0.1.1:4001"), (c, "10.0.1.2:4002")] {
+        let now = tb.now();
+        tb.node(at).subscribe_relay(now, &stream, a);
+        tb.run_for(Duration::from_millis(400));
+        tb.view(at, "cam", addr(client)).unwrap();
+    }
+    assert_eq!(
+        tb.node(c).relay_source(&stream),
+        Some(b),
+        "c is one level down"
+    );
+    tb.run_for(Duration::from_secs(2));
+    assert_eq!(
+        (tb.node(b).session_count(), tb.node(c).session_count()),
+        (1, 1)
+    );
+    let now = tb.now();
+    tb.node(a).delete(now, &publisher_id).unwrap();
+    // At once, down both levels (not at c's next subscription refresh, up to a second later).
+    tb.run_for(Duration::from_millis(100));
+    for at in [b, c] {
+        assert_eq!(
+            tb.node(at).session_count(),
+            0,
+            "{at}: its viewer was closed"
+        );
+        assert_eq!(tb.node(at).relay_source(&stream), None);
+    }
+}

@@ -69,7 +69,11 @@ async fn viewers_of_a_hot_stream_spill_to_the_other_node_and_play_relayed() -> R
     );
     let f1 = frames_over(&first, 30, Duration::from_secs(10)).await?;
     let f2 = frames_over(&second, 30, Duration::from_secs(10)).await?;
-    let v = stream_view(&dev.gateway, "hot", |v| v["viewers"] == 2).await?;
+    // The heartbeats show the relay: the spilled node gets the stream from the origin.
+    let v = stream_view(&dev.gateway, "hot", |v| {
+        v["viewers"] == 2 && v["relayed_from"][spilled.as_str()] == origin.as_str()
+    })
+    .await?;
     ensure!(
         v["viewers_by_node"][origin.as_str()] == 1 && v["viewers_by_node"][spilled.as_str()] == 1,
         "{v}"

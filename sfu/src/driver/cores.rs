@@ -217,6 +217,13 @@ impl Cores {
             .collect()
     }
 
+    /// Streams relayed in on all cores, with where each comes from.
+    pub(super) fn relay_sources(&self) -> Vec<(StreamId, SocketAddr)> {
+        (0..self.cores.len())
+            .flat_map(|i| self.lock(i).relay_sources())
+            .collect()
+    }
+
     /// Counters of all cores, summed.
     pub(super) fn metrics(&self) -> crate::metrics::NodeMetrics {
         let mut m = crate::metrics::NodeMetrics::default();

@@ -79,6 +79,17 @@ impl Node {
             .map(|r| r.origin)
     }
 
+    /// Every stream relayed in (and offered), with the node it comes from.
+    pub fn relay_sources(&self) -> Vec<(StreamId, SocketAddr)> {
+        self.streams
+            .iter()
+            .filter_map(|(name, e)| {
+                let r = e.relay_in.as_ref().filter(|r| r.ready())?;
+                Some((name.clone(), r.origin))
+            })
+            .collect()
+    }
+
     /// Nodes `stream` is relayed to from here.
     pub fn relay_subscribers(&self, stream: &StreamId) -> Vec<SocketAddr> {
         self.streams
