@@ -1430,7 +1430,12 @@ mod tests {
         id: &NodeId,
         sessions: &[(&str, SessionKind)],
     ) {
-        let hb = Heartbeat {
+        c.heartbeat(now, id, heartbeat_with(id, sessions)).unwrap();
+    }
+
+    /// A heartbeat of node `id` with `sessions` of the stream `live`.
+    fn heartbeat_with(id: &NodeId, sessions: &[(&str, SessionKind)]) -> Heartbeat {
+        Heartbeat {
             http: format!("http://{id}.test"),
             media: "127.0.0.1:1".into(),
             sessions: sessions
@@ -1443,8 +1448,7 @@ mod tests {
                 })
                 .collect(),
             ..Heartbeat::default()
-        };
-        c.heartbeat(now, id, hb).unwrap();
+        }
     }
 
     #[test]
@@ -1465,18 +1469,7 @@ mod tests {
             ),
         ] {
             let hb = Heartbeat {
-                http: format!("http://{id}.test"),
-                media: "127.0.0.1:1".into(),
                 cluster: addr(id),
-                sessions: sessions
-                    .iter()
-                    .map(|(s, kind)| ferry_proto::api::SessionReport {
-                        id: SessionId::new(*s).unwrap(),
-                        stream: StreamId::new("live").unwrap(),
-                        kind: *kind,
-                        state: "connected".into(),
-                    })
-                    .collect(),
                 relays: from
                     .into_iter()
                     .map(|from| ferry_proto::api::RelayReport {
@@ -1484,7 +1477,7 @@ mod tests {
                         from,
                     })
                     .collect(),
-                ..Heartbeat::default()
+                ..heartbeat_with(&node(id), &sessions)
             };
             c.heartbeat(t0, &node(id), hb).unwrap();
         }

@@ -31,6 +31,19 @@ const NODES: [&str; 5] = [
     "10.0.0.104:5000",
 ];
 
+/// A testbed with nodes at `NODES[..k]` (node-a, node-b, …), each relaying a stream published
+/// there to `fanout` nodes directly.
+fn nodes(seed: u64, k: usize, fanout: usize) -> (Testbed, Vec<SocketAddr>) {
+    let n: Vec<SocketAddr> = NODES[..k].iter().map(|s| addr(s)).collect();
+    let mut tb = Testbed::new(seed, link(0.02));
+    for (i, at) in n.iter().enumerate() {
+        let id = NodeId::new(format!("node-{}", (b'a' + i as u8) as char)).unwrap();
+        tb.add_node(id, *at).unwrap();
+        tb.node(*at).set_relay_fanout(fanout);
+    }
+    (tb, n)
+}
+
 /// Every viewer in `viewers` received its stream whole up to now (holes are given a second to
 /// be repaired, through every level: the media goes on meanwhile), nothing given up, a keyframe,
 /// sender reports, and timestamps that never went back.
@@ -62,17 +75,8 @@ fn check_whole(tb: &mut Testbed, viewers: &[(char, usize)], phase: &str) {
 #[test]
 fn a_stream_relayed_to_more_nodes_than_the_fanout_goes_one_level_down_and_stays_whole() {
     for seed in [71, 72, 73] {
-        let n: Vec<SocketAddr> = NODES.iter().map(|s| addr(s)).collect();
+        let (mut tb, n) = nodes(seed, 5, 2);
         let (a, b, c, d, e) = (n[0], n[1], n[2], n[3], n[4]);
-        let mut tb = Testbed::new(seed, link(0.02));
-        for (i, at) in n.iter().enumerate() {
-            tb.add_node(
-                NodeId::new(format!("node-{}", (b'a' + i as u8) as char)).unwrap(),
-                *at,
-            )
-            .unwrap();
-            tb.node(*at).set_relay_fanout(2);
-        }
         let (publisher, publisher_id) = tb
             .publish(a, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
             .unwrap();
@@ -228,14 +232,8 @@ fn a_stream_relayed_to_more_nodes_than_the_fanout_goes_one_level_down_and_stays_
 /// they tell the nodes one level down, whose viewers are closed.
 #[test]
 fn the_end_of_a_stream_reaches_the_second_level() {
-    let n: Vec<SocketAddr> = NODES[..3].iter().map(|s| addr(s)).collect();
+    let (mut tb, n) = nodes(81, 3, 1);
     let (a, b, c) = (n[0], n[1], n[2]);
-    let mut tb = Testbed::new(81, link(0.02));
-    for (i, at) in n.iter().enumerate() {
-        let id = NodeId::new(format!("node-{}", (b'a' + i as u8) as char)).unwrap();
-        tb.add_node(id, *at).unwrap();
-        tb.node(*at).set_relay_fanout(1);
-    }
     let (_, publisher_id) = tb
         .publish(a, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
         .unwrap();
