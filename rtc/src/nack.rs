@@ -271,6 +271,18 @@ impl NackGenerator {
         expired
     }
 
+    /// The packets still missing are asked for afresh (their retries and age start again now):
+    /// the stream comes from a new source, which may have what the old one could not send.
+    pub fn rearm(&mut self, now: Instant) {
+        for m in self.missing.values_mut() {
+            *m = Missing {
+                since: now,
+                last_nack: None,
+                retries: 0,
+            };
+        }
+    }
+
     /// When [`NackGenerator::poll_nacks`] next has something to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let interval = self.retry_interval();
@@ -371,6 +383,36 @@ mod tests {
         assert_eq!(g.missing(), 0);
         assert_eq!(g.gave_up(), 1);
         assert_eq!(g.recovered(), 1);
+    }
+
+    #[test]
+    fn a_rearmed_generator_asks_a_new_source_with_its_full_budget() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let config = NackConfig {
+            max_retries: 3,
+            ..NackConfig::default()
+        };
+        let mut g = NackGenerator::new(config);
+        g.on_packet(t0, 10);
+        g.on_packet(t0, 12);
+        // Three NACKs to a source that never answers (it died): one more poll gives up.
+        for i in 0..3 {
+            let mut out = vec![];
+            g.poll_nacks(t0 + ms(100 * i), &mut out);
+            assert_eq!(out, vec![11]);
+        }
+        let mut spent = g.clone();
+        assert_eq!(spent.poll_nacks(t0 + ms(300), &mut vec![]), 1, "given up");
+        // Re-armed for a new source at 300 ms: asked again, three times, and its age starts anew.
+        g.rearm(t0 + ms(300));
+        for i in 0..3 {
+            let mut out = vec![];
+            assert_eq!(g.poll_nacks(t0 + ms(300 + 100 * i), &mut out), 0);
+            assert_eq!(out, vec![11]);
+        }
+        assert_eq!(g.on_packet(t0 + ms(550), 11).1, Arrival::Recovered);
+        assert_eq!(g.gave_up(), 0);
     }
 
     #[test]

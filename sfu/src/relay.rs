@@ -484,6 +484,14 @@ impl RelayIn {
         Some((pkt, ext))
     }
 
+    /// Asks the new source for every packet still missing (NACKs spent on the old one, which
+    /// may have died, do not count against it).
+    pub fn rearm_nacks(&mut self, now: Instant) {
+        for (_, nack, _) in self.caches.values_mut() {
+            nack.rearm(now);
+        }
+    }
+
     /// Relay-link NACKs due now, as `(track, ssrc, ext seqs)`.
     pub fn poll_nacks(&mut self, now: Instant) -> Vec<(u8, u32, Vec<u64>)> {
         let mut out = Vec::new();

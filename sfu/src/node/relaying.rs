@@ -489,6 +489,7 @@ impl Node {
         {
             r.origin = to;
             r.next_refresh = now + relay::REFRESH;
+            r.rearm_nacks(now);
         }
         self.send_control(
             to,
