@@ -218,29 +218,29 @@ impl Node {
         rtp: &[u8],
         except: Option<SocketAddr>,
     ) {
-        let Some(key) = self.config.cluster_key.clone() else {
-            return;
-        };
         let Some(entry) = self.streams.get(stream) else {
             return;
         };
         if entry.relay_out.is_empty() {
             return;
         }
+        let Some(key) = self.config.cluster_key.as_ref() else {
+            return;
+        };
         let h = MediaHeader {
             relay_id: relay::relay_id(stream),
             track: line as u8,
             src: *src,
         };
-        let targets: Vec<SocketAddr> = entry
+        // (Disjoint fields: no per-packet copy of the key or the subscriber list.)
+        for to in entry
             .relay_out
             .iter()
             .map(|r| r.addr)
             .filter(|a| Some(*a) != except)
-            .collect();
-        for to in targets {
+        {
             let mut buf = self.out.buffer();
-            relay::write_media(&key, &h, rtp, &mut buf);
+            relay::write_media(key, &h, rtp, &mut buf);
             self.out.metrics.relay_sent += 1;
             if except.is_some() {
                 self.out.metrics.relay_forwarded += 1;
