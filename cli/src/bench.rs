@@ -246,33 +246,51 @@ pub(crate) enum PeerCmd {
     Stop,
 }
 
-/// Drives one test peer on its own UDP socket.
-pub(crate) async fn drive_peer(mut peer: Peer, socket: UdpSocket, mut rx: mpsc::Receiver<PeerCmd>) {
-    let mut buf = vec![0u8; 2048];
-    loop {
-        while let Some((to, data)) = peer.poll_transmit() {
-            let _ = socket.send_to(&data, to).await;
+/// Drives one test peer on its own UDP socket (the node's batched loop).
+pub(crate) async fn drive_peer(peer: Peer, socket: UdpSocket, rx: mpsc::Receiver<PeerCmd>) {
+    ferry_sfu::udp::serve(&socket, &mut PeerLoop { peer, rx }).await;
+}
+
+/// A test peer as the UDP loop sees it; its own input is the bench's commands.
+struct PeerLoop {
+    peer: Peer,
+    rx: mpsc::Receiver<PeerCmd>,
+}
+
+impl ferry_sfu::udp::Datagrams for PeerLoop {
+    type Transmit = (SocketAddr, Vec<u8>);
+    type Event = PeerCmd;
+
+    fn view(t: &Self::Transmit) -> (&[u8], SocketAddr) {
+        (&t.1[..], t.0)
+    }
+
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &mut [u8], _: Duration) {
+        self.peer.handle_datagram(now, from, data);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.peer.handle_timeout(now);
+    }
+
+    fn poll_transmit(&mut self) -> Option<Self::Transmit> {
+        self.peer.poll_transmit()
+    }
+
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        self.peer.poll_timeout()
+    }
+
+    async fn next_event(&mut self) -> Option<PeerCmd> {
+        match self.rx.recv().await {
+            Some(PeerCmd::Stop) | None => None,
+            cmd => cmd,
         }
-        let deadline = peer.poll_timeout();
-        let sleep = ferry_sfu::udp::sleep_until(deadline);
-        tokio::select! {
-            r = socket.recv_from(&mut buf) => {
-                let now = Instant::now();
-                if let Ok((n, from)) = r {
-                    peer.handle_datagram(now, from, &mut buf[..n]);
-                }
-                for _ in 0..63 {
-                    match socket.try_recv_from(&mut buf) {
-                        Ok((n, from)) => peer.handle_datagram(now, from, &mut buf[..n]),
-                        Err(_) => break,
-                    }
-                }
-            }
-            cmd = rx.recv() => match cmd {
-                Some(PeerCmd::Stats(tx)) => { let _ = tx.send(peer.stats()); }
-                Some(PeerCmd::Stop) | None => break,
-            },
-            () = sleep => peer.handle_timeout(Instant::now()),
+    }
+
+    fn handle_event(&mut self, cmd: PeerCmd) {
+        if let PeerCmd::Stats(tx) = cmd {
+            let _ = tx.send(self.peer.stats());
         }
     }
 }

@@ -9,8 +9,8 @@
 //!
 //! Datagrams go in and out in batches — `recvmmsg` / `sendmmsg`, up to [`BATCH`] per system
 //! call — so a fan-out to a hundred subscribers costs two system calls, not a hundred: the one
-//! UDP loop of the node, the edge and the bench peers uses [`try_recv_batch`] and
-//! [`send_batch`].
+//! UDP loop, [`serve`], drives the node's workers, the edge and the bench peers (each a
+//! [`Datagrams`] core).
 //!
 //! The kernel stamps every datagram it queues for us (`SO_TIMESTAMPNS`): how long a datagram
 //! waited in the receive buffer ([`RecvBatch::waited`]) is the node's queueing delay, which an
@@ -268,6 +268,112 @@ pub async fn send_next_batch<T>(
     Some(send_each(socket, out, view).await)
 }
 
+/// `recvmmsg` batches [`serve`] reads per wake-up before it looks at its other inputs.
+pub const RECV_ROUNDS: usize = 4;
+
+/// A sans-IO core that [`serve`] drives on one socket: datagrams in and out, a timer, and one
+/// input of its own (commands, datagrams another worker handed over, a metrics tick). The
+/// node's workers, the edge and the bench peers are each one of these; what they decide
+/// stays in the core, the loop only moves bytes.
+pub trait Datagrams {
+    /// What it sends, seen as bytes and destination through [`Datagrams::view`].
+    type Transmit;
+    /// Its own input.
+    type Event;
+    /// Whether what one datagram produced goes out before the next is handled (a node's
+    /// fan-out returns its pooled buffers at once, so the pool stays one fan-out deep), or
+    /// once per received batch.
+    const FLUSH_EACH: bool = false;
+
+    /// The bytes of `t` and where they go.
+    fn view(t: &Self::Transmit) -> (&[u8], SocketAddr);
+    /// A datagram from `from` that waited `waited` in the socket (zero when not stamped).
+    fn handle_datagram(
+        &mut self,
+        now: std::time::Instant,
+        from: SocketAddr,
+        data: &mut [u8],
+        waited: std::time::Duration,
+    );
+    /// Its deadline ([`Datagrams::poll_timeout`]) passed.
+    fn handle_timeout(&mut self, now: std::time::Instant);
+    /// The next datagram to send.
+    fn poll_transmit(&mut self) -> Option<Self::Transmit>;
+    /// When it wants [`Datagrams::handle_timeout`]; `None`: not until something arrives.
+    fn poll_timeout(&mut self) -> Option<std::time::Instant>;
+    /// A batch went out, `refused` of it refused by the kernel; the items are the core's
+    /// to reclaim (pooled buffers).
+    fn sent(&mut self, batch: &mut Vec<Self::Transmit>, refused: usize) {
+        let _ = (batch, refused);
+    }
+    /// Waits for its own input; `None` stops [`serve`].
+    fn next_event(&mut self) -> impl Future<Output = Option<Self::Event>> + Send;
+    /// Its own input, if more is ready at once (drained after [`Datagrams::next_event`]).
+    fn try_event(&mut self) -> Option<Self::Event> {
+        None
+    }
+    /// Handles its own input.
+    fn handle_event(&mut self, event: Self::Event);
+}
+
+/// The one batched UDP loop: serves `core` on `socket` (`recvmmsg` in, [`RECV_ROUNDS`]
+/// batches per wake-up; `sendmmsg` out, [`BATCH`] per call) until its events end.
+pub async fn serve<D: Datagrams>(socket: &UdpSocket, core: &mut D) {
+    let mut batch = RecvBatch::default();
+    let mut out = Vec::with_capacity(BATCH);
+    loop {
+        flush(socket, core, &mut out).await;
+        let sleep = sleep_until(core.poll_timeout());
+        tokio::select! {
+            r = socket.readable() => {
+                if r.is_err() {
+                    continue;
+                }
+                for _ in 0..RECV_ROUNDS {
+                    let Ok(k) = try_recv_batch(socket, &mut batch) else {
+                        break;
+                    };
+                    let now = std::time::Instant::now();
+                    let wall = std::time::SystemTime::now();
+                    for j in 0..k {
+                        let waited = batch.waited(j, wall);
+                        let (data, from) = batch.get_mut(j);
+                        core.handle_datagram(now, from, data, waited);
+                        if D::FLUSH_EACH {
+                            flush(socket, core, &mut out).await;
+                        }
+                    }
+                    flush(socket, core, &mut out).await;
+                    if k < BATCH {
+                        break;
+                    }
+                }
+            }
+            e = core.next_event() => {
+                let Some(mut e) = e else { return };
+                loop {
+                    core.handle_event(e);
+                    if D::FLUSH_EACH {
+                        flush(socket, core, &mut out).await;
+                    }
+                    match core.try_event() {
+                        Some(next) => e = next,
+                        None => break,
+                    }
+                }
+            }
+            () = sleep => core.handle_timeout(std::time::Instant::now()),
+        }
+    }
+}
+
+/// Sends everything `core` has to send, in [`BATCH`]es.
+async fn flush<D: Datagrams>(socket: &UdpSocket, core: &mut D, out: &mut Vec<D::Transmit>) {
+    while let Some(refused) = send_next_batch(socket, out, || core.poll_transmit(), D::view).await {
+        core.sent(out, refused);
+    }
+}
+
 /// One `sendmmsg` of `packets` (at most [`BATCH`]); how many the kernel took.
 fn try_send(socket: &UdpSocket, packets: &[(&[u8], SocketAddr)]) -> std::io::Result<usize> {
     let fd = socket.as_raw_fd();
@@ -383,6 +489,117 @@ mod tests {
             assert!(w >= std::time::Duration::from_millis(29), "{w:?}");
             assert!(w < std::time::Duration::from_secs(60), "{w:?}");
         }
+    }
+
+    /// Echoes every datagram back (uppercased), sends `n` datagrams to a peer when asked,
+    /// and notes its timer; stops when its command channel closes.
+    struct Echo {
+        rx: tokio::sync::mpsc::Receiver<(SocketAddr, u8)>,
+        out: std::collections::VecDeque<(Vec<u8>, SocketAddr)>,
+        deadline: Option<std::time::Instant>,
+        timeouts: usize,
+        sent: usize,
+    }
+
+    impl Datagrams for Echo {
+        type Transmit = (Vec<u8>, SocketAddr);
+        type Event = (SocketAddr, u8);
+
+        fn view(t: &Self::Transmit) -> (&[u8], SocketAddr) {
+            (&t.0[..], t.1)
+        }
+
+        fn handle_datagram(
+            &mut self,
+            _: std::time::Instant,
+            from: SocketAddr,
+            data: &mut [u8],
+            _: std::time::Duration,
+        ) {
+            data.make_ascii_uppercase();
+            self.out.push_back((data.to_vec(), from));
+        }
+
+        fn handle_timeout(&mut self, _: std::time::Instant) {
+            self.timeouts += 1;
+            self.deadline = None;
+        }
+
+        fn poll_transmit(&mut self) -> Option<Self::Transmit> {
+            self.out.pop_front()
+        }
+
+        fn poll_timeout(&mut self) -> Option<std::time::Instant> {
+            self.deadline
+        }
+
+        fn sent(&mut self, batch: &mut Vec<Self::Transmit>, refused: usize) {
+            self.sent += batch.len() - refused;
+        }
+
+        async fn next_event(&mut self) -> Option<Self::Event> {
+            self.rx.recv().await
+        }
+
+        fn try_event(&mut self) -> Option<Self::Event> {
+            self.rx.try_recv().ok()
+        }
+
+        fn handle_event(&mut self, (to, n): Self::Event) {
+            self.out.extend((0..n).map(|i| (vec![b'a' + i % 26], to)));
+        }
+    }
+
+    #[tokio::test]
+    async fn serve_answers_datagrams_events_and_its_timer_and_stops_with_its_events() {
+        let node = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let peer = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let (node_at, peer_at) = (node.local_addr().expect("a"), peer.local_addr().expect("b"));
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut core = Echo {
+            rx,
+            out: Default::default(),
+            deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(20)),
+            timeouts: 0,
+            sent: 0,
+        };
+        let task = tokio::spawn(async move {
+            serve(&node, &mut core).await;
+            core
+        });
+        // 200 datagrams in (several recvmmsg batches), each answered.
+        let data: Vec<Vec<u8>> = (0..200u8).map(|i| vec![b'a' + i % 26; 3]).collect();
+        let packets: Vec<(&[u8], SocketAddr)> = data.iter().map(|d| (&d[..], node_at)).collect();
+        assert_eq!(send_batch(&peer, &packets).await, 0);
+        // And an event that sends 130 (three sendmmsg batches).
+        tx.send((peer_at, 130)).await.expect("event");
+        let mut got = Vec::new();
+        let mut batch = RecvBatch::default();
+        while got.len() < 330 {
+            tokio::time::timeout(std::time::Duration::from_secs(5), peer.readable())
+                .await
+                .expect("answers")
+                .expect("readable");
+            let Ok(k) = try_recv_batch(&peer, &mut batch) else {
+                continue;
+            };
+            for i in 0..k {
+                let (d, from) = batch.get_mut(i);
+                assert_eq!(from, node_at);
+                got.push(d.to_vec());
+            }
+        }
+        assert_eq!(got.iter().filter(|d| d.len() == 3).count(), 200);
+        assert!(got.iter().filter(|d| d.len() == 3).all(|d| d[0].is_ascii_uppercase()));
+        assert_eq!(got.iter().filter(|d| d.len() == 1).count(), 130);
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        drop(tx);
+        let core = tokio::time::timeout(std::time::Duration::from_secs(5), task)
+            .await
+            .expect("serve stops when its events end")
+            .expect("task");
+        assert_eq!(core.timeouts, 1);
+        assert_eq!(core.sent, 330);
     }
 
     #[tokio::test]

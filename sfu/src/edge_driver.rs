@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::net::UdpSocket;
 
@@ -56,50 +56,61 @@ pub async fn start_edge(
     Ok(RunningEdge { udp, http, task })
 }
 
-async fn run(
-    socket: UdpSocket,
-    mut edge: Edge,
+async fn run(socket: UdpSocket, edge: Edge, metrics: Arc<Mutex<String>>) -> std::io::Result<()> {
+    let publish = tokio::time::interval(std::time::Duration::from_secs(1));
+    let mut core = EdgeLoop {
+        edge,
+        metrics,
+        publish,
+    };
+    crate::udp::serve(&socket, &mut core).await;
+    Ok(())
+}
+
+/// The edge as the UDP loop sees it; its own input is the once-a-second metrics text.
+struct EdgeLoop {
+    edge: Edge,
     metrics: Arc<Mutex<String>>,
-) -> std::io::Result<()> {
-    let mut batch = crate::udp::RecvBatch::default();
-    let mut out = Vec::with_capacity(crate::udp::BATCH);
-    let mut publish = tokio::time::interval(std::time::Duration::from_secs(1));
-    loop {
-        // Out in `sendmmsg` batches.
-        while let Some(failed) = crate::udp::send_next_batch(
-            &socket,
-            &mut out,
-            || edge.poll_transmit(),
-            |t| (&t.data[..], t.to),
-        )
-        .await
-        {
-            if failed > 0 {
-                tracing::debug!(failed, "edge sends refused");
-            }
+    publish: tokio::time::Interval,
+}
+
+impl crate::udp::Datagrams for EdgeLoop {
+    type Transmit = crate::edge::EdgeTransmit;
+    type Event = ();
+
+    fn view(t: &Self::Transmit) -> (&[u8], SocketAddr) {
+        (&t.data[..], t.to)
+    }
+
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &mut [u8], _: Duration) {
+        self.edge.handle_datagram(now, from, data);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.edge.handle_timeout(now);
+    }
+
+    fn poll_transmit(&mut self) -> Option<Self::Transmit> {
+        self.edge.poll_transmit()
+    }
+
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        self.edge.poll_timeout()
+    }
+
+    fn sent(&mut self, _: &mut Vec<Self::Transmit>, refused: usize) {
+        if refused > 0 {
+            tracing::debug!(refused, "edge sends refused");
         }
-        let deadline = edge.poll_timeout();
-        let sleep = crate::udp::sleep_until(deadline);
-        tokio::select! {
-            r = socket.readable() => {
-                if r.is_err() {
-                    continue;
-                }
-                // In by `recvmmsg`; one batch per turn, then what it produced goes out.
-                let Ok(k) = crate::udp::try_recv_batch(&socket, &mut batch) else {
-                    continue;
-                };
-                let now = Instant::now();
-                for i in 0..k {
-                    let (data, from) = batch.get_mut(i);
-                    edge.handle_datagram(now, from, data);
-                }
-            }
-            () = sleep => edge.handle_timeout(Instant::now()),
-            _ = publish.tick() => {
-                let text = edge.metrics().to_prometheus(edge.routes());
-                *metrics.lock().unwrap_or_else(|e| e.into_inner()) = text;
-            }
-        }
+    }
+
+    async fn next_event(&mut self) -> Option<()> {
+        self.publish.tick().await;
+        Some(())
+    }
+
+    fn handle_event(&mut self, (): ()) {
+        let text = self.edge.metrics().to_prometheus(self.edge.routes());
+        *self.metrics.lock().unwrap_or_else(|e| e.into_inner()) = text;
     }
 }

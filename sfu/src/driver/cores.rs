@@ -20,9 +20,6 @@ use crate::node::{MigrateError, Node};
 use crate::recording_writer::Writers;
 use crate::shards::Router;
 
-/// `recvmmsg` batches read per wake-up before the loop looks at its other inputs.
-const RECV_ROUNDS: usize = 4;
-
 /// Datagrams waiting for a core from other workers; beyond, they are dropped (counted).
 const INBOX: usize = 4096;
 
@@ -395,72 +392,106 @@ impl ferry_migrator::SessionHost for CoresHost<'_> {
     }
 }
 
-/// Runs core `w.index`'s worker until the node stops.
-pub(super) async fn run_worker(cores: Arc<Cores>, mut w: Worker) {
-    let i = w.index;
-    let mut batch = crate::udp::RecvBatch::default();
-    let mut out = Vec::with_capacity(crate::udp::BATCH);
+/// Runs core `w.index`'s worker until the node stops: [`crate::udp::serve`] on its socket.
+pub(super) async fn run_worker(cores: Arc<Cores>, w: Worker) {
     let socket = w.socket.clone();
-    loop {
-        let deadline = {
-            let mut node = cores.lock(i);
-            housekeeping(&cores, i, &mut node);
-            node.poll_timeout()
+    crate::udp::serve(&socket, &mut WorkerLoop { cores, w }).await;
+}
+
+/// One core as the UDP loop sees it: a datagram goes to the core the [`Router`] names
+/// (this one, or another's inbox); what this core produces goes out on this worker's socket.
+struct WorkerLoop {
+    cores: Arc<Cores>,
+    w: Worker,
+}
+
+/// A worker's own input besides its socket and its timer.
+enum WorkerEvent {
+    /// A datagram another worker received for this core.
+    Handed(Handed),
+    /// The control task drove this core: look at its deadline and output again.
+    Woken,
+}
+
+impl crate::udp::Datagrams for WorkerLoop {
+    type Transmit = crate::session::Transmit;
+    type Event = WorkerEvent;
+    const FLUSH_EACH: bool = true;
+
+    fn view(t: &Self::Transmit) -> (&[u8], SocketAddr) {
+        (&t.data[..], t.to)
+    }
+
+    fn handle_datagram(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        data: &mut [u8],
+        waited: Duration,
+    ) {
+        let (cores, i) = (&self.cores, self.w.index);
+        let owner = if cores.len() == 1 {
+            None
+        } else {
+            cores
+                .router
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .route(from, data)
         };
-        flush(&cores, i, &socket, &mut out).await;
-        let sleep = crate::udp::sleep_until(deadline);
+        match owner {
+            Some(o) if o != i => hand(cores, i, o, data, from, waited),
+            _ => handle(cores, i, now, from, data, waited),
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        let mut node = self.cores.lock(self.w.index);
+        node.handle_timeout(now);
+        self.cores.publish_routes(self.w.index, &mut node);
+    }
+
+    fn poll_transmit(&mut self) -> Option<Self::Transmit> {
+        self.cores.lock(self.w.index).poll_transmit()
+    }
+
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        let mut node = self.cores.lock(self.w.index);
+        housekeeping(&self.cores, self.w.index, &mut node);
+        node.poll_timeout()
+    }
+
+    fn sent(&mut self, batch: &mut Vec<Self::Transmit>, refused: usize) {
+        let mut node = self.cores.lock(self.w.index);
+        node.metrics_mut().send_errors += refused as u64;
+        for t in batch.drain(..) {
+            node.recycle(t.data);
+        }
+    }
+
+    async fn next_event(&mut self) -> Option<WorkerEvent> {
+        let wake = &self.cores.cores[self.w.index].wake;
         tokio::select! {
-            r = socket.readable() => {
-                if r.is_err() {
-                    continue;
-                }
-                for _ in 0..RECV_ROUNDS {
-                    let Ok(k) = crate::udp::try_recv_batch(&socket, &mut batch) else {
-                        break;
-                    };
-                    let now = Instant::now();
-                    let wall = std::time::SystemTime::now();
-                    for j in 0..k {
-                        let waited = batch.waited(j, wall);
-                        let (data, from) = batch.get_mut(j);
-                        let owner = if cores.len() == 1 {
-                            None
-                        } else {
-                            cores.router.read().unwrap_or_else(|e| e.into_inner()).route(from, data)
-                        };
-                        match owner {
-                            Some(o) if o != i => hand(&cores, i, o, data, from, waited),
-                            _ => {
-                                handle(&cores, i, now, from, data, waited);
-                                // Send what each datagram produced before handling the next:
-                                // a fan-out's buffers go back to the pool at once, so it stays
-                                // about one fan-out deep.
-                                flush(&cores, i, &socket, &mut out).await;
-                            }
-                        }
-                    }
-                    if k < crate::udp::BATCH {
-                        break;
-                    }
-                }
-            }
-            h = w.inbox.recv() => {
-                let Some(mut h) = h else { break };
-                loop {
-                    handle(&cores, i, Instant::now(), h.from, &mut h.data, h.waited);
-                    flush(&cores, i, &socket, &mut out).await;
-                    match w.inbox.try_recv() {
-                        Ok(next) => h = next,
-                        Err(_) => break,
-                    }
-                }
-            }
-            () = cores.cores[i].wake.notified() => {}
-            () = sleep => {
-                let mut node = cores.lock(i);
-                node.handle_timeout(Instant::now());
-                cores.publish_routes(i, &mut node);
-            }
+            h = self.w.inbox.recv() => h.map(WorkerEvent::Handed),
+            () = wake.notified() => Some(WorkerEvent::Woken),
+        }
+    }
+
+    fn try_event(&mut self) -> Option<WorkerEvent> {
+        self.w.inbox.try_recv().ok().map(WorkerEvent::Handed)
+    }
+
+    fn handle_event(&mut self, event: WorkerEvent) {
+        if let WorkerEvent::Handed(mut h) = event {
+            let now = Instant::now();
+            handle(
+                &self.cores,
+                self.w.index,
+                now,
+                h.from,
+                &mut h.data,
+                h.waited,
+            );
         }
     }
 }
@@ -520,27 +551,4 @@ fn housekeeping(cores: &Cores, i: usize, node: &mut Node) {
         }
     }
     cores.publish_routes(i, node);
-}
-
-/// Sends what core `i` has to send, [`crate::udp::BATCH`] datagrams per system call.
-async fn flush(
-    cores: &Cores,
-    i: usize,
-    socket: &UdpSocket,
-    out: &mut Vec<crate::session::Transmit>,
-) {
-    while let Some(failed) = crate::udp::send_next_batch(
-        socket,
-        out,
-        || cores.lock(i).poll_transmit(),
-        |t| (&t.data[..], t.to),
-    )
-    .await
-    {
-        let mut node = cores.lock(i);
-        node.metrics_mut().send_errors += failed as u64;
-        for t in out.drain(..) {
-            node.recycle(t.data);
-        }
-    }
 }
