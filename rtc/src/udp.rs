@@ -590,7 +590,11 @@ mod tests {
             }
         }
         assert_eq!(got.iter().filter(|d| d.len() == 3).count(), 200);
-        assert!(got.iter().filter(|d| d.len() == 3).all(|d| d[0].is_ascii_uppercase()));
+        assert!(
+            got.iter()
+                .filter(|d| d.len() == 3)
+                .all(|d| d[0].is_ascii_uppercase())
+        );
         assert_eq!(got.iter().filter(|d| d.len() == 1).count(), 130);
         tokio::time::sleep(std::time::Duration::from_millis(30)).await;
         drop(tx);

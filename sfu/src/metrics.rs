@@ -120,6 +120,9 @@ metrics! {
     /// Relay subscribers sent on to another subscriber (this origin relays the stream to
     /// `--relay-fanout` nodes already) or back to the origin (this node stopped relaying).
     relay_redirects,
+    /// Relayed-in streams whose source, a node one level down from the origin, went silent for
+    /// [`crate::relay::PARENT_SILENCE`]: subscribed at the origin directly instead.
+    relay_parent_failovers,
     /// Media packets of a stream relayed in here and relayed on to other nodes (counted in
     /// relay_sent too).
     relay_forwarded,

@@ -225,6 +225,10 @@ pub struct Subscribe {
     /// Stream name.
     #[prost(string, tag = "1")]
     pub stream: String,
+    /// The subscriber's source one level down went silent: the origin relays to it directly
+    /// even past its fan-out (no second redirect to a parent that may be dead).
+    #[prost(bool, tag = "2")]
+    pub direct: bool,
 }
 
 /// `Offer`.
@@ -395,7 +399,21 @@ pub struct RelayIn {
     /// Whether a local viewer has used it; once the last one leaves it is
     /// torn down.
     pub used: bool,
+    /// When media last came from its source (or the source changed): a source one level down
+    /// from the origin silent for [`PARENT_SILENCE`] is left for the origin.
+    pub last_heard: Instant,
+    /// Subscribed at the origin directly after a silent parent (its subscriptions say so).
+    pub direct: bool,
+    /// Its source is a node one level down that the origin redirected it to (not the origin):
+    /// the source it leaves for the origin when silent.
+    pub below: bool,
 }
+
+/// How long a relayed stream's source one level down from its origin may stay silent before
+/// the relay subscribes at the origin directly ([`Subscribe::direct`]), not waiting for the
+/// directory to declare that node down (seconds): a live stream carries audio every 20 ms and
+/// video every 33 ms.
+pub const PARENT_SILENCE: Duration = Duration::from_millis(500);
 
 /// How long a relayed-in stream nobody has watched yet is kept.
 pub const RELAY_IDLE: Duration = Duration::from_secs(5);
@@ -420,6 +438,9 @@ impl RelayIn {
             cache_size,
             created: now,
             used: false,
+            last_heard: now,
+            direct: false,
+            below: false,
         }
     }
 
@@ -443,6 +464,7 @@ impl RelayIn {
 
     /// Records a relayed packet; false for a duplicate.
     pub fn receive(&mut self, now: Instant, track: u8, src: &SourcePacket, rtp: &[u8]) -> bool {
+        self.last_heard = now;
         let size = self.cache_size;
         let (cache, nack, delta) = self.caches.entry((track, src.ssrc)).or_insert_with(|| {
             (
@@ -600,6 +622,7 @@ mod tests {
         let c = Control {
             body: Some(control::Body::Subscribe(Subscribe {
                 stream: "cam".into(),
+                direct: true,
             })),
         };
         let wire = write_control(&key, &c);

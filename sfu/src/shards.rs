@@ -179,6 +179,7 @@ mod tests {
             &relay::Control {
                 body: Some(relay::control::Body::Subscribe(relay::Subscribe {
                     stream: s.to_string(),
+                    direct: false,
                 })),
             },
         );

@@ -268,3 +268,84 @@ fn the_end_of_a_stream_reaches_the_second_level() {
         assert_eq!(tb.node(at).relay_source(&stream), None);
     }
 }
+
+/// A parent that dies is left for the origin when it goes silent, not seconds later when the
+/// directory declares it down: the viewer below stalls for about `ferry_sfu::relay::PARENT_SILENCE`, the
+/// origin relays to its node directly (past its fan-out) and the hole is NACKed there.
+#[test]
+fn a_silent_parent_is_left_for_the_origin_before_the_directory_declares_it_down() {
+    for seed in [91, 92, 93] {
+        let (mut tb, n) = nodes(seed, 3, 1);
+        let (a, b, c) = (n[0], n[1], n[2]);
+        tb.publish(a, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
+            .unwrap();
+        tb.run_for(Duration::from_secs(1));
+        let stream = StreamId::new("cam").unwrap();
+        // Every node's directory names a as the stream's origin.
+        let origins = HashMap::from([(stream.clone(), a)]);
+        let mut viewers = Vec::new();
+        for (at, client) in [(b, "10.0.1.1:4001"), (c, "10.0.1.2:4002")] {
+            let now = tb.now();
+            tb.node(at).repoint_relays(now, &origins, &HashSet::new());
+            tb.node(at).subscribe_relay(now, &stream, a);
+            tb.run_for(Duration::from_millis(400));
+            viewers.push(tb.view(at, "cam", addr(client)).unwrap().0);
+        }
+        assert_eq!(tb.node(c).relay_source(&stream), Some(b), "seed {seed}");
+        tb.run_for(Duration::from_secs(3));
+        check_whole(&mut tb, &[('b', viewers[0]), ('c', viewers[1])], "tree");
+        assert_eq!(
+            tb.node(c).metrics().relay_parent_failovers,
+            0,
+            "seed {seed}"
+        );
+
+        // b dies; nobody tells the nodes.
+        let before = video(&tb, viewers[1]);
+        tb.crash_node(b);
+        let (mut last, mut stalled, mut longest) = (
+            before.received.last().unwrap_or(0),
+            Duration::ZERO,
+            Duration::ZERO,
+        );
+        let step = Duration::from_millis(10);
+        for _ in 0..300 {
+            tb.run_for(step);
+            let now = video(&tb, viewers[1]).received.last().unwrap_or(0);
+            if now > last {
+                last = now;
+                stalled = Duration::ZERO;
+            } else {
+                stalled += step;
+                longest = longest.max(stalled);
+            }
+        }
+        let after = video(&tb, viewers[1]);
+        let holes: Vec<(u64, u64)> = after
+            .received
+            .holes()
+            .filter(|h| h.1 > before.received.last().unwrap_or(0))
+            .collect();
+        eprintln!(
+            "seed {seed}: viewer below the dead parent stalled {longest:?}; holes {holes:?}; keyframes {} -> {}",
+            before.keyframes, after.keyframes
+        );
+        assert_eq!(tb.node(c).relay_source(&stream), Some(a), "seed {seed}");
+        assert_eq!(
+            tb.node(c).metrics().relay_parent_failovers,
+            1,
+            "seed {seed}"
+        );
+        assert!(tb.node(a).relay_subscribers(&stream).contains(&c));
+        assert!(
+            longest < Duration::from_millis(1000),
+            "seed {seed}: stalled {longest:?}"
+        );
+        assert!(
+            holes.is_empty() || after.keyframes > before.keyframes,
+            "seed {seed}: a keyframe after the hole {holes:?}"
+        );
+        assert_eq!(after.ts_regressions, 0);
+        check_whole(&mut tb, &[('c', viewers[1])], "after the failover");
+    }
+}

@@ -49,6 +49,7 @@ impl Node {
             origin,
             Body::Subscribe(Subscribe {
                 stream: stream.to_string(),
+                direct: false,
             }),
         );
         self.note_relay_deadline(now);
@@ -60,6 +61,7 @@ impl Node {
             origin,
             Body::Unsubscribe(Subscribe {
                 stream: stream.to_string(),
+                direct: false,
             }),
         );
     }
@@ -332,6 +334,7 @@ impl Node {
         tracing::trace!(%from, ?body, "relay control");
         match body {
             Body::Subscribe(s) => {
+                let direct = s.direct;
                 let Ok(stream) = StreamId::new(s.stream) else {
                     return;
                 };
@@ -366,7 +369,8 @@ impl Node {
                 let Some(e) = self.streams.get_mut(&stream) else {
                     return;
                 };
-                let full = live && fanout > 0 && e.relay_out.len() >= fanout;
+                // Past the fan-out only for a subscriber whose parent went silent.
+                let full = live && fanout > 0 && e.relay_out.len() >= fanout && !direct;
                 match e.relay_out.iter_mut().find(|r| r.addr == from) {
                     Some(r) => r.refreshed = now,
                     None if full => {
@@ -475,13 +479,23 @@ impl Node {
             return;
         };
         tracing::debug!(%stream, %from, %via, "relay redirected");
-        ri.origin = via;
+        ri.direct = false;
+        // Sent one level down (not back to the origin by a parent that stopped relaying).
+        let below = self.origins.get(&stream) != Some(&via);
         self.resubscribe(now, &stream, via);
+        if let Some(ri) = self
+            .streams
+            .get_mut(&stream)
+            .and_then(|e| e.relay_in.as_mut())
+        {
+            ri.below = below;
+        }
     }
 
     /// Subscribes the relay of `stream` (its state kept: the numbering is the origin's
     /// wherever it comes from) at its new source `to` now.
     fn resubscribe(&mut self, now: Instant, stream: &StreamId, to: SocketAddr) {
+        let mut direct = false;
         if let Some(r) = self
             .streams
             .get_mut(stream)
@@ -489,12 +503,16 @@ impl Node {
         {
             r.origin = to;
             r.next_refresh = now + relay::REFRESH;
+            r.last_heard = now;
+            r.below = false;
             r.rearm_nacks(now);
+            direct = r.direct;
         }
         self.send_control(
             to,
             Body::Subscribe(Subscribe {
                 stream: stream.to_string(),
+                direct,
             }),
         );
         self.note_relay_deadline(now);
@@ -658,6 +676,7 @@ impl Node {
         let mut min = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
         let mut sends: Vec<(SocketAddr, Body)> = Vec::new();
         let mut drop_streams = Vec::new();
+        let mut failovers: Vec<(StreamId, SocketAddr)> = Vec::new();
         let periodic = now >= self.next_relay_tick;
         if periodic {
             self.next_relay_tick = now + relay::REFRESH;
@@ -725,6 +744,7 @@ impl Node {
                         r.origin,
                         Body::Unsubscribe(Subscribe {
                             stream: name.to_string(),
+                            direct: false,
                         }),
                     ));
                     for below in e.relay_out.drain(..) {
@@ -740,12 +760,37 @@ impl Node {
                     drop_streams.push(name.clone());
                     continue;
                 }
+                // Its source is a node one level down the origin sent it to, and went silent:
+                // that node may be dead, and the directory says so only seconds later. Leave
+                // it for the origin (the directory's), which relays here directly.
+                if let Some(&origin) = self.origins.get(&name).filter(|o| **o != r.origin)
+                    && r.below
+                    && r.ready()
+                {
+                    let silent_until = r.last_heard + relay::PARENT_SILENCE;
+                    if now >= silent_until {
+                        tracing::info!(stream = %name, parent = %r.origin, %origin, "relay source silent: subscribing at the origin");
+                        self.out.metrics.relay_parent_failovers += 1;
+                        sends.push((
+                            r.origin,
+                            Body::Unsubscribe(Subscribe {
+                                stream: name.to_string(),
+                                direct: false,
+                            }),
+                        ));
+                        r.direct = true;
+                        failovers.push((name.clone(), origin));
+                    } else {
+                        min(silent_until);
+                    }
+                }
                 if now >= r.next_refresh {
                     r.next_refresh = now + relay::REFRESH;
                     sends.push((
                         r.origin,
                         Body::Subscribe(Subscribe {
                             stream: name.to_string(),
+                            direct: r.direct,
                         }),
                     ));
                 }
@@ -779,6 +824,17 @@ impl Node {
         }
         for (to, body) in sends {
             self.send_control(to, body);
+        }
+        for (stream, origin) in failovers {
+            self.resubscribe(now, &stream, origin);
+            if let Some(t) = self
+                .streams
+                .get(&stream)
+                .and_then(|e| e.relay_in.as_ref())
+                .map(|r| r.next_refresh)
+            {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
         }
         next
     }
