@@ -112,7 +112,16 @@ pub struct RecvBatch {
     from: Vec<SocketAddr>,
     /// When the kernel queued each datagram (`CLOCK_REALTIME`), if the socket stamps them.
     stamps: Vec<Option<std::time::SystemTime>>,
+    /// Datagrams the last call received: the next asks for twice as many (at least
+    /// [`MIN_RECV`], at most [`BATCH`]), so a socket that gets one datagram per wake-up does
+    /// not set up 64 message headers (~14 KiB, zeroed) for each.
+    last: usize,
+    /// Datagrams the last call asked for.
+    asked: usize,
 }
+
+/// Fewest datagrams one [`try_recv_batch`] asks for.
+pub const MIN_RECV: usize = 4;
 
 impl Default for RecvBatch {
     fn default() -> Self {
@@ -121,6 +130,8 @@ impl Default for RecvBatch {
             lens: Vec::with_capacity(BATCH),
             from: Vec::with_capacity(BATCH),
             stamps: Vec::with_capacity(BATCH),
+            last: BATCH,
+            asked: BATCH,
         }
     }
 }
@@ -134,6 +145,11 @@ impl RecvBatch {
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.lens.is_empty()
+    }
+
+    /// Whether the last [`try_recv_batch`] got all it asked for (more may be waiting).
+    pub fn full(&self) -> bool {
+        self.lens.len() >= self.asked
     }
 
     /// Datagram `i` and its sender (mutable: the node decrypts in place).
@@ -174,16 +190,20 @@ pub fn try_recv_batch(socket: &UdpSocket, batch: &mut RecvBatch) -> std::io::Res
     batch.from.clear();
     batch.stamps.clear();
     let fd = socket.as_raw_fd();
+    let want = batch.last.saturating_mul(2).clamp(MIN_RECV, BATCH);
+    batch.asked = want;
     let RecvBatch {
         bufs,
         lens,
         from,
         stamps,
+        last,
+        ..
     } = batch;
-    socket.try_io(Interest::READABLE, || {
+    let got = socket.try_io(Interest::READABLE, || {
         let mut headers =
-            MultiHeaders::<SockaddrStorage>::preallocate(BATCH, Some(nix::cmsg_space!(TimeSpec)));
-        let mut slices: Vec<[IoSliceMut<'_>; 1]> = bufs
+            MultiHeaders::<SockaddrStorage>::preallocate(want, Some(nix::cmsg_space!(TimeSpec)));
+        let mut slices: Vec<[IoSliceMut<'_>; 1]> = bufs[..want]
             .iter_mut()
             .map(|b| [IoSliceMut::new(&mut b[..])])
             .collect();
@@ -203,7 +223,11 @@ pub fn try_recv_batch(socket: &UdpSocket, batch: &mut RecvBatch) -> std::io::Res
             }
         }
         Ok(lens.len())
-    })
+    });
+    if let Ok(k) = got {
+        *last = k;
+    }
+    got
 }
 
 /// Sends `packets` (data, destination) in `sendmmsg` calls of up to [`BATCH`], waiting while
@@ -344,7 +368,7 @@ pub async fn serve<D: Datagrams>(socket: &UdpSocket, core: &mut D) {
                         }
                     }
                     flush(socket, core, &mut out).await;
-                    if k < BATCH {
+                    if !batch.full() {
                         break;
                     }
                 }
