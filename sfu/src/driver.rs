@@ -20,7 +20,7 @@ use ferry_proto::api::{CutoverMode, MigrationView};
 use crate::cluster::{
     ClusterOptions, Directory, MigrationApiError, MigrationBook, SessionEvents, SharedDirectory,
 };
-use crate::node::Node;
+use crate::node::{Node, Requested};
 
 mod cores;
 mod recordings;
@@ -38,7 +38,6 @@ enum Command {
         String,
         Reply<Option<SessionAnswer>>,
     ),
-    HasStream(StreamId, Reply<bool>),
     CheckTicket(String, SessionKind, StreamId, Reply<TicketClaims>),
     Create(Box<CreateRequest>, Reply<SessionAnswer>),
     Ticket(SessionId, Reply<Option<(String, u64)>>),
@@ -54,8 +53,10 @@ enum Command {
     Migrate(Box<MigrationView>, String, MigrationReply<MigrationView>),
     MigrationStatus(MigrationId, MigrationReply<MigrationView>),
     Directory(Box<Directory>),
-    SubscribeRelay(StreamId, SocketAddr),
     Recording(recordings::RecordingCommand),
+    /// Brings a stream here if another node publishes it (a recording starts): whether it is
+    /// here, once it came or [`crate::node::RELAY_WAIT`] passed.
+    StreamHere(StreamId, Reply<bool>),
 }
 
 type MigrationReply<T> = oneshot::Sender<Result<T, MigrationApiError>>;
@@ -207,7 +208,6 @@ impl ClusterRuntime {
 pub struct NodeHandle {
     tx: mpsc::Sender<Command>,
     udp: SocketAddr,
-    directory: Option<SharedDirectory>,
     token: Option<Arc<str>>,
     events: SessionEvents,
     /// The scheduler that records used tickets cluster-wide.
@@ -272,7 +272,8 @@ impl NodeHandle {
     }
 
     /// WHEP: a viewer's offer. A stream published on another node of the
-    /// cluster is relayed here first (its origin from the directory).
+    /// cluster is relayed here first (its origin from the directory): the core answers once
+    /// the relay is offered ([`crate::node::Requested::Waiting`]).
     pub async fn view(
         &self,
         stream: StreamId,
@@ -302,9 +303,6 @@ impl NodeHandle {
                 return Ok(a);
             }
         }
-        if kind == SessionKind::View {
-            self.relay_in(&stream).await?;
-        }
         let claims = match ticket {
             Some(t) => {
                 let c = self
@@ -323,41 +321,6 @@ impl NodeHandle {
             ticket: claims,
         };
         self.call(|r| Command::Create(Box::new(req), r)).await
-    }
-
-    /// Makes `stream` playable here if it is published elsewhere in the cluster: relays it in
-    /// from its origin (found in the directory), waiting up to [`RELAY_WAIT`] for its tracks.
-    /// Whether it then is, the node's answer says.
-    async fn relay_in(&self, stream: &StreamId) -> Result<(), SignalError> {
-        if self.call(|r| Command::HasStream(stream.clone(), r)).await? {
-            return Ok(());
-        }
-        let origin = self.directory.as_ref().and_then(|d| {
-            d.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .origins
-                .get(stream)
-                .copied()
-        });
-        let Some(origin) = origin else {
-            // The node answers (and counts) the 404.
-            tracing::debug!(%stream, "no origin known for the stream");
-            return Ok(());
-        };
-        tracing::debug!(%stream, %origin, "relaying the stream in for a viewer");
-        let _ = self
-            .tx
-            .send(Command::SubscribeRelay(stream.clone(), origin))
-            .await;
-        // The origin answers with the stream's tracks within a round trip.
-        let deadline = tokio::time::Instant::now() + RELAY_WAIT;
-        while tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            if self.call(|r| Command::HasStream(stream.clone(), r)).await? {
-                return Ok(());
-            }
-        }
-        Ok(())
     }
 
     /// Records the use of a ticket's generation at the scheduler: a second use anywhere in the
@@ -496,9 +459,6 @@ impl NodeHandle {
     }
 }
 
-/// How long a WHEP request waits for a relay from the stream's origin.
-const RELAY_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
-
 /// Binds the media socket and starts the node's task.
 pub async fn spawn(node: Node, udp_bind: SocketAddr) -> std::io::Result<NodeHandle> {
     let socket = crate::udp::bind(udp_bind)?;
@@ -517,7 +477,6 @@ pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
     Ok(NodeHandle {
         tx,
         udp,
-        directory: None,
         token: None,
         events,
         scheduler: None,
@@ -715,9 +674,6 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
             });
             let _ = r.send(answer);
         }
-        Command::HasStream(stream, r) => {
-            let _ = r.send(Ok(cores.lock(of_stream(&stream)).has_stream(&stream)));
-        }
         Command::CheckTicket(ticket, kind, stream, r) => {
             let checked = cores.drive(of_stream(&stream), |n| {
                 let checked = n.check_ticket(now, &ticket, &stream, kind);
@@ -742,13 +698,26 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
                 .as_ref()
                 .is_some_and(|t| cores.of_session(&t.sid).is_some());
             let full = !resumed && cores.session_count() >= cores.max_sessions();
-            let _ = r.send(cores.drive(shard, |n| {
-                if full {
+            cores.drive(shard, |n| {
+                let requested = if full {
                     n.metrics_mut().signal_rejected += 1;
-                    return Err(SignalError::Full);
+                    Err(SignalError::Full)
+                } else {
+                    n.request_session(now, kind, &stream, &offer, key.as_deref(), ticket.as_ref())
+                };
+                match requested {
+                    Ok(Requested::Answer(a)) => {
+                        let _ = r.send(Ok(a));
+                    }
+                    // A viewer waiting for its stream's relay: the core answers it.
+                    Ok(Requested::Waiting(id)) => {
+                        cores.await_answer(shard, id, cores::Waiter::Session(r))
+                    }
+                    Err(e) => {
+                        let _ = r.send(Err(e));
+                    }
                 }
-                n.create_session(now, kind, &stream, &offer, key.as_deref(), ticket.as_ref())
-            }));
+            });
         }
         Command::Ticket(id, r) => {
             let _ = r.send(cores.drive(of_session(&id), |n| match n.session(&id) {
@@ -831,12 +800,16 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
                 node.repoint_relays(now, &d.origins, &d.down);
             });
         }
-        Command::SubscribeRelay(stream, origin) => {
-            cores.drive(of_stream(&stream), |n| {
-                n.subscribe_relay(now, &stream, origin)
+        Command::Recording(cmd) => recordings::handle(cores, now, cmd),
+        Command::StreamHere(stream, r) => {
+            let shard = of_stream(&stream);
+            cores.drive(shard, |n| match n.request_stream(now, &stream) {
+                Some(id) => cores.await_answer(shard, id, cores::Waiter::Stream(r)),
+                None => {
+                    let _ = r.send(Ok(n.has_stream(&stream)));
+                }
             });
         }
-        Command::Recording(cmd) => recordings::handle(cores, now, cmd),
     }
 }
 
@@ -1002,7 +975,6 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     let handle = NodeHandle {
         tx,
         udp,
-        directory: opts.cluster.as_ref().map(|_| directory.clone()),
         token: opts.cluster.as_ref().map(|c| Arc::from(c.token.as_str())),
         events,
         scheduler: opts.scheduler.clone(),

@@ -38,10 +38,13 @@ mod idempotency;
 mod migration;
 pub mod overload;
 mod recording;
+mod relay_wait;
 mod relaying;
 mod signalling;
 mod ticket;
 mod tunnelling;
+
+pub use relay_wait::{Answer, RELAY_WAIT, Requested, SUBSCRIBE_RETRY};
 
 pub use idempotency::{IDEMPOTENCY_TTL, MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN};
 pub use migration::MigrateError;
@@ -225,6 +228,8 @@ pub struct Node {
     overload: overload::Overload,
     /// Recordings of streams live here.
     recordings: recording::Recordings,
+    /// Viewers waiting for their stream's relay.
+    waiting: relay_wait::Waiting,
 }
 
 fn random_token(rng: &mut ChaCha20Rng, len: usize) -> String {
@@ -277,6 +282,7 @@ impl Node {
             last_now: now,
             replacing: HashMap::new(),
             recordings: recording::Recordings::default(),
+            waiting: relay_wait::Waiting::default(),
         }
     }
 
@@ -785,6 +791,9 @@ impl Node {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         if let Some(t) = self.recording_tick(now) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        if let Some(t) = self.answer_waiting(now) {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         self.next_timeout = next;

@@ -360,7 +360,27 @@ impl Testbed {
             ),
             None => None,
         };
-        let answer = n.create_session(now, kind, &stream, &offer, None, claims.as_ref())?;
+        let answer = match n.request_session(now, kind, &stream, &offer, None, claims.as_ref())? {
+            crate::node::Requested::Answer(a) => a,
+            // A viewer of a stream published on another node: the world runs until the
+            // node answers (its relay offered, or the wait over).
+            crate::node::Requested::Waiting(id) => {
+                let mut answer = None;
+                let step = Duration::from_millis(5);
+                for _ in 0..(crate::node::RELAY_WAIT.as_millis() / 5 + 100) {
+                    self.run_for(step);
+                    if let Some((got, crate::node::Answer::Session(a))) =
+                        self.core(node, &stream).poll_answer()
+                        && got == id
+                    {
+                        answer = Some(a);
+                        break;
+                    }
+                }
+                answer.ok_or_else(|| SignalError::StreamNotFound(stream.clone()))??
+            }
+        };
+        let now = self.now();
         peer.apply_answer(now, &answer.sdp)
             .map_err(|e| SignalError::BadSdp(e.to_string()))?;
         self.peers.push(peer);

@@ -23,6 +23,23 @@ use crate::shards::Router;
 /// Datagrams waiting for a core from other workers; beyond, they are dropped (counted).
 const INBOX: usize = 4096;
 
+/// Who waits for a core's answer ([`crate::node::Answer`]).
+pub(super) enum Waiter {
+    /// A viewer's WHEP request.
+    Session(super::Reply<crate::signal::SessionAnswer>),
+    /// A recording starting: whether the stream came.
+    Stream(super::Reply<bool>),
+}
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Waiter::Session(_) => "Waiter::Session",
+            Waiter::Stream(_) => "Waiter::Stream",
+        })
+    }
+}
+
 /// A datagram a worker received for another core.
 #[derive(Debug)]
 pub(super) struct Handed {
@@ -35,6 +52,9 @@ pub(super) struct Handed {
 #[derive(Debug)]
 struct Core {
     node: Mutex<Node>,
+    /// Replies to requests waiting in this core (a viewer waiting for its stream's relay),
+    /// by the core's request id.
+    waiting: Mutex<std::collections::HashMap<u64, Waiter>>,
     /// Wakes the worker after the control task drove its core.
     wake: Notify,
     inbox: mpsc::Sender<Handed>,
@@ -82,6 +102,7 @@ impl Cores {
             let (tx, rx) = mpsc::channel(INBOX);
             cores.push(Core {
                 node: Mutex::new(node),
+                waiting: Mutex::default(),
                 wake: Notify::new(),
                 inbox: tx,
             });
@@ -137,6 +158,12 @@ impl Cores {
         };
         self.cores[i].wake.notify_one();
         t
+    }
+
+    /// Keeps the reply to core `i`'s waiting request `id` until the core answers it. Call it
+    /// while holding the core (inside [`Cores::drive`]), so the answer cannot come first.
+    pub(super) fn await_answer(&self, i: usize, id: u64, waiter: Waiter) {
+        relock(&self.cores[i].waiting).insert(id, waiter);
     }
 
     fn publish_routes(&self, i: usize, node: &mut Node) {
@@ -531,6 +558,19 @@ fn hand(cores: &Cores, i: usize, owner: usize, data: &[u8], from: SocketAddr, wa
 /// What a core produced besides datagrams: recording objects to their writers, session
 /// events to their streams, ownership to the router.
 fn housekeeping(cores: &Cores, i: usize, node: &mut Node) {
+    while let Some((id, answer)) = node.poll_answer() {
+        let waiter = relock(&cores.cores[i].waiting).remove(&id);
+        // A dropped reply only means the HTTP client went away.
+        match (waiter, answer) {
+            (Some(Waiter::Session(r)), crate::node::Answer::Session(a)) => {
+                let _ = r.send(a);
+            }
+            (Some(Waiter::Stream(r)), crate::node::Answer::Stream(here)) => {
+                let _ = r.send(Ok(here));
+            }
+            _ => {}
+        }
+    }
     while let Some(o) = node.poll_recording() {
         relock(&cores.writers).handle(o);
     }

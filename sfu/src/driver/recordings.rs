@@ -87,8 +87,10 @@ impl NodeHandle {
 
     /// Makes `stream` live here for a recording (relayed in when it is published elsewhere).
     async fn stream_here(&self, stream: &StreamId) -> Result<(), RecordingApiError> {
-        self.relay_in(stream)
+        // Whether it came, the recording's own start says (404 for a stream nowhere).
+        self.call(|r| Command::StreamHere(stream.clone(), r))
             .await
+            .map(|_here| ())
             .map_err(|_| RecordingApiError::new(503, "node is shutting down"))
     }
 

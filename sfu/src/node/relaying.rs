@@ -55,6 +55,27 @@ impl Node {
         self.note_relay_deadline(now);
     }
 
+    /// Sends the subscription of `stream`'s relay again now (its offer has not come and a
+    /// request waits for it).
+    pub(super) fn ask_relay_again(&mut self, stream: &StreamId) {
+        let Some((origin, direct)) = self
+            .streams
+            .get(stream)
+            .and_then(|e| e.relay_in.as_ref())
+            .filter(|r| !r.ready())
+            .map(|r| (r.origin, r.direct))
+        else {
+            return;
+        };
+        self.send_control(
+            origin,
+            Body::Subscribe(Subscribe {
+                stream: stream.to_string(),
+                direct,
+            }),
+        );
+    }
+
     pub(super) fn unsubscribe_relay(&mut self, stream: &StreamId, origin: SocketAddr) {
         self.relay_ids.retain(|_, s| s != stream);
         self.send_control(
@@ -565,6 +586,8 @@ impl Node {
         if o.live {
             r.offered(o.relay_id, &o.media);
             self.relay_ids.insert(o.relay_id, stream);
+            // Viewers that waited for it are answered now.
+            self.answer_waiting(now);
             return;
         }
         if let Ok(to) = o.moved_to.parse::<SocketAddr>() {
