@@ -229,6 +229,10 @@ pub struct Subscribe {
     /// even past its fan-out (no second redirect to a parent that may be dead).
     #[prost(bool, tag = "2")]
     pub direct: bool,
+    /// The subscriber's load where the stream would be relayed on from (its sessions and relay
+    /// links): an origin past its fan-out sends newcomers to the least loaded direct subscriber.
+    #[prost(uint32, tag = "3")]
+    pub load: u32,
 }
 
 /// `Offer`.
@@ -369,8 +373,30 @@ pub struct RelayOut {
     pub addr: SocketAddr,
     /// Last subscription refresh.
     pub refreshed: Instant,
-    /// Subscribers this node sent on to it ([`Redirect`]): the next goes to the one with fewest.
+    /// Subscribers this node sent on to it ([`Redirect`]).
     pub redirected: u32,
+    /// Its load as its last subscription said ([`Subscribe::load`]).
+    pub load: u32,
+    /// Subscribers sent on to it since it said its load (not counted in it yet).
+    pub pending: u32,
+}
+
+impl RelayOut {
+    /// A subscriber at `addr` that said its `load` at `now`.
+    pub fn new(addr: SocketAddr, now: Instant, load: u32) -> Self {
+        Self {
+            addr,
+            refreshed: now,
+            redirected: 0,
+            load,
+            pending: 0,
+        }
+    }
+
+    /// Its load with the subscribers sent to it since it last said.
+    pub fn effective_load(&self) -> u32 {
+        self.load.saturating_add(self.pending)
+    }
 }
 
 /// The receiving end of a relayed stream: stands in for the publisher.
@@ -623,6 +649,7 @@ mod tests {
             body: Some(control::Body::Subscribe(Subscribe {
                 stream: "cam".into(),
                 direct: true,
+                load: 7,
             })),
         };
         let wire = write_control(&key, &c);

@@ -180,6 +180,7 @@ mod tests {
                 body: Some(relay::control::Body::Subscribe(relay::Subscribe {
                     stream: s.to_string(),
                     direct: false,
+                    load: 0,
                 })),
             },
         );

@@ -2,7 +2,7 @@
 //! deterministic simulation with loss, jitter and reordering on every link.
 //!
 //! The origin relays a stream to `--relay-fanout` nodes directly and sends further subscribers
-//! one level down, to the subscriber it sent the fewest; a node one level down gets what its
+//! one level down, to the least loaded direct subscriber; a node one level down gets what its
 //! parent received (NACKs answered from the parent's relay cache, keyframe requests passed up,
 //! sender reports passed down). The tree keeps every viewer's stream whole while it changes:
 //! the publisher migrates to a node two levels down, a parent's own viewer leaves (it sends its
@@ -347,5 +347,49 @@ fn a_silent_parent_is_left_for_the_origin_before_the_directory_declares_it_down(
         );
         assert_eq!(after.ts_regressions, 0);
         check_whole(&mut tb, &[('c', viewers[1])], "after the failover");
+    }
+}
+
+/// An origin past its fan-out sends a newcomer to its least loaded direct subscriber (the load
+/// each one's subscriptions say: its sessions and relay links, plus those sent to it since),
+/// not to the one it sent the fewest.
+#[test]
+fn a_newcomer_goes_one_level_down_under_the_least_loaded_parent() {
+    for seed in [121, 122, 123] {
+        let (mut tb, n) = nodes(seed, 5, 2);
+        let (a, b, c, d, e) = (n[0], n[1], n[2], n[3], n[4]);
+        tb.publish(a, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
+            .unwrap();
+        tb.run_for(Duration::from_secs(1));
+        let stream = StreamId::new("cam").unwrap();
+        // b subscribes first and plays to five viewers; c to one.
+        for (at, viewers, net) in [(b, 5, 1), (c, 1, 2)] {
+            let now = tb.now();
+            tb.node(at).subscribe_relay(now, &stream, a);
+            tb.run_for(Duration::from_millis(400));
+            for k in 0..viewers {
+                let client = addr(&format!("10.0.{net}.{k}:4000"));
+                tb.view(at, "cam", client).unwrap();
+            }
+        }
+        // Their next refreshes tell a their loads.
+        tb.run_for(Duration::from_millis(1500));
+        for (at, net) in [(d, 3), (e, 4)] {
+            let now = tb.now();
+            tb.node(at).subscribe_relay(now, &stream, a);
+            tb.run_for(Duration::from_millis(400));
+            tb.view(at, "cam", addr(&format!("10.0.{net}.0:4000")))
+                .unwrap();
+        }
+        assert_eq!(tb.node(d).relay_source(&stream), Some(c), "seed {seed}");
+        assert_eq!(tb.node(e).relay_source(&stream), Some(c), "seed {seed}");
+        let mut direct = tb.node(a).relay_subscribers(&stream);
+        direct.sort();
+        assert_eq!(direct, vec![b, c], "seed {seed}");
+        assert_eq!(
+            tb.node(c).relay_subscribers(&stream).len(),
+            2,
+            "seed {seed}"
+        );
     }
 }

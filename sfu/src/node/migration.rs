@@ -510,11 +510,7 @@ impl Node {
             if let Some(e) = self.streams.get_mut(&stream) {
                 for &addr in &takeover.relay_to {
                     if !e.relay_out.iter().any(|r| r.addr == addr) {
-                        e.relay_out.push(RelayOut {
-                            addr,
-                            refreshed: now,
-                            redirected: 0,
-                        });
+                        e.relay_out.push(RelayOut::new(addr, now, 0));
                     }
                 }
             }

@@ -45,11 +45,13 @@ impl Node {
         }
         self.relay_ids
             .insert(relay::relay_id(stream), stream.clone());
+        let load = self.relay_load();
         self.send_control(
             origin,
             Body::Subscribe(Subscribe {
                 stream: stream.to_string(),
                 direct: false,
+                load,
             }),
         );
         self.note_relay_deadline(now);
@@ -67,13 +69,22 @@ impl Node {
         else {
             return;
         };
+        let load = self.relay_load();
         self.send_control(
             origin,
             Body::Subscribe(Subscribe {
                 stream: stream.to_string(),
                 direct,
+                load,
             }),
         );
+    }
+
+    /// What this core would relay a stream on with, as a subscription tells its origin: its
+    /// sessions and the relay links it sends (each costs a send per packet like a viewer).
+    pub(super) fn relay_load(&self) -> u32 {
+        let links: usize = self.streams.values().map(|e| e.relay_out.len()).sum();
+        u32::try_from(self.by_id.len() + links).unwrap_or(u32::MAX)
     }
 
     pub(super) fn unsubscribe_relay(&mut self, stream: &StreamId, origin: SocketAddr) {
@@ -83,6 +94,7 @@ impl Node {
             Body::Unsubscribe(Subscribe {
                 stream: stream.to_string(),
                 direct: false,
+                load: 0,
             }),
         );
     }
@@ -355,7 +367,7 @@ impl Node {
         tracing::trace!(%from, ?body, "relay control");
         match body {
             Body::Subscribe(s) => {
-                let direct = s.direct;
+                let (direct, load) = (s.direct, s.load);
                 let Ok(stream) = StreamId::new(s.stream) else {
                     return;
                 };
@@ -393,11 +405,16 @@ impl Node {
                 // Past the fan-out only for a subscriber whose parent went silent.
                 let full = live && fanout > 0 && e.relay_out.len() >= fanout && !direct;
                 match e.relay_out.iter_mut().find(|r| r.addr == from) {
-                    Some(r) => r.refreshed = now,
+                    Some(r) => {
+                        r.refreshed = now;
+                        r.load = load;
+                        r.pending = 0;
+                    }
                     None if full => {
                         // Relayed to enough nodes from here: the newcomer takes it from the
-                        // subscriber that was sent the fewest so far (one level down); a
-                        // repeated request gets the same answer.
+                        // least loaded direct subscriber (its last subscription's load and
+                        // the subscribers sent to it since; then the one sent the fewest), one
+                        // level down; a repeated request gets the same answer.
                         let earlier = e.sent_down.iter().find(|(f, _, at)| {
                             *f == from
                                 && now.saturating_duration_since(*at) < relay::SUBSCRIPTION_TTL
@@ -405,11 +422,15 @@ impl Node {
                         let via = match earlier {
                             Some((_, via, _)) => *via,
                             None => {
-                                let Some(r) = e.relay_out.iter_mut().min_by_key(|r| r.redirected)
+                                let Some(r) = e
+                                    .relay_out
+                                    .iter_mut()
+                                    .min_by_key(|r| (r.effective_load(), r.redirected))
                                 else {
                                     return;
                                 };
                                 r.redirected += 1;
+                                r.pending += 1;
                                 let via = r.addr;
                                 e.sent_down.retain(|(f, _, _)| *f != from);
                                 e.sent_down.push((from, via, now));
@@ -427,11 +448,7 @@ impl Node {
                         );
                         return;
                     }
-                    None => e.relay_out.push(RelayOut {
-                        addr: from,
-                        refreshed: now,
-                        redirected: 0,
-                    }),
+                    None => e.relay_out.push(RelayOut::new(from, now, load)),
                 }
                 self.send_offer(&stream, from, true);
             }
@@ -529,11 +546,13 @@ impl Node {
             r.rearm_nacks(now);
             direct = r.direct;
         }
+        let load = self.relay_load();
         self.send_control(
             to,
             Body::Subscribe(Subscribe {
                 stream: stream.to_string(),
                 direct,
+                load,
             }),
         );
         self.note_relay_deadline(now);
@@ -700,6 +719,7 @@ impl Node {
         let mut sends: Vec<(SocketAddr, Body)> = Vec::new();
         let mut drop_streams = Vec::new();
         let mut failovers: Vec<(StreamId, SocketAddr)> = Vec::new();
+        let load = self.relay_load();
         let periodic = now >= self.next_relay_tick;
         if periodic {
             self.next_relay_tick = now + relay::REFRESH;
@@ -768,6 +788,7 @@ impl Node {
                         Body::Unsubscribe(Subscribe {
                             stream: name.to_string(),
                             direct: false,
+                            load: 0,
                         }),
                     ));
                     for below in e.relay_out.drain(..) {
@@ -799,6 +820,7 @@ impl Node {
                             Body::Unsubscribe(Subscribe {
                                 stream: name.to_string(),
                                 direct: false,
+                                load: 0,
                             }),
                         ));
                         r.direct = true;
@@ -814,6 +836,7 @@ impl Node {
                         Body::Subscribe(Subscribe {
                             stream: name.to_string(),
                             direct: r.direct,
+                            load,
                         }),
                     ));
                 }
