@@ -123,6 +123,11 @@ metrics! {
     /// Relayed-in streams whose source, a node one level down from the origin, went silent for
     /// [`crate::relay::PARENT_SILENCE`]: subscribed at the origin directly instead.
     relay_parent_failovers,
+    /// Viewers (and recordings) that waited for a stream published on another node and got it
+    /// ([`crate::node::RELAY_WAIT`]).
+    relay_waits_answered,
+    /// Those whose stream's relay was not offered within [`crate::node::RELAY_WAIT`] (404).
+    relay_waits_timed_out,
     /// Media packets of a stream relayed in here and relayed on to other nodes (counted in
     /// relay_sent too).
     relay_forwarded,

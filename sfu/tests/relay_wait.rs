@@ -56,6 +56,7 @@ fn a_viewer_of_a_stream_published_elsewhere_is_answered_when_its_relay_is_offere
         );
         assert_eq!(tb.node(b).relay_source(&stream), Some(a));
         assert_eq!(tb.node(b).waiting_requests(), 0);
+        assert_eq!(tb.node(b).metrics().relay_waits_answered, 1);
         tb.run_for(Duration::from_secs(2));
         let s = video(&tb, viewer);
         assert!(s.packets > 100 && s.keyframes >= 1, "seed {seed}: {s:?}");
@@ -74,6 +75,7 @@ fn a_viewer_of_a_stream_published_elsewhere_is_answered_when_its_relay_is_offere
             "seed {seed}: {waited:?}"
         );
         assert_eq!(tb.node(b).metrics().signal_rejected, rejected + 1);
+        assert_eq!(tb.node(b).metrics().relay_waits_timed_out, 1);
         assert_eq!(tb.node(b).waiting_requests(), 0);
     }
 }

@@ -182,6 +182,12 @@ impl Node {
                 continue;
             }
             // Playable now, or not in time: the node answers (and counts) either.
+            if self.has_stream(&p.stream) {
+                self.out.metrics.relay_waits_answered += 1;
+            } else {
+                tracing::info!(stream = %p.stream, "no relay offer in time: 404");
+                self.out.metrics.relay_waits_timed_out += 1;
+            }
             let answer = match p.want {
                 Want::Viewer { offer, key, ticket } => Answer::Session(self.create_session(
                     now,
