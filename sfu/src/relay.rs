@@ -235,6 +235,16 @@ pub struct Subscribe {
     pub load: u32,
 }
 
+impl Subscribe {
+    /// A plain subscription to (or `Unsubscribe` from) `stream`: not direct, no load said.
+    pub fn of(stream: &ferry_proto::StreamId) -> Self {
+        Self {
+            stream: stream.to_string(),
+            ..Default::default()
+        }
+    }
+}
+
 /// `Offer`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Offer {

@@ -89,14 +89,7 @@ impl Node {
 
     pub(super) fn unsubscribe_relay(&mut self, stream: &StreamId, origin: SocketAddr) {
         self.relay_ids.retain(|_, s| s != stream);
-        self.send_control(
-            origin,
-            Body::Unsubscribe(Subscribe {
-                stream: stream.to_string(),
-                direct: false,
-                load: 0,
-            }),
-        );
+        self.send_control(origin, Body::Unsubscribe(Subscribe::of(stream)));
     }
 
     /// Sets how many nodes a stream published here is relayed to directly
@@ -783,14 +776,7 @@ impl Node {
                 if !wanted && periodic && r.ready() && idle {
                     // No local viewer or recording left: tear the relay down, and send the
                     // nodes it was relayed on to back to where it came from.
-                    sends.push((
-                        r.origin,
-                        Body::Unsubscribe(Subscribe {
-                            stream: name.to_string(),
-                            direct: false,
-                            load: 0,
-                        }),
-                    ));
+                    sends.push((r.origin, Body::Unsubscribe(Subscribe::of(&name))));
                     for below in e.relay_out.drain(..) {
                         self.out.metrics.relay_redirects += 1;
                         sends.push((
@@ -815,14 +801,7 @@ impl Node {
                     if now >= silent_until {
                         tracing::info!(stream = %name, parent = %r.origin, %origin, "relay source silent: subscribing at the origin");
                         self.out.metrics.relay_parent_failovers += 1;
-                        sends.push((
-                            r.origin,
-                            Body::Unsubscribe(Subscribe {
-                                stream: name.to_string(),
-                                direct: false,
-                                load: 0,
-                            }),
-                        ));
+                        sends.push((r.origin, Body::Unsubscribe(Subscribe::of(&name))));
                         r.direct = true;
                         failovers.push((name.clone(), origin));
                     } else {
