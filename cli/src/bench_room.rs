@@ -332,7 +332,7 @@ impl Client {
             answer["ws"].as_str().context("ws")?,
             self.token
         );
-        let (socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await?;
+        let socket = connect(&ws).await?;
         let (mut sink, mut stream) = socket.split();
         let join = json!({"type": "join", "key": format!("join-{id}"), "name": id});
         let join = if self.binary {
@@ -451,6 +451,16 @@ struct HotRow {
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// A room WebSocket with a small read buffer: most of the thousands of clients read a
+/// welcome and a receipt, and each read zeroes the whole buffer (128 KiB by default), which
+/// cost the load generator more than it cost the nodes to serve those frames.
+async fn connect(url: &str) -> Result<Ws> {
+    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .read_buffer_size(8 << 10);
+    let (socket, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), true).await?;
+    Ok(socket)
+}
+
 /// A joined participant's socket (the welcome and the join's receipt read).
 async fn joined(gateway: &str, token: &str, room: &str, id: &str) -> Result<Ws> {
     let url = format!("{gateway}/v1/rooms/{room}/join");
@@ -460,7 +470,7 @@ async fn joined(gateway: &str, token: &str, room: &str, id: &str) -> Result<Ws> 
         "{}&access_token={token}&format=json",
         answer["ws"].as_str().context("ws")?
     );
-    let (mut socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await?;
+    let mut socket = connect(&ws).await?;
     let join = json!({"type": "join", "key": format!("join-{room}-{id}"), "name": id});
     socket.send(Message::Text(join.to_string().into())).await?;
     loop {

@@ -78,4 +78,4 @@ pub use ids::{IdempotencyKey, ParticipantId, ReplicaId, RoomId};
 pub use merge_window::{Batch, Change, MergeWindow};
 pub use op::{Command, CommandError, Layout, Op, OpKind, Register, TrackKind, Value};
 pub use replica::{Ack, AeFinish, AeReply, AeRequest, CommandOutcome, Replica, ReplicaConfig};
-pub use state::{Delta, RoomState, RoomView, SyncError};
+pub use state::{Delta, RoomState, RoomView, SyncError, Touched};

@@ -263,6 +263,11 @@ impl Replica {
         &self.state
     }
 
+    /// What merges changed in the state since the last call ([`RoomState::take_touched`]).
+    pub fn take_touched(&mut self) -> crate::state::Touched {
+        self.state.take_touched()
+    }
+
     /// The idempotency store.
     pub fn idempotency(&self) -> &IdempotencyStore {
         &self.idempotency

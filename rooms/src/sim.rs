@@ -140,8 +140,12 @@ where
     s.parse().unwrap()
 }
 
-fn random_command(rng: &mut ChaCha8Rng, c: &Client, present: bool) -> Command {
-    let participant = c.participant.clone();
+/// A random command of `participant`: a join when it is not `present`, else any other kind.
+pub(crate) fn random_command(
+    rng: &mut ChaCha8Rng,
+    participant: ParticipantId,
+    present: bool,
+) -> Command {
     if !present {
         return Command::Join {
             name: format!("Name {}", rng.random_range(0..100)),
@@ -204,7 +208,7 @@ fn random_command(rng: &mut ChaCha8Rng, c: &Client, present: bool) -> Command {
 }
 
 /// `n` replicas `node-0`… of `room`, each knowing all the others.
-fn replicas_of(room: &str, n: usize) -> (Vec<ReplicaId>, Vec<Replica>) {
+pub(crate) fn replicas_of(room: &str, n: usize) -> (Vec<ReplicaId>, Vec<Replica>) {
     let room: RoomId = id(room);
     let ids: Vec<ReplicaId> = (0..n).map(|i| id(&format!("node-{i}"))).collect();
     let replicas = ids
@@ -305,7 +309,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
                 report.retries += 1;
             } else {
                 let present = replicas[at].state().is_present(&clients[ci].participant);
-                let cmd = random_command(&mut rng, &clients[ci], present);
+                let cmd = random_command(&mut rng, clients[ci].participant.clone(), present);
                 next_key += 1;
                 let key: IdempotencyKey = id(&format!("c{next_key}"));
                 match replicas[at].handle_command(now, key.clone(), cmd.clone()) {

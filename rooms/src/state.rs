@@ -13,7 +13,7 @@
 //! (or overwritten) here and is ignored, which is what keeps collected tombstones from
 //! resurrecting anything. Merge is a pointwise join: commutative, associative, idempotent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ferry_proto::ids::{StreamId, TrackId};
 use serde::{Deserialize, Serialize};
@@ -325,13 +325,124 @@ pub struct GcStats {
     pub participants: usize,
 }
 
+/// What merges changed since the last [`RoomState::take_touched`]: the part of the view a
+/// server must look at again (a merge window costs what changed in it, not the room's size).
+#[derive(Clone, Default, PartialEq, Eq, Debug)]
+pub struct Touched {
+    /// Participants whose stores changed.
+    pub participants: BTreeSet<ParticipantId>,
+    /// Chat messages merged for the first time.
+    pub chat: BTreeSet<ChatId>,
+    /// Whether a reaction counter changed.
+    pub reactions: bool,
+}
+
+impl Touched {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.participants.is_empty() && self.chat.is_empty() && !self.reactions
+    }
+}
+
+/// Which participant each merged entry's dot wrote, by replica and sequence number, so that a
+/// delta cut against a recent version vector looks at the participants written since rather
+/// than at every participant of the room. Entries collected up to `floor` are no longer
+/// indexed; a delta against a vector below the floor scans the whole state.
+#[derive(Clone, Default, Debug)]
+struct DotIndex {
+    floor: VersionVector,
+    by_replica: BTreeMap<ReplicaId, BTreeMap<u64, ParticipantId>>,
+}
+
+impl DotIndex {
+    fn of(data: &Fragment) -> Self {
+        let mut index = Self::default();
+        for (p, s) in &data.participants {
+            index.insert_store(p, s);
+        }
+        index
+    }
+
+    fn insert_store(&mut self, p: &ParticipantId, s: &ParticipantStore) {
+        let dots = s.joins.keys().chain(s.tracks.keys());
+        let dots = dots.chain(s.registers.values().map(|l| &l.dot));
+        // A tombstone is new with its removing operation (what `since` cuts on).
+        for d in dots.chain(s.removed.values()) {
+            if d.seq > self.floor.get(&d.replica) {
+                self.by_replica
+                    .entry(d.replica.clone())
+                    .or_default()
+                    .insert(d.seq, p.clone());
+            }
+        }
+    }
+
+    /// Forgets the dots `stable` covers.
+    fn prune(&mut self, stable: &VersionVector) {
+        for (r, n) in stable.iter() {
+            if let Some(seqs) = self.by_replica.get_mut(r) {
+                *seqs = seqs.split_off(&(n + 1));
+            }
+        }
+        self.floor.join(stable);
+    }
+
+    /// The participants written by dots `base` does not cover; `None` when `base` is below
+    /// the floor (the index no longer knows everything it lacks).
+    fn written_since(&self, base: &VersionVector) -> Option<BTreeSet<&ParticipantId>> {
+        if !self.floor.dominated_by(base) {
+            return None;
+        }
+        let mut out = BTreeSet::new();
+        for (r, seqs) in &self.by_replica {
+            out.extend(seqs.range(base.get(r) + 1..).map(|(_, p)| p));
+        }
+        Some(out)
+    }
+}
+
 /// The state of one room at one replica.
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(from = "StoredState")]
 pub struct RoomState {
     room: RoomId,
     ctx: CausalContext,
     data: Fragment,
+    /// Changed since last taken; not part of the state (equality and encoding leave it out).
+    #[serde(skip)]
+    touched: Touched,
+    /// Derived from `data` (rebuilt when decoded).
+    #[serde(skip)]
+    index: DotIndex,
 }
+
+/// What of a [`RoomState`] is encoded.
+#[derive(Deserialize)]
+struct StoredState {
+    room: RoomId,
+    ctx: CausalContext,
+    data: Fragment,
+}
+
+impl From<StoredState> for RoomState {
+    fn from(s: StoredState) -> Self {
+        Self {
+            index: DotIndex::of(&s.data),
+            room: s.room,
+            ctx: s.ctx,
+            data: s.data,
+            touched: Touched::default(),
+        }
+    }
+}
+
+impl PartialEq for RoomState {
+    fn eq(&self, other: &Self) -> bool {
+        self.room == other.room && self.ctx == other.ctx && self.data == other.data
+    }
+}
+
+impl Eq for RoomState {}
 
 impl RoomState {
     /// An empty room.
@@ -340,7 +451,14 @@ impl RoomState {
             room,
             ctx: CausalContext::default(),
             data: Fragment::default(),
+            touched: Touched::default(),
+            index: DotIndex::default(),
         }
+    }
+
+    /// What merges changed since the last call (the server's merge window takes it).
+    pub fn take_touched(&mut self) -> Touched {
+        std::mem::take(&mut self.touched)
     }
 
     /// The room.
@@ -397,12 +515,23 @@ impl RoomState {
         let mut seen = Vec::new();
         let mut changed = false;
         for (p, theirs) in &frag.participants {
+            self.index.insert_store(p, theirs);
             let mine = self.data.participants.entry(p.clone()).or_default();
-            changed |= mine.merge(theirs, &self.ctx, &mut seen);
+            let merged = mine.merge(theirs, &self.ctx, &mut seen);
             if mine.is_empty() {
                 self.data.participants.remove(p);
             }
+            if merged {
+                self.touched.participants.insert(p.clone());
+            }
+            changed |= merged;
         }
+        // Chat entries never change once held: the new ones are those not held before.
+        let fresh: Vec<&ChatId> = frag
+            .chat
+            .keys()
+            .filter(|k| !self.data.chat.contains_key(*k))
+            .collect();
         changed |= join_map(
             &mut self.data.chat,
             &frag.chat,
@@ -410,13 +539,20 @@ impl RoomState {
             &self.ctx,
             &mut seen,
         );
-        changed |= join_map(
+        for k in fresh {
+            if self.data.chat.contains_key(k) {
+                self.touched.chat.insert(k.clone());
+            }
+        }
+        let counters = join_map(
             &mut self.data.counters,
             &frag.counters,
             |_, c| c.dot.clone(),
             &self.ctx,
             &mut seen,
         );
+        self.touched.reactions |= counters;
+        changed |= counters;
         for d in seen {
             self.ctx.insert(d);
         }
@@ -433,13 +569,20 @@ impl RoomState {
 
     /// Everything a replica that acknowledged `base` may lack.
     pub fn delta_since(&self, base: &VersionVector) -> Delta {
-        let participants = self
-            .data
-            .participants
-            .iter()
-            .map(|(p, s)| (p.clone(), s.since(base)))
-            .filter(|(_, s)| !s.is_empty())
-            .collect();
+        let participants = match self.index.written_since(base) {
+            Some(written) => written
+                .into_iter()
+                .filter_map(|p| Some((p.clone(), self.data.participants.get(p)?.since(base))))
+                .filter(|(_, s)| !s.is_empty())
+                .collect(),
+            None => self
+                .data
+                .participants
+                .iter()
+                .map(|(p, s)| (p.clone(), s.since(base)))
+                .filter(|(_, s)| !s.is_empty())
+                .collect(),
+        };
         Delta {
             room: self.room.clone(),
             base: base.clone(),
@@ -471,7 +614,9 @@ impl RoomState {
     /// `stable` (every known replica has merged both), together with the entry it removed.
     pub fn collect_garbage(&mut self, stable: &VersionVector) -> GcStats {
         let mut stats = GcStats::default();
-        self.data.participants.retain(|_, s| {
+        self.index.prune(stable);
+        let touched = &mut self.touched.participants;
+        self.data.participants.retain(|p, s| {
             let ripe: Vec<Dot> = s
                 .removed
                 .iter()
@@ -483,6 +628,10 @@ impl RoomState {
                 s.joins.remove(t);
                 s.tracks.remove(t);
                 s.registers.retain(|_, l| &l.dot != t);
+            }
+            if !ripe.is_empty() {
+                // Only removed entries go, so the view stays; looked at again all the same.
+                touched.insert(p.clone());
             }
             stats.tombstones += ripe.len();
             let keep = !s.is_empty();
@@ -505,72 +654,38 @@ impl RoomState {
 
     /// The observable room.
     pub fn view(&self) -> RoomView {
-        let mut participants = BTreeMap::new();
-        for (p, s) in &self.data.participants {
-            let live = s.live();
-            let Some(join) = live.joins.values().max_by(|a, b| a.stamp.cmp(&b.stamp)) else {
-                continue;
-            };
-            let flag = |r: &Register| {
-                matches!(
-                    live.registers.get(r).map(|l| &l.value),
-                    Some(Value::Flag(true))
-                )
-            };
-            let layout = match live.registers.get(&Register::Layout).map(|l| &l.value) {
-                Some(Value::Layout(l)) => Some(*l),
-                _ => None,
-            };
-            let attributes = live
-                .registers
-                .iter()
-                .filter_map(|(r, l)| match (r, &l.value) {
-                    (Register::Attribute(k), Value::Text(Some(v))) => Some((k.clone(), v.clone())),
-                    _ => None,
-                })
-                .collect();
-            let mut tracks = BTreeMap::new();
-            for t in live.tracks.values() {
-                let slot = tracks.entry(t.track.clone()).or_insert_with(|| t.clone());
-                if t.stamp > slot.stamp {
-                    *slot = t.clone();
-                }
-            }
-            participants.insert(
-                p.clone(),
-                ParticipantView {
-                    name: join.name.clone(),
-                    metadata: join.metadata.clone(),
-                    audio_muted: flag(&Register::AudioMuted),
-                    video_muted: flag(&Register::VideoMuted),
-                    hand_raised: flag(&Register::HandRaised),
-                    layout,
-                    attributes,
-                    tracks: tracks
-                        .into_iter()
-                        .map(|(id, t)| {
-                            (
-                                id,
-                                TrackView {
-                                    stream: t.stream,
-                                    kind: t.kind,
-                                },
-                            )
-                        })
-                        .collect(),
-                },
-            );
-        }
+        let participants = self
+            .data
+            .participants
+            .iter()
+            .filter_map(|(p, s)| Some((p.clone(), participant_view(s)?)))
+            .collect();
         let chat = self
             .data
             .chat
             .iter()
-            .map(|(id, m)| ChatMessage {
-                stamp: id.stamp.clone(),
-                participant: m.participant.clone(),
-                text: m.text.clone(),
-            })
+            .map(|(id, m)| chat_message(id, m))
             .collect();
+        RoomView {
+            participants,
+            chat,
+            reactions: self.reactions(),
+        }
+    }
+
+    /// One participant as clients see it (`None`: not in the room).
+    pub fn participant_view(&self, p: &ParticipantId) -> Option<ParticipantView> {
+        participant_view(self.data.participants.get(p)?)
+    }
+
+    /// One chat message as clients see it (`None`: not held).
+    pub fn chat_message(&self, id: &ChatId) -> Option<ChatMessage> {
+        let (id, m) = self.data.chat.get_key_value(id)?;
+        Some(chat_message(id, m))
+    }
+
+    /// The reaction counter's value.
+    pub fn reactions(&self) -> i64 {
         let up: u128 = self.data.counters.values().map(|c| u128::from(c.up)).sum();
         let down: u128 = self
             .data
@@ -580,13 +695,67 @@ impl RoomState {
             .sum();
         // Each side is a sum of u64 totals, far below i128::MAX.
         let net = up.cast_signed() - down.cast_signed();
-        let reactions = i64::try_from(net).unwrap_or(if net < 0 { i64::MIN } else { i64::MAX });
-        RoomView {
-            participants,
-            chat,
-            reactions,
+        i64::try_from(net).unwrap_or(if net < 0 { i64::MIN } else { i64::MAX })
+    }
+}
+
+fn chat_message(id: &ChatId, m: &ChatEntry) -> ChatMessage {
+    ChatMessage {
+        stamp: id.stamp.clone(),
+        participant: m.participant.clone(),
+        text: m.text.clone(),
+    }
+}
+
+fn participant_view(s: &ParticipantStore) -> Option<ParticipantView> {
+    let live = s.live();
+    let join = live.joins.values().max_by(|a, b| a.stamp.cmp(&b.stamp))?;
+    let flag = |r: &Register| {
+        matches!(
+            live.registers.get(r).map(|l| &l.value),
+            Some(Value::Flag(true))
+        )
+    };
+    let layout = match live.registers.get(&Register::Layout).map(|l| &l.value) {
+        Some(Value::Layout(l)) => Some(*l),
+        _ => None,
+    };
+    let attributes = live
+        .registers
+        .iter()
+        .filter_map(|(r, l)| match (r, &l.value) {
+            (Register::Attribute(k), Value::Text(Some(v))) => Some((k.clone(), v.clone())),
+            _ => None,
+        })
+        .collect();
+    let mut tracks = BTreeMap::new();
+    for t in live.tracks.values() {
+        let slot = tracks.entry(t.track.clone()).or_insert_with(|| t.clone());
+        if t.stamp > slot.stamp {
+            *slot = t.clone();
         }
     }
+    Some(ParticipantView {
+        name: join.name.clone(),
+        metadata: join.metadata.clone(),
+        audio_muted: flag(&Register::AudioMuted),
+        video_muted: flag(&Register::VideoMuted),
+        hand_raised: flag(&Register::HandRaised),
+        layout,
+        attributes,
+        tracks: tracks
+            .into_iter()
+            .map(|(id, t)| {
+                (
+                    id,
+                    TrackView {
+                        stream: t.stream,
+                        kind: t.kind,
+                    },
+                )
+            })
+            .collect(),
+    })
 }
 
 /// The entries an operation writes.

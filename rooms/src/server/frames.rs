@@ -9,7 +9,7 @@ use serde_json::{Value as Json, json};
 use crate::hlc::Hlc;
 use crate::ids::{IdempotencyKey, ParticipantId};
 use crate::op::{Command, CommandError, Layout, Register, TrackKind, Value};
-use crate::state::{ParticipantView, RoomView};
+use crate::state::{ParticipantView, RoomState, RoomView, Touched};
 use ferry_proto::ids::{StreamId, TrackId};
 
 /// A frame from a client.
@@ -466,6 +466,59 @@ pub fn diff(old: &RoomView, new: &RoomView) -> Vec<Json> {
     out
 }
 
+/// What changed, as [`diff`] says it, looking only at what `touched` names: `told` (what
+/// clients were told) becomes the view of `state` again at the cost of the change, not of the
+/// room's size. `touched` must name every participant and chat message merged since `told`
+/// was the view of `state` (what [`RoomState::take_touched`] gives).
+pub fn advance(told: &mut RoomView, state: &RoomState, touched: &Touched) -> Vec<Json> {
+    let mut out = Vec::new();
+    let mut leaves = Vec::new();
+    for id in &touched.participants {
+        match state.participant_view(id) {
+            Some(p) => {
+                let before = told.participants.get(id);
+                if before.is_none_or(|b| b.name != p.name || b.metadata != p.metadata) {
+                    out.push(
+                        json!({"type": "joined", "participant": id.as_str(), "name": p.name,
+                                     "metadata": p.metadata}),
+                    );
+                }
+                out.extend(register_events(id.as_str(), before, &p));
+                told.participants.insert(id.clone(), p);
+            }
+            None => {
+                if told.participants.remove(id).is_some() {
+                    leaves.push(json!({"type": "left", "participant": id.as_str()}));
+                }
+            }
+        }
+    }
+    out.extend(leaves);
+    for id in &touched.chat {
+        let Some(m) = state.chat_message(id) else {
+            continue;
+        };
+        let at = told.chat.partition_point(|c| c.stamp < m.stamp);
+        if told.chat.get(at).is_some_and(|c| c.stamp == m.stamp) {
+            continue;
+        }
+        out.push(
+            json!({"type": "chat", "participant": m.participant.as_str(), "text": m.text,
+                         "stamp": stamp(&m.stamp), "at": m.stamp.wall_ms}),
+        );
+        // Mostly the newest; one stamped earlier elsewhere goes to its place in the order.
+        told.chat.insert(at, m);
+    }
+    if touched.reactions {
+        let total = state.reactions();
+        if total != told.reactions {
+            out.push(json!({"type": "reactions", "total": total}));
+            told.reactions = total;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -557,5 +610,52 @@ mod tests {
         let state = state_json(&mid);
         assert_eq!(state["participants"]["alice"]["audio_muted"], true);
         assert_eq!(state["chat"][0]["text"], "hi");
+    }
+
+    /// A window's events cut from what merges touched are the full view diff's, and what
+    /// clients were told becomes the view: three replicas, random commands (the simulation's)
+    /// and deltas, windows closed at random points, a full merge of every state at the end.
+    #[test]
+    fn touched_window_events_equal_the_full_diff() {
+        use rand::{RngExt, SeedableRng};
+        let close = |r: &mut Replica, told: &mut RoomView| {
+            let before = told.clone();
+            let touched = r.take_touched();
+            let events = advance(told, r.state(), &touched);
+            assert_eq!(events, diff(&before, &r.state().view()));
+            assert_eq!(*told, r.state().view());
+        };
+        for seed in 0..200 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let (ids, mut rs) = crate::sim::replicas_of("r", 3);
+            let mut told: Vec<RoomView> = rs.iter().map(|r| r.state().view()).collect();
+            for i in 0..rng.random_range(0..80u64) {
+                let now = 1_000 + i;
+                let at = rng.random_range(0..3);
+                if rng.random_bool(0.25) {
+                    let to = (at + rng.random_range(1..3)) % 3;
+                    let delta = rs[at].delta_for(&ids[to]);
+                    rs[to].handle_delta(now, &delta).unwrap();
+                } else {
+                    let p = ParticipantId::new(format!("p{}", rng.random_range(0..4))).unwrap();
+                    let present = rs[at].state().is_present(&p);
+                    let cmd = crate::sim::random_command(&mut rng, p, present);
+                    let k = IdempotencyKey::new(format!("k{i}")).unwrap();
+                    let _ = rs[at].handle_command(now, k, cmd);
+                }
+                if rng.random_bool(0.3) {
+                    for (r, t) in rs.iter_mut().zip(told.iter_mut()) {
+                        close(r, t);
+                    }
+                }
+            }
+            let all: Vec<RoomState> = rs.iter().map(|r| r.state().clone()).collect();
+            for (r, t) in rs.iter_mut().zip(told.iter_mut()) {
+                for other in &all {
+                    r.merge_snapshot(10_000, other).unwrap();
+                }
+                close(r, t);
+            }
+        }
     }
 }

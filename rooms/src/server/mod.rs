@@ -1,6 +1,6 @@
 //! A node's room server (feature `server`): the room WebSocket of the participants it hosts, a
 //! [`Replica`] per room it hosts, and replication with the other nodes hosting the room. The
-//! decisions stay in the pure core (`Replica`, `frames::diff`); this is the driver: sockets,
+//! decisions stay in the pure core (`Replica`, `frames::advance`); this is the driver: sockets,
 //! timers, HTTP between nodes. Protocol: docs/rooms.md, "Signalling".
 
 mod frames;
@@ -9,7 +9,7 @@ mod outgoing;
 mod replication;
 mod snapshots;
 
-pub use frames::{ClientFrame, FrameError, Subscription, diff, state_for, state_json};
+pub use frames::{ClientFrame, FrameError, Subscription, advance, diff, state_for, state_json};
 pub use http::routes;
 pub use outgoing::{Format, OutFrame, Welcome, WelcomeState};
 pub use snapshots::SnapshotTarget;
@@ -874,9 +874,8 @@ impl RoomServer {
             && now.saturating_sub(since) >= self.config.window_ms
         {
             r.dirty_since = None;
-            let view = r.replica.state().view();
-            let events = diff(&r.told, &view);
-            r.told = view;
+            let touched = r.replica.take_touched();
+            let events = advance(&mut r.told, r.replica.state(), &touched);
             r.welcomes.clear();
             r.caught_up |= r.asked_all && r.asking.is_empty();
             if !events.is_empty() {
