@@ -46,7 +46,8 @@ pub(crate) struct RoomArgs {
     pub snapshot_ms: u64,
     /// Ops go from the node that stamped them down a push tree over the room's nodes: each
     /// node passes an op to at most this many others (1 or more; 64: one hop up to 65 nodes,
-    /// two up to 4,161).
+    /// two up to 4,161). Also the children per node of the room's sync tree (deltas and the
+    /// tombstone collection's watermark).
     #[arg(
         long = "room-fanout",
         env = "FERRY_ROOM_FANOUT",

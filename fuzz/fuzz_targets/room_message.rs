@@ -1,10 +1,10 @@
 #![no_main]
 
-// Room replication messages (ops, deltas, anti-entropy) from another node, and room snapshots
-// (a node's PUT to the scheduler, the scheduler's answer to a node's GET): decoding arbitrary
-// bytes is a typed error, never a panic; a decoded message re-encodes. And the room WebSocket's
-// binary frames (a client's to its node, a node's to the SDK): decoded to their JSON form, which
-// converts back.
+// Room replication messages (ops, deltas, sync-tree summaries and watermarks, anti-entropy)
+// from another node, and room snapshots (a node's PUT to the scheduler, the scheduler's answer
+// to a node's GET): decoding arbitrary bytes is a typed error, never a panic; a decoded message
+// re-encodes. And the room WebSocket's binary frames (a client's to its node, a node's to the
+// SDK): decoded to their JSON form, which converts back.
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Ok(m) = ferry_room::decode::<ferry_room::Message>(data) {
         let _ = ferry_room::encode(&m);

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::Subtree;
 use crate::op::Op;
-use crate::replica::{Ack, AeFinish, AeReply, AeRequest};
+use crate::replica::{Ack, AeFinish, AeReply, AeRequest, Summary, Watermark};
 use crate::state::Delta;
 
 /// Version byte in front of every message.
@@ -33,6 +33,10 @@ pub enum Message {
     AeFinish(AeFinish),
     /// Subtrees sent on their own (e.g. to a rejoining replica).
     Subtrees(Vec<Subtree>),
+    /// Up the sync tree: a child's subtree summary.
+    Summary(Summary),
+    /// Down the sync tree: the parent's collection watermark.
+    Watermark(Watermark),
 }
 
 /// A message that could not be encoded or decoded.

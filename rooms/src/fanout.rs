@@ -45,6 +45,31 @@ pub fn children<'a>(
         .collect()
 }
 
+/// `me`'s parent and children in the room's sync tree: the replicas in id order as a complete
+/// `fanout`-ary tree rooted at the lowest id. Deltas travel its edges (a replica repairs only
+/// its neighbours, which repair theirs), and the collection watermark converges up it and comes
+/// back down ([`crate::Replica::sync_round`]). `(None, [])` when `me` is not among `members`;
+/// a `fanout` of 0 counts as 1 (a chain).
+pub fn sync_neighbours<'a>(
+    members: impl IntoIterator<Item = &'a ReplicaId>,
+    me: &ReplicaId,
+    fanout: usize,
+) -> (Option<&'a ReplicaId>, Vec<&'a ReplicaId>) {
+    let mut ring: Vec<&ReplicaId> = members.into_iter().collect();
+    ring.sort();
+    ring.dedup();
+    let Ok(m) = ring.binary_search(&me) else {
+        return (None, Vec::new());
+    };
+    let k = fanout.max(1);
+    let parent = m.checked_sub(1).map(|p| ring[p / k]);
+    let first = m.saturating_mul(k).saturating_add(1);
+    let children = (first..first.saturating_add(k).min(ring.len()))
+        .map(|c| ring[c])
+        .collect();
+    (parent, children)
+}
+
 /// How many hops the farthest of `n` replicas is from the origin with `fanout` children each.
 pub fn depth(n: usize, fanout: usize) -> usize {
     if fanout == 0 {
@@ -155,5 +180,34 @@ mod tests {
                 prop_assert!(children(&m, &origin, me, fanout).len() <= fanout);
             }
         }
+    }
+
+    /// The sync tree is one tree: every replica but the root has the parent that lists it as a
+    /// child, no replica has more than `fanout` children, and its depth is `depth(n, fanout)`.
+    #[test]
+    fn the_sync_tree_is_one_tree_rooted_at_the_lowest_id() {
+        for n in [1usize, 2, 3, 5, 40, 70] {
+            for fanout in [0usize, 1, 2, 3, 64] {
+                let members = ids(n);
+                let mut depth_of = BTreeMap::new();
+                for (i, me) in members.iter().enumerate() {
+                    let (parent, children) = sync_neighbours(&members, me, fanout);
+                    assert!(children.len() <= fanout.max(1));
+                    assert_eq!(parent.is_none(), i == 0, "n {n} fanout {fanout}: {me}");
+                    if let Some(p) = parent {
+                        let (_, siblings) = sync_neighbours(&members, p, fanout);
+                        assert!(siblings.contains(&me));
+                        let d = depth_of[p] + 1;
+                        depth_of.insert(me, d);
+                    } else {
+                        depth_of.insert(me, 0usize);
+                    }
+                }
+                let deepest = depth_of.values().copied().max().unwrap_or(0);
+                assert_eq!(deepest, depth(n, fanout.max(1)), "n {n} fanout {fanout}");
+            }
+        }
+        let stranger = ReplicaId::new("zz").unwrap();
+        assert_eq!(sync_neighbours(&ids(3), &stranger, 2), (None, Vec::new()));
     }
 }

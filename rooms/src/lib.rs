@@ -23,7 +23,10 @@
 //! [`fanout::children`],
 //! push [`Change::from_op`] into the [`MergeWindow`]; peer `Op` → [`Replica::handle_op`] →
 //! if new, on to this replica's children in the op's tree;
-//! delta timer → [`Replica::delta_for`] each peer; peer `Delta` → [`Replica::handle_delta`] →
+//! delta timer → [`Replica::sync_round`] → [`Replica::delta_for`] each tree neighbour that is
+//! behind, the `Summary` to the parent, the `Watermark` to the children (peer `Summary` →
+//! [`Replica::handle_summary`], `Watermark` → [`Replica::handle_watermark`]); peer `Delta` →
+//! [`Replica::handle_delta`] →
 //! send the `Ack` back → [`Replica::handle_ack`]; every 30 s and on reconnect
 //! [`Replica::start_anti_entropy`]; window timer ([`MergeWindow::poll_timeout`]) →
 //! [`MergeWindow::poll`] → one batched event to the room's clients.
@@ -77,5 +80,8 @@ pub use idempotency::{IdempotencyStore, Lookup, Receipt};
 pub use ids::{IdempotencyKey, ParticipantId, ReplicaId, RoomId};
 pub use merge_window::{Batch, Change, MergeWindow};
 pub use op::{Command, CommandError, Layout, Op, OpKind, Register, TrackKind, Value};
-pub use replica::{Ack, AeFinish, AeReply, AeRequest, CommandOutcome, Replica, ReplicaConfig};
+pub use replica::{
+    Ack, AeFinish, AeReply, AeRequest, CommandOutcome, Replica, ReplicaConfig, Summary, SyncRound,
+    Watermark,
+};
 pub use state::{Delta, RoomState, RoomView, SyncError, Touched};

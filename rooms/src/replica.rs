@@ -3,14 +3,19 @@
 //! to send; the driver owns sockets and timers.
 //!
 //! Protocol between replicas:
-//! - **ops**: a replica broadcasts each `Op` it stamps (fast path, may be lost);
-//! - **deltas**: periodically `delta_for(peer)` (everything the peer has not acknowledged);
-//!   the peer merges it and answers an `Ack` with its version vector;
+//! - **ops**: a replica pushes each `Op` it stamps down the op's tree (fast path, may be lost);
+//! - **deltas**: each round of the room's sync tree (`sync_round`), `delta_for(peer)` to each
+//!   tree neighbour (everything it has not acknowledged); the peer merges it and answers an
+//!   `Ack` with its version vector;
+//! - **summaries and watermarks**: each round a replica sends its parent a `Summary` (the
+//!   replicas of its subtree and the meet of their vectors); the root, once that covers every
+//!   replica, takes the meet as its watermark, which goes down the tree as `Watermark`;
 //! - **anti-entropy** (every 30 s and on reconnect): `AeRequest` (digest) → `AeReply` (differing
 //!   keys + subtrees) → `AeFinish` (subtrees back). Every step carries the sender's collection
 //!   watermark so both sides collect the same tombstones before comparing;
-//! - **GC**: a tombstone goes once every known replica has acknowledged both the removal and
-//!   the removed entry (causal stability).
+//! - **GC**: a tombstone goes once every known replica has merged both the removal and the
+//!   removed entry (causal stability): known from every peer's acknowledgement or from the
+//!   sync tree's watermark.
 
 use std::collections::BTreeMap;
 
@@ -110,6 +115,42 @@ pub struct AeFinish {
     pub watermark: VersionVector,
 }
 
+/// Up the sync tree: what a replica knows of its subtree — the replicas it covers and the
+/// meet of their version vectors (every dot at or below it is held by each of them).
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Summary {
+    /// The room.
+    pub room: RoomId,
+    /// Sender (a child of the receiver).
+    pub from: ReplicaId,
+    /// The replicas of its subtree whose versions the meet includes, in id order.
+    pub covers: Vec<ReplicaId>,
+    /// The meet of their version vectors.
+    pub meet: VersionVector,
+}
+
+/// Down the sync tree: the sender's collection watermark.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Watermark {
+    /// The room.
+    pub room: RoomId,
+    /// Sender (the receiver's parent).
+    pub from: ReplicaId,
+    /// What every replica of the room has merged.
+    pub watermark: VersionVector,
+}
+
+/// One round of the sync tree ([`Replica::sync_round`]): what to send to whom.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SyncRound {
+    /// The parent and this replica's summary for it; `None` at the root.
+    pub parent: Option<(ReplicaId, Summary)>,
+    /// The children, each to get `watermark`.
+    pub children: Vec<ReplicaId>,
+    /// This replica's collection watermark.
+    pub watermark: Watermark,
+}
+
 /// A command's result.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct CommandOutcome {
@@ -147,6 +188,8 @@ pub struct Replica {
     idempotency: IdempotencyStore,
     /// Off while the replica may not know every replica of the room (see `set_collecting`).
     collecting: bool,
+    /// The latest summary from each child in the sync tree.
+    below: BTreeMap<ReplicaId, Summary>,
 }
 
 fn fingerprint(cmd: &Command) -> u64 {
@@ -177,6 +220,7 @@ impl Replica {
             learned: VersionVector::new(),
             config,
             collecting: true,
+            below: BTreeMap::new(),
         }
     }
 
@@ -199,6 +243,7 @@ impl Replica {
     /// Forgets a replica that no longer hosts the room (it holds no state to bring back).
     pub fn remove_peer(&mut self, peer: &ReplicaId) -> bool {
         self.config.peers.retain(|p| p != peer);
+        self.below.remove(peer);
         self.acked.remove(peer).is_some()
     }
 
@@ -236,6 +281,80 @@ impl Replica {
             Vec::new()
         };
         Ok((changed, pass_on))
+    }
+
+    /// This replica's parent (`None` at the root) and children in the room's sync tree over
+    /// the replicas it knows ([`crate::fanout::sync_neighbours`]): the peers it sends deltas.
+    pub fn sync_neighbours(&self, fanout: usize) -> (Option<ReplicaId>, Vec<ReplicaId>) {
+        let me = &self.config.replica;
+        let (parent, children) = crate::fanout::sync_neighbours(
+            self.acked.keys().chain(std::iter::once(me)),
+            me,
+            fanout,
+        );
+        (parent.cloned(), children.into_iter().cloned().collect())
+    }
+
+    /// One round of the sync tree (every delta interval): this replica's summary for its
+    /// parent — itself and what its children's latest summaries cover, with the meet of their
+    /// versions — and its watermark for its children. At the root, once the summary covers
+    /// every replica it knows and it collects, the meet is causally stable: the root takes it
+    /// as its watermark (and collects), and the watermark travels down the tree. A room's
+    /// replicas thus collect with O(1) messages per replica per round instead of every pair
+    /// acknowledging every other.
+    pub fn sync_round(&mut self, fanout: usize) -> SyncRound {
+        let (parent, children) = self.sync_neighbours(fanout);
+        let mut covers = vec![self.config.replica.clone()];
+        let mut meet = self.state.version().clone();
+        for c in &children {
+            if let Some(s) = self.below.get(c) {
+                covers.extend(s.covers.iter().cloned());
+                meet = meet.meet(&s.meet);
+            }
+        }
+        covers.sort();
+        covers.dedup();
+        let summary = Summary {
+            room: self.config.room.clone(),
+            from: self.config.replica.clone(),
+            covers,
+            meet,
+        };
+        if parent.is_none()
+            && self.collecting
+            && self
+                .acked
+                .keys()
+                .all(|p| summary.covers.binary_search(p).is_ok())
+        {
+            self.learn(&summary.meet);
+        }
+        SyncRound {
+            parent: parent.map(|p| (p, summary)),
+            children,
+            watermark: Watermark {
+                room: self.config.room.clone(),
+                from: self.config.replica.clone(),
+                watermark: self.stable(),
+            },
+        }
+    }
+
+    /// A child's summary (kept until the next one; one from a replica that is not a known
+    /// peer is ignored). `false` when ignored.
+    pub fn handle_summary(&mut self, summary: &Summary) -> bool {
+        if summary.room != self.config.room || !self.acked.contains_key(&summary.from) {
+            return false;
+        }
+        self.below.insert(summary.from.clone(), summary.clone());
+        true
+    }
+
+    /// The parent's watermark: learned, and collected against.
+    pub fn handle_watermark(&mut self, w: &Watermark) -> Result<(), SyncError> {
+        self.check_room(&w.room)?;
+        self.learn(&w.watermark);
+        Ok(())
     }
 
     /// Whether `peer` lacks something this replica has (a delta would carry something).
@@ -552,6 +671,7 @@ impl Replica {
             learned: s.learned,
             idempotency: s.idempotency,
             collecting: true,
+            below: BTreeMap::new(),
         }
     }
 

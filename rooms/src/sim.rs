@@ -346,14 +346,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         }
         if t.is_multiple_of(DELTA_EVERY_MS) {
             for from in 0..n {
-                for to in 0..n {
-                    if from != to {
-                        let delta = replicas[from].delta_for(&ids[to]);
-                        if !delta.is_empty() {
-                            net.send(t, from, to, &Message::Delta(delta), &mut report);
-                        }
-                    }
-                }
+                sync_round(&mut replicas, from, &ids, t, &mut net, &mut report)?;
             }
         }
         if t.is_multiple_of(GC_EVERY_MS) {
@@ -381,20 +374,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         let mut rounds = 0;
         while !converged(&copy) && rounds < 50 {
             rounds += 1;
-            for from in 0..n {
-                for to in 0..n {
-                    if from != to {
-                        let delta = copy[from].delta_for(&ids[to]);
-                        let ack = copy[to]
-                            .handle_delta(now(&skew, to), &delta)
-                            .map_err(|e| format!("delta refused: {e}"))?;
-                        copy[from].handle_ack(&ack);
-                    }
-                }
-            }
-            for r in &mut copy {
-                r.collect_garbage();
-            }
+            reliable_sync_round(&mut copy, &ids, net.fanout, |i| now(&skew, i))?;
         }
         report.delta_rounds_to_converge = rounds;
     }
@@ -451,21 +431,11 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         let to = env.to;
         deliver(&mut replicas, &mut net, &mut report, now(&skew, to), t, env)?;
     }
-    for _ in 0..3 {
-        for from in 0..n {
-            for to in 0..n {
-                if from != to {
-                    let delta = replicas[from].delta_for(&ids[to]);
-                    let ack = replicas[to]
-                        .handle_delta(now(&skew, to), &delta)
-                        .map_err(|e| e.to_string())?;
-                    replicas[from].handle_ack(&ack);
-                }
-            }
-        }
-        for r in &mut replicas {
-            r.collect_garbage();
-        }
+    // Deltas up the sync tree and back down (everyone converged), then the summaries up and
+    // the watermark down: three times its depth, and a round to start.
+    let depth = crate::fanout::depth(n, net.fanout.max(1));
+    for _ in 0..3 * depth + 3 {
+        reliable_sync_round(&mut replicas, &ids, net.fanout, |i| now(&skew, i))?;
     }
     // And stale copies of everything once more, after collection.
     for env in net.due(u64::MAX - 1) {
@@ -526,6 +496,69 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
     // Replay every acknowledged join's op again: GC must not let it resurrect.
     check_ledger(&replicas, &ledger)?;
     Ok(report)
+}
+
+/// Replica `from`'s sync-tree round on the simulated network: deltas to the neighbours that
+/// lack something, its summary up, its watermark down (as the node's room server does).
+fn sync_round(
+    replicas: &mut [Replica],
+    from: usize,
+    ids: &[ReplicaId],
+    t: u64,
+    net: &mut Net,
+    report: &mut Report,
+) -> Result<(), String> {
+    let round = replicas[from].sync_round(net.fanout);
+    for p in round.parent.iter().map(|(p, _)| p).chain(&round.children) {
+        let delta = replicas[from].delta_for(p);
+        if !delta.is_empty() {
+            net.send(t, from, index_of(ids, p)?, &Message::Delta(delta), report);
+        }
+    }
+    if let Some((p, summary)) = round.parent {
+        net.send(
+            t,
+            from,
+            index_of(ids, &p)?,
+            &Message::Summary(summary),
+            report,
+        );
+    }
+    for c in &round.children {
+        let w = Message::Watermark(round.watermark.clone());
+        net.send(t, from, index_of(ids, c)?, &w, report);
+    }
+    Ok(())
+}
+
+/// One sync-tree round of every replica over a reliable channel, each message handled at
+/// once: deltas and their acks on the tree's edges, summaries up, watermarks down.
+fn reliable_sync_round(
+    replicas: &mut [Replica],
+    ids: &[ReplicaId],
+    fanout: usize,
+    now: impl Fn(usize) -> u64,
+) -> Result<(), String> {
+    for from in 0..replicas.len() {
+        let round = replicas[from].sync_round(fanout);
+        for p in round.parent.iter().map(|(p, _)| p).chain(&round.children) {
+            let to = index_of(ids, p)?;
+            let delta = replicas[from].delta_for(p);
+            let ack = replicas[to]
+                .handle_delta(now(to), &delta)
+                .map_err(|e| format!("delta refused: {e}"))?;
+            replicas[from].handle_ack(&ack);
+        }
+        if let Some((p, summary)) = &round.parent {
+            replicas[index_of(ids, p)?].handle_summary(summary);
+        }
+        for c in &round.children {
+            replicas[index_of(ids, c)?]
+                .handle_watermark(&round.watermark)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
 }
 
 fn roundtrip(msg: Message) -> Result<Message, String> {
@@ -615,6 +648,11 @@ fn deliver(
             .map(|f| Some(Message::AeFinish(f))),
         Message::AeFinish(f) => r.handle_ae_finish(now_ms, &f).map(|()| None),
         Message::Subtrees(_) => Ok(None),
+        Message::Summary(summary) => {
+            r.handle_summary(&summary);
+            Ok(None)
+        }
+        Message::Watermark(w) => r.handle_watermark(&w).map(|()| None),
     };
     match result {
         Ok(Some(reply)) => net.send(t, to, from, &reply, report),
@@ -748,4 +786,54 @@ fn ops_alone_reach_every_replica_down_their_trees() {
         converged(&replicas),
         "the replicas differ after the ops alone"
     );
+}
+
+/// 40 replicas, sync tree of fan-out 3 (depth 3), reliable rounds: a replica sends at most
+/// 3 children + 1 parent deltas, 1 summary and 3 watermarks a round (all pairs: 39 deltas and
+/// 39 acks), and a leave's tombstone is collected at every replica within `3·depth + 3` rounds.
+#[test]
+fn the_sync_tree_converges_and_collects_with_a_bounded_fan_out() {
+    let (n, fanout) = (40usize, 3usize);
+    let (ids, mut replicas) = replicas_of("big-room", n);
+    let alice: ParticipantId = id("alice");
+    let key = |s: &str| -> IdempotencyKey { id(s) };
+    let join = Command::Join {
+        participant: alice.clone(),
+        name: "Alice".into(),
+        metadata: String::new(),
+    };
+    // Joined at the last replica (a leaf), left at the 20th: no pushes, deltas only.
+    replicas[n - 1]
+        .handle_command(1_000, key("k1"), join)
+        .unwrap();
+    let mut rounds = 0;
+    while !replicas[19].state().is_present(&alice) {
+        reliable_sync_round(&mut replicas, &ids, fanout, |_| 2_000).unwrap();
+        rounds += 1;
+        assert!(rounds <= 10, "the join did not reach replica 19");
+    }
+    replicas[19]
+        .handle_command(
+            3_000,
+            key("k2"),
+            Command::Leave {
+                participant: alice.clone(),
+            },
+        )
+        .unwrap();
+    let depth = crate::fanout::depth(n, fanout);
+    assert_eq!(depth, 3);
+    for _ in 0..3 * depth + 3 {
+        for r in &mut replicas {
+            let round = r.sync_round(fanout);
+            assert!(round.children.len() <= fanout);
+        }
+        reliable_sync_round(&mut replicas, &ids, fanout, |_| 4_000).unwrap();
+    }
+    for r in &replicas {
+        assert!(!r.state().is_present(&alice), "{}", r.id());
+        assert_eq!(r.state().tombstones(), 0, "{}: tombstone left", r.id());
+        assert!(r.state().participant(&alice).is_none(), "{}", r.id());
+    }
+    assert!(converged(&replicas));
 }

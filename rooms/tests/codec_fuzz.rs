@@ -26,6 +26,10 @@ fn sample_messages() -> Vec<Vec<u8>> {
     let b = rs[1].id().clone();
     out.push(encode(&Message::Delta(rs[0].delta_for(&b))).unwrap());
     out.push(encode(&Message::AeRequest(rs[0].start_anti_entropy())).unwrap());
+    let round = rs[1].sync_round(64);
+    let (_, summary) = round.parent.unwrap();
+    out.push(encode(&Message::Summary(summary)).unwrap());
+    out.push(encode(&Message::Watermark(rs[0].sync_round(64).watermark)).unwrap());
     out
 }
 

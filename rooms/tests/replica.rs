@@ -313,6 +313,49 @@ fn gc_waits_for_every_replica_and_never_resurrects() {
     assert!(rs[0].state().participant(&pid("alice")).is_none());
 }
 
+/// Collection through the sync tree alone (no acknowledgement reaches the root): the root
+/// collects once its children's summaries cover every replica, not before, and its watermark
+/// makes the children collect.
+#[test]
+fn gc_through_the_sync_tree_waits_for_every_summary() {
+    let mut rs = replicas(3);
+    rs[0]
+        .handle_command(1_000, key("k1"), join("alice"))
+        .unwrap();
+    rs[0]
+        .handle_command(1_001, key("k2"), leave("alice"))
+        .unwrap();
+    // r0 is the root (lowest id), r1 and r2 its children.
+    let round = rs[0].sync_round(64);
+    assert_eq!(round.parent, None);
+    assert_eq!(round.children, [rid("r1"), rid("r2")]);
+    // Deltas merged, their acks lost.
+    for to in [1, 2] {
+        let delta = rs[0].delta_for(&rid(&format!("r{to}")));
+        rs[to].handle_delta(1_002, &delta).unwrap();
+    }
+    let up = |r: &mut Replica| r.sync_round(64).parent.unwrap();
+    let (parent, from_r1) = up(&mut rs[1]);
+    assert_eq!(parent, rid("r0"));
+    assert!(rs[0].handle_summary(&from_r1));
+    rs[0].sync_round(64);
+    assert_eq!(rs[0].state().tombstones(), 1, "r2 has not summarized");
+    let (_, from_r2) = up(&mut rs[2]);
+    assert!(rs[0].handle_summary(&from_r2));
+    let round = rs[0].sync_round(64);
+    assert_eq!(rs[0].state().tombstones(), 0);
+    assert_eq!(rs[1].state().tombstones(), 1);
+    for c in [1, 2] {
+        rs[c].handle_watermark(&round.watermark).unwrap();
+        assert_eq!(rs[c].state().tombstones(), 0);
+        assert!(rs[c].state().participant(&pid("alice")).is_none());
+    }
+    // A summary from a replica that is not a peer, or for another room, is ignored.
+    let mut stranger = from_r2.clone();
+    stranger.from = rid("r9");
+    assert!(!rs[0].handle_summary(&stranger));
+}
+
 #[test]
 fn anti_entropy_round_converges_two_diverged_replicas() {
     let mut rs = replicas(2);

@@ -625,6 +625,32 @@ async fn participants_on_both_nodes_share_one_room() -> Result<()> {
         after.as_secs_f64(),
         (t - sent).as_secs_f64() * 1e3
     );
+    // The two leaves' tombstones are collected on both nodes through the sync tree (node-a,
+    // the lower id, is its root): node-b's summary up, node-a's watermark down.
+    let sync = |url: &str| -> Result<Value> { Ok(room_on(url, room)?["sync"].clone()) };
+    let (a, b_sync) = (sync(&dev.node_a)?, sync(&dev.node_b)?);
+    ensure!(
+        a["parent"].is_null() && a["children"] == json!(["node-b"]) && b_sync["parent"] == "node-a",
+        "sync tree: node-a {a}, node-b {b_sync}"
+    );
+    let leaves = Instant::now();
+    loop {
+        let (a, b_sync) = (sync(&dev.node_a)?, sync(&dev.node_b)?);
+        if a["tombstones"] == 0 && b_sync["tombstones"] == 0 {
+            eprintln!(
+                "tombstones collected on both nodes {:.0} ms after the leave (stable {} of {} ops)",
+                t.elapsed().as_secs_f64() * 1e3,
+                a["stable_ops"],
+                a["merged_ops"]
+            );
+            break;
+        }
+        ensure!(
+            leaves.elapsed() < Duration::from_secs(5),
+            "tombstones left 5 s after the leaves: node-a {a}, node-b {b_sync}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let metric = |name: &str| -> Result<f64> {
         let mut sum = 0.0;

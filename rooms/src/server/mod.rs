@@ -24,7 +24,7 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::codec::Message;
 use crate::digest::Hash;
-use crate::ids::{IdempotencyKey, ParticipantId, ReplicaId, RoomId};
+use crate::ids::{IdempotencyKey, ParticipantId, RoomId};
 use crate::op::Command;
 use crate::replica::{Replica, ReplicaConfig};
 use crate::state::RoomView;
@@ -38,6 +38,9 @@ type Frame = (Arc<OutFrame>, u64);
 const CLIENT_QUEUE: usize = 4096;
 /// A node asked whether it hosts a room that has not answered is asked again this often, ms.
 const ASK_AGAIN_MS: u64 = 1_000;
+/// An unchanged sync-tree summary or watermark is sent again every this many delta intervals
+/// (a lost one is replaced within a second at the default 250 ms).
+const SYNC_RESEND: u64 = 4;
 /// How often the server looks at its rooms (merge windows, deltas, timers).
 const TICK: Duration = Duration::from_millis(5);
 
@@ -76,7 +79,8 @@ pub struct RoomServerConfig {
     /// nowhere (a room lives as long as one of its replicas).
     pub snapshots: Option<SnapshotTarget>,
     /// Replicas each node passes an op to in the op's push tree ([`crate::fanout`]): the node
-    /// that stamped it sends it to this many, each of them on to as many, and so on.
+    /// that stamped it sends it to this many, each of them on to as many, and so on. Also the
+    /// children per node of the room's sync tree (deltas, the collection watermark).
     pub fanout: usize,
 }
 
@@ -146,6 +150,11 @@ struct Room {
     /// Clients were told the state after every node asked had answered (welcomes may go).
     caught_up: bool,
     last_delta: u64,
+    /// Sync-tree rounds so far, and what the last one sent up and down (an unchanged summary
+    /// or watermark goes again only every `SYNC_RESEND` rounds, in case it was lost).
+    sync_rounds: u64,
+    sent_summary: Option<crate::replica::Summary>,
+    sent_watermark: Option<crate::context::VersionVector>,
     last_ae: u64,
     /// When the nodes in `asking` were last asked.
     last_ask: u64,
@@ -184,6 +193,9 @@ impl Room {
             asked_all: false,
             caught_up: false,
             last_delta: now,
+            sync_rounds: 0,
+            sent_summary: None,
+            sent_watermark: None,
             last_ae: 0,
             last_ask: 0,
             graces: HashMap::new(),
@@ -859,16 +871,7 @@ impl RoomServer {
         }
         if now.saturating_sub(r.last_delta) >= self.config.delta_interval_ms {
             r.last_delta = now;
-            let behind: Vec<ReplicaId> = r
-                .replica
-                .peers()
-                .filter(|p| r.replica.peer_behind(p))
-                .cloned()
-                .collect();
-            for p in behind {
-                self.outbox
-                    .push(&p, id, Message::Delta(r.replica.delta_for(&p)));
-            }
+            self.sync_round(id, r);
         }
         if let Some(since) = r.dirty_since
             && now.saturating_sub(since) >= self.config.window_ms
@@ -909,6 +912,36 @@ impl RoomServer {
                 self.counters.orphan_graces.fetch_add(1, Ordering::Relaxed);
                 r.graces.insert(p, now + self.config.grace_ms);
             }
+        }
+    }
+
+    /// Deltas to the neighbours in the room's sync tree that lack something, the summary up
+    /// to the parent and the watermark down to the children (each when it changed, or again
+    /// every `SYNC_RESEND` rounds).
+    fn sync_round(&self, id: &RoomId, r: &mut Room) {
+        let round = r.replica.sync_round(self.config.fanout);
+        for p in round.parent.iter().map(|(p, _)| p).chain(&round.children) {
+            if r.replica.peer_behind(p) {
+                self.outbox
+                    .push(p, id, Message::Delta(r.replica.delta_for(p)));
+            }
+        }
+        r.sync_rounds += 1;
+        let resend = r.sync_rounds.is_multiple_of(SYNC_RESEND);
+        if let Some((parent, summary)) = round.parent
+            && (resend || r.sent_summary.as_ref() != Some(&summary))
+        {
+            self.outbox
+                .push(&parent, id, Message::Summary(summary.clone()));
+            r.sent_summary = Some(summary);
+        }
+        let w = round.watermark;
+        if !round.children.is_empty() && (resend || r.sent_watermark.as_ref() != Some(&w.watermark))
+        {
+            for c in &round.children {
+                self.outbox.push(c, id, Message::Watermark(w.clone()));
+            }
+            r.sent_watermark = Some(w.watermark);
         }
     }
 
@@ -1016,6 +1049,14 @@ impl RoomServer {
                 },
                 Message::AeFinish(fin) => r.replica.handle_ae_finish(now, &fin).is_ok(),
                 Message::Subtrees(_) => false,
+                Message::Summary(summary) => {
+                    r.replica.handle_summary(&summary);
+                    false
+                }
+                Message::Watermark(w) => {
+                    let _ = r.replica.handle_watermark(&w);
+                    false
+                }
             };
             if changed {
                 r.touch(now);
@@ -1121,6 +1162,7 @@ impl RoomServer {
                     "children": self.config.fanout,
                     "depth": crate::fanout::depth(r.replica.peers().count() + 1, self.config.fanout),
                 },
+                "sync": sync_json(&r.replica, self.config.fanout),
                 "snapshots": {
                     "restored": r.restore == Restore::Done,
                     "merged": r.restored,
@@ -1179,6 +1221,19 @@ impl RoomServer {
         }
         s
     }
+}
+
+/// A room's place in its sync tree, what it learned up it and what it collects against
+/// (`GET /v1/rooms/{room}`: `sync`).
+fn sync_json(replica: &Replica, fanout: usize) -> Json {
+    let (parent, children) = replica.sync_neighbours(fanout);
+    json!({
+        "parent": parent.as_ref().map(NodeId::as_str),
+        "children": children.iter().map(NodeId::as_str).collect::<Vec<_>>(),
+        "tombstones": replica.state().tombstones(),
+        "stable_ops": replica.stable().total(),
+        "merged_ops": replica.state().version().total(),
+    })
 }
 
 fn hex(b: &[u8]) -> String {
