@@ -174,6 +174,11 @@ pub struct Cluster {
     /// is the number of the node's heartbeats since it was placed, oldest first
     /// ([`PLACED_VIEW_BEATS`]).
     placed_views: BTreeMap<(StreamId, NodeId), Vec<u8>>,
+    /// Publishers placed on a node whose heartbeats have not shown their session yet, per
+    /// stream, with the node's heartbeats since (dropped after [`PLACED_VIEW_BEATS`]): a
+    /// viewer that comes before the node's next report goes where its publisher was sent, not
+    /// where the stream's key hashes by then (the loads moved), which had no publisher.
+    placed_publishers: BTreeMap<StreamId, (NodeId, u8)>,
     metrics: ClusterMetrics,
 }
 
@@ -273,6 +278,7 @@ impl Cluster {
             recordings: BTreeMap::new(),
             transcodes: BTreeMap::new(),
             placed_views: BTreeMap::new(),
+            placed_publishers: BTreeMap::new(),
             metrics: ClusterMetrics::default(),
         })
     }
@@ -481,6 +487,17 @@ impl Cluster {
             }
             beats.retain(|b| *b < PLACED_VIEW_BEATS);
             !beats.is_empty()
+        });
+        self.placed_publishers.retain(|stream, (node, beats)| {
+            if node != id {
+                return true;
+            }
+            let reported = hb
+                .sessions
+                .iter()
+                .any(|s| s.kind == SessionKind::Publish && s.stream == *stream);
+            *beats = beats.saturating_add(1);
+            !reported && *beats < PLACED_VIEW_BEATS
         });
         // Its sessions: the node is the authority on what it holds.
         let reported: BTreeSet<&SessionId> = hb.sessions.iter().map(|s| &s.id).collect();
@@ -823,19 +840,17 @@ impl Cluster {
         if req.key.is_empty() || req.key.len() > 256 {
             return Err(ClusterError::BadRequest("key must be 1–256 bytes".into()));
         }
+        let up = |c: &Self, n: &NodeId| c.nodes.get(n).is_some_and(|n| n.state != NodeState::Down);
         if req.kind == PlacementKind::View
             && let Ok(stream) = StreamId::new(req.key.clone())
-            && let Some(publisher) = self
+            && let Some(origin) = self
                 .sessions
                 .values()
                 .find(|s| s.stream == stream && s.kind == SessionKind::Publish)
-                .filter(|s| {
-                    self.nodes
-                        .get(&s.node)
-                        .is_some_and(|n| n.state != NodeState::Down)
-                })
+                .map(|s| s.node.clone())
+                .or_else(|| self.placed_publishers.get(&stream).map(|(n, _)| n.clone()))
+                .filter(|n| up(self, n))
         {
-            let origin = publisher.node.clone();
             let node = self.hot_spill(&stream, &origin).unwrap_or(origin);
             self.placed_views
                 .entry((stream, node.clone()))
@@ -862,6 +877,11 @@ impl Cluster {
         {
             Ok(p) => {
                 self.metrics.placements += 1;
+                if req.kind == PlacementKind::Publish
+                    && let Ok(stream) = StreamId::new(req.key.clone())
+                {
+                    self.placed_publishers.insert(stream, (p.node.clone(), 0));
+                }
                 Ok(self.response(p.node, p.backups))
             }
             Err(e) => {
@@ -1488,6 +1508,76 @@ mod tests {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         assert_eq!(tree, vec![("b", "a"), ("c", "b"), ("d", "192.0.2.1:9")]);
+    }
+
+    /// A viewer that comes between its publisher's placement and the first heartbeat showing
+    /// the publisher goes where the publisher was sent, although the loads moved the stream's
+    /// key elsewhere meanwhile; once the node's heartbeats show it (or for three without it)
+    /// the hint goes.
+    #[test]
+    fn a_viewer_before_the_publishers_first_report_goes_where_the_publisher_was_sent() {
+        let t0 = Instant::now();
+        let mut c = Cluster::new(ClusterConfig::default(), t0).unwrap();
+        let (a, b) = (NodeId::new("a").unwrap(), NodeId::new("b").unwrap());
+        beat(&mut c, t0, &a);
+        beat(&mut c, t0, &b);
+        for id in [&a, &b] {
+            c.set_weight(id, Some(1.0)).unwrap();
+        }
+        let place = |c: &mut Cluster, key: &str, kind| {
+            c.place(&PlacementRequest {
+                key: key.into(),
+                kind,
+                requirements: Default::default(),
+            })
+            .unwrap()
+            .node
+        };
+        let placed: Vec<(String, NodeId)> = (0..40)
+            .map(|i| {
+                let key = format!("s{i}");
+                let node = place(&mut c, &key, PlacementKind::Publish);
+                (key, node)
+            })
+            .collect();
+        assert!(placed.iter().any(|(_, n)| *n == a), "{placed:?}");
+        // Node a reports 200 viewers of another stream: by load, every key now goes to b.
+        let names: Vec<String> = (0..200).map(|i| format!("v{i}")).collect();
+        let views: Vec<(&str, SessionKind)> = names
+            .iter()
+            .map(|n| (n.as_str(), SessionKind::View))
+            .collect();
+        beat_with(&mut c, t0, &a, &views);
+        assert_eq!(place(&mut c, "never-published", PlacementKind::View), b);
+        for (key, node) in &placed {
+            assert_eq!(place(&mut c, key, PlacementKind::View), *node, "{key}");
+        }
+        // Two more reports of a without its publishers: the hints for a go after the third.
+        beat_with(&mut c, t0, &a, &views);
+        assert!(c.placed_publishers.values().any(|(n, _)| *n == a));
+        beat_with(&mut c, t0, &a, &views);
+        assert!(c.placed_publishers.values().all(|(n, _)| *n == b));
+        // b reports one of its publishers: that hint goes, the others stay.
+        let on_b: Vec<&String> = placed
+            .iter()
+            .filter(|(_, n)| *n == b)
+            .map(|(k, _)| k)
+            .collect();
+        let hb = Heartbeat {
+            sessions: vec![ferry_proto::api::SessionReport {
+                id: SessionId::new("pub-b").unwrap(),
+                stream: StreamId::new(on_b[0].as_str()).unwrap(),
+                kind: SessionKind::Publish,
+                state: "connected".into(),
+            }],
+            ..heartbeat_with(&b, &[])
+        };
+        c.heartbeat(t0, &b, hb).unwrap();
+        assert!(
+            !c.placed_publishers
+                .contains_key(&StreamId::new(on_b[0].as_str()).unwrap())
+        );
+        assert_eq!(c.placed_publishers.len(), on_b.len() - 1);
     }
 
     fn view_of(c: &mut Cluster) -> NodeId {
