@@ -219,6 +219,11 @@ fn show(args: &RoomsArgs, link: &SchedulerLink, room: &str, out: &mut dyn Write)
                     text(&r["fanout"]["children"]),
                     text(&r["fanout"]["depth"])
                 ),
+                match r["sync"]["parent"].as_str() {
+                    Some(p) => p.to_owned(),
+                    None => "-".into(),
+                },
+                text(&r["sync"]["tombstones"]),
                 format!(
                     "{}{}",
                     if r["snapshots"]["stored"] == true {
@@ -244,6 +249,8 @@ fn show(args: &RoomsArgs, link: &SchedulerLink, room: &str, out: &mut dyn Write)
             "OPS/S",
             "ISOLATED",
             "FANOUT/DEPTH",
+            "SYNC-PARENT",
+            "TOMBSTONES",
             "SNAPSHOT",
         ],
         &rows,

@@ -310,7 +310,14 @@ async fn operator_sees_the_room(dev: &Dev, room: &str) -> Result<()> {
             && out.contains("PARTICIPANTS (3, as node-a sees them)")
             && out
                 .lines()
-                .any(|l| l.starts_with("node-b") && l.contains("64/1")),
+                .any(|l| l.starts_with("node-b") && l.contains("64/1"))
+            // The sync tree's parent column: node-a is the root, node-b's parent.
+            && out
+                .lines()
+                .any(|l| l.starts_with("node-a") && l.split_whitespace().nth(7) == Some("-"))
+            && out
+                .lines()
+                .any(|l| l.starts_with("node-b") && l.split_whitespace().nth(7) == Some("node-a")),
         "ferry rooms {room} ({code}):\n{out}{err}"
     );
     eprintln!("ferry rooms {room}:\n{out}");
