@@ -299,9 +299,8 @@ impl Replica {
     /// parent — itself and what its children's latest summaries cover, with the meet of their
     /// versions — and its watermark for its children. At the root, once the summary covers
     /// every replica it knows and it collects, the meet is causally stable: the root takes it
-    /// as its watermark (and collects), and the watermark travels down the tree. A room's
-    /// replicas thus collect with O(1) messages per replica per round instead of every pair
-    /// acknowledging every other.
+    /// as its watermark (and collects), and the watermark travels down the tree. A replica
+    /// thus exchanges with at most `fanout` + 1 others per round, not with every other one.
     pub fn sync_round(&mut self, fanout: usize) -> SyncRound {
         let (parent, children) = self.sync_neighbours(fanout);
         let mut covers = vec![self.config.replica.clone()];
