@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
+
 mod common;
 
 use common::*;
@@ -51,32 +53,21 @@ fn build(steps: &[Step]) -> (Vec<RoomState>, Vec<Op>) {
 
 /// What a replica that merged `base` lacks of one participant, cut by hand from all entries.
 fn store_since(s: &ParticipantStore, base: &VersionVector) -> ParticipantStore {
-    let new = |d: &ferry_room::Dot| !base.covers(d);
+    fn keep<K: Ord + Clone, V: Clone>(
+        m: &BTreeMap<K, V>,
+        dot: impl Fn(&K, &V) -> ferry_room::Dot,
+        base: &VersionVector,
+    ) -> BTreeMap<K, V> {
+        m.iter()
+            .filter(|(k, v)| !base.covers(&dot(k, v)))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
     ParticipantStore {
-        joins: s
-            .joins
-            .iter()
-            .filter(|(d, _)| new(d))
-            .map(|(d, e)| (d.clone(), e.clone()))
-            .collect(),
-        tracks: s
-            .tracks
-            .iter()
-            .filter(|(d, _)| new(d))
-            .map(|(d, e)| (d.clone(), e.clone()))
-            .collect(),
-        registers: s
-            .registers
-            .iter()
-            .filter(|(_, l)| new(&l.dot))
-            .map(|(r, l)| (r.clone(), l.clone()))
-            .collect(),
-        removed: s
-            .removed
-            .iter()
-            .filter(|(_, r)| new(r))
-            .map(|(t, r)| (t.clone(), r.clone()))
-            .collect(),
+        joins: keep(&s.joins, |d, _| d.clone(), base),
+        tracks: keep(&s.tracks, |d, _| d.clone(), base),
+        registers: keep(&s.registers, |_, l| l.dot.clone(), base),
+        removed: keep(&s.removed, |_, r| r.clone(), base),
     }
 }
 

@@ -9,7 +9,7 @@ use serde_json::{Value as Json, json};
 use crate::hlc::Hlc;
 use crate::ids::{IdempotencyKey, ParticipantId};
 use crate::op::{Command, CommandError, Layout, Register, TrackKind, Value};
-use crate::state::{ParticipantView, RoomState, RoomView, Touched};
+use crate::state::{ChatMessage, ParticipantView, RoomState, RoomView, Touched};
 use ferry_proto::ids::{StreamId, TrackId};
 
 /// A frame from a client.
@@ -437,33 +437,55 @@ fn register_events(id: &str, old: Option<&ParticipantView>, new: &ParticipantVie
 pub fn diff(old: &RoomView, new: &RoomView) -> Vec<Json> {
     let mut out = Vec::new();
     for (id, p) in &new.participants {
-        let before = old.participants.get(id);
-        if before.is_none_or(|b| b.name != p.name || b.metadata != p.metadata) {
-            out.push(
-                json!({"type": "joined", "participant": id.as_str(), "name": p.name,
-                             "metadata": p.metadata}),
-            );
-        }
-        out.extend(register_events(id.as_str(), before, p));
+        participant_events(&mut out, id, old.participants.get(id), p);
     }
     for id in old.participants.keys() {
         if !new.participants.contains_key(id) {
-            out.push(json!({"type": "left", "participant": id.as_str()}));
+            out.push(left_event(id));
         }
     }
     if new.chat.len() != old.chat.len() || new.chat.last() != old.chat.last() {
         let seen: HashSet<&Hlc> = old.chat.iter().map(|m| &m.stamp).collect();
-        for m in new.chat.iter().filter(|m| !seen.contains(&m.stamp)) {
-            out.push(
-                json!({"type": "chat", "participant": m.participant.as_str(), "text": m.text,
-                             "stamp": stamp(&m.stamp), "at": m.stamp.wall_ms}),
-            );
-        }
+        out.extend(
+            new.chat
+                .iter()
+                .filter(|m| !seen.contains(&m.stamp))
+                .map(chat_event),
+        );
     }
     if new.reactions != old.reactions {
-        out.push(json!({"type": "reactions", "total": new.reactions}));
+        out.push(reactions_event(new.reactions));
     }
     out
+}
+
+/// A participant's `joined` (new, or a new name or metadata) and register and track events.
+fn participant_events(
+    out: &mut Vec<Json>,
+    id: &ParticipantId,
+    before: Option<&ParticipantView>,
+    p: &ParticipantView,
+) {
+    if before.is_none_or(|b| b.name != p.name || b.metadata != p.metadata) {
+        out.push(
+            json!({"type": "joined", "participant": id.as_str(), "name": p.name,
+                        "metadata": p.metadata}),
+        );
+    }
+    out.extend(register_events(id.as_str(), before, p));
+}
+
+fn left_event(id: &ParticipantId) -> Json {
+    json!({"type": "left", "participant": id.as_str()})
+}
+
+fn chat_event(m: &ChatMessage) -> Json {
+    json!({"type": "chat", "participant": m.participant.as_str(), "text": m.text,
+           "stamp": stamp(&m.stamp), "at": m.stamp.wall_ms})
+}
+
+fn reactions_event(total: i64) -> Json {
+    json!({"type": "reactions", "total": total})
 }
 
 /// What changed, as [`diff`] says it, looking only at what `touched` names: `told` (what
@@ -476,19 +498,12 @@ pub fn advance(told: &mut RoomView, state: &RoomState, touched: &Touched) -> Vec
     for id in &touched.participants {
         match state.participant_view(id) {
             Some(p) => {
-                let before = told.participants.get(id);
-                if before.is_none_or(|b| b.name != p.name || b.metadata != p.metadata) {
-                    out.push(
-                        json!({"type": "joined", "participant": id.as_str(), "name": p.name,
-                                     "metadata": p.metadata}),
-                    );
-                }
-                out.extend(register_events(id.as_str(), before, &p));
+                participant_events(&mut out, id, told.participants.get(id), &p);
                 told.participants.insert(id.clone(), p);
             }
             None => {
                 if told.participants.remove(id).is_some() {
-                    leaves.push(json!({"type": "left", "participant": id.as_str()}));
+                    leaves.push(left_event(id));
                 }
             }
         }
@@ -502,17 +517,14 @@ pub fn advance(told: &mut RoomView, state: &RoomState, touched: &Touched) -> Vec
         if told.chat.get(at).is_some_and(|c| c.stamp == m.stamp) {
             continue;
         }
-        out.push(
-            json!({"type": "chat", "participant": m.participant.as_str(), "text": m.text,
-                         "stamp": stamp(&m.stamp), "at": m.stamp.wall_ms}),
-        );
+        out.push(chat_event(&m));
         // Mostly the newest; one stamped earlier elsewhere goes to its place in the order.
         told.chat.insert(at, m);
     }
     if touched.reactions {
         let total = state.reactions();
         if total != told.reactions {
-            out.push(json!({"type": "reactions", "total": total}));
+            out.push(reactions_event(total));
             told.reactions = total;
         }
     }
