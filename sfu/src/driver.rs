@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use ferry_migrator::transport::QuicTransport;
 use ferry_migrator::{MigrationPlan, Migrator};
 use ferry_proto::MigrationId;
-use ferry_proto::api::{CutoverMode, MigrationView};
+use ferry_proto::api::MigrationView;
 
 use crate::cluster::{
     ClusterOptions, Directory, MigrationApiError, MigrationBook, SessionEvents, SharedDirectory,
@@ -86,120 +86,34 @@ struct ClusterRuntime {
     migrator: Migrator,
     transport: QuicTransport,
     book: MigrationBook,
-    /// What the client of each outgoing migration is told on commit.
-    plans: std::collections::HashMap<MigrationId, Planned>,
-    /// Peers' HTTP base URLs.
-    peer_http: std::collections::HashMap<ferry_proto::NodeId, String>,
     events: SessionEvents,
-    /// Sessions that migrated away: their URL on the target, so that the URL the client holds
-    /// here keeps working (DELETE and PATCH answer 307 there).
-    moved: MovedSessions,
-}
-
-/// Where sessions that left this node went. Bounded: the oldest entries go first, and an
-/// entry is dropped after [`MovedSessions::KEEP`].
-#[derive(Default)]
-struct MovedSessions {
-    at: std::collections::HashMap<SessionId, (String, Instant)>,
-    order: std::collections::VecDeque<(SessionId, Instant)>,
-}
-
-impl MovedSessions {
-    const KEEP: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
-    const MAX: usize = 100_000;
-
-    fn insert(&mut self, now: Instant, session: SessionId, url: String) {
-        while let Some((old, at)) = self.order.front() {
-            if self.order.len() < Self::MAX && now.duration_since(*at) < Self::KEEP {
-                break;
-            }
-            if self.at.get(old).is_some_and(|(_, t)| t == at) {
-                self.at.remove(old);
-            }
-            self.order.pop_front();
-        }
-        self.order.push_back((session.clone(), now));
-        self.at.insert(session, (url, now));
-    }
-
-    fn get(&self, now: Instant, session: &SessionId) -> Option<&str> {
-        self.at
-            .get(session)
-            .filter(|(_, at)| now.duration_since(*at) < Self::KEEP)
-            .map(|(url, _)| url.as_str())
-    }
-}
-
-/// An outgoing migration, as its client will be told about it.
-struct Planned {
-    session: SessionId,
-    stream: StreamId,
-    publisher: bool,
-    target: ferry_proto::NodeId,
-    mode: CutoverMode,
-    /// The session's ticket generation (a `reconnect` ticket carries it).
-    generation: u32,
 }
 
 impl ClusterRuntime {
     fn event(&mut self, cores: &Cores, e: ferry_migrator::MigrationEvent) {
-        let me = cores.id();
         if let ferry_migrator::MigrationEvent::Finished(r) = &e
             && r.role == ferry_migrator::Role::Source
-            && let Some(p) = self.plans.remove(&r.id)
-            && matches!(
+            && let Some(i) = cores.of_planned_move(&r.session)
+        {
+            let committed = matches!(
                 r.outcome,
                 ferry_migrator::Outcome::Committed | ferry_migrator::Outcome::Unconfirmed
-            )
-        {
-            // Tell the client where its session went: it follows its URL (edge), restarts
-            // ICE towards the target (ice-restart) or reconnects there (reconnect).
-            let base = self.peer_http.get(&p.target).cloned().unwrap_or_default();
-            let kind = if p.publisher { "whip" } else { "whep" };
-            let data = match p.mode {
-                // A new PeerConnection: POST to the target's endpoint with the ticket; the
-                // session keeps its id.
-                CutoverMode::Reconnect => {
-                    let ticket = cores.lock(cores.of_stream(&p.stream)).ticket_for(
-                        std::time::Instant::now(),
-                        &p.session,
-                        &p.stream,
-                        if p.publisher {
-                            SessionKind::Publish
-                        } else {
-                            SessionKind::View
-                        },
-                        &p.target,
-                        p.generation,
-                    );
-                    serde_json::json!({
-                        "mode": p.mode,
-                        "from": me,
-                        "target": p.target,
-                        "location": format!("{base}/{kind}/{}", p.stream),
-                        "session": p.session,
-                        "ticket": ticket.map(|t| t.0),
-                        "epoch": r.epoch,
-                    })
-                }
-                _ => serde_json::json!({
-                    "mode": p.mode,
-                    "from": me,
-                    "target": p.target,
-                    "location": format!("{base}/{kind}/{}/{}", p.stream, p.session),
-                    "epoch": r.epoch,
-                }),
-            }
-            .to_string();
-            self.moved.insert(
-                std::time::Instant::now(),
-                p.session.clone(),
-                format!("{base}/{kind}/{}/{}", p.stream, p.session),
             );
-            let heard = self.events.send(&p.session, ("migrate", data));
-            tracing::info!(session = %p.session, target = %p.target, mode = ?p.mode, heard, "client told where its session went");
+            // The core that had the session says what its client is told.
+            let notice = cores.drive(i, |n| {
+                if committed {
+                    n.move_committed(Instant::now(), &r.session, r.epoch)
+                } else {
+                    n.move_abandoned(&r.session);
+                    None
+                }
+            });
+            if let Some(m) = notice {
+                let heard = self.events.send(&m.session, ("migrate", m.data));
+                tracing::info!(session = %m.session, target = %m.target, mode = ?m.mode, heard, "client told where its session went");
+            }
         }
-        self.book.event(me, e);
+        self.book.event(cores.id(), e);
     }
 }
 
@@ -470,9 +384,8 @@ pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
     let udp = socket.local_addr()?;
     let (tx, rx) = mpsc::channel(256);
     let id = node.id().clone();
-    let max = node.max_sessions();
     let events = SessionEvents::default();
-    let (cores, workers) = Cores::new(vec![node], vec![socket], events.clone(), id.clone(), max);
+    let (cores, workers) = Cores::new(vec![node], vec![socket], events.clone(), id.clone());
     run(cores, workers, rx, None);
     Ok(NodeHandle {
         tx,
@@ -591,7 +504,7 @@ fn migrate(
         )
     };
     let shard = cores.of_session(&view.session).ok_or_else(missing)?;
-    let (generation, stream, publisher, epoch) = {
+    let (stream, publisher, epoch) = {
         let node = cores.lock(shard);
         let s = node.session(&view.session).ok_or_else(missing)?;
         if !s.active {
@@ -607,7 +520,6 @@ fn migrate(
             ));
         }
         (
-            s.ticket_generation,
             s.stream.clone(),
             matches!(s.role, crate::session::Role::Publisher(_)),
             s.epoch,
@@ -627,11 +539,14 @@ fn migrate(
         mode: view.mode,
         trace_parent,
     };
-    let (plan_session, plan_stream, plan_publisher) =
-        (plan.session.clone(), plan.stream.clone(), plan.publisher);
+    // What the client will be told at the commit is noted by the session's core.
+    cores
+        .drive(shard, |n| n.plan_move(&view.session, &target, view.mode))
+        .map_err(|_| missing())?;
     c.migrator
         .start(now, &mut CoresHost(cores), plan)
         .map_err(|e| {
+            cores.drive(shard, |n| n.move_abandoned(&view.session));
             if fresh {
                 c.book.untrace(&view.id);
             }
@@ -642,17 +557,6 @@ fn migrate(
             MigrationApiError::new(status, e.to_string())
         })?;
     let id = view.id.clone();
-    c.plans.insert(
-        id.clone(),
-        Planned {
-            session: plan_session,
-            stream: plan_stream,
-            publisher: plan_publisher,
-            target: target.clone(),
-            mode: view.mode,
-            generation,
-        },
-    );
     c.book.started(view, &me, &target);
     c.book
         .get(&id)
@@ -660,12 +564,17 @@ fn migrate(
         .ok_or_else(|| MigrationApiError::new(500, "migration not recorded"))
 }
 
-fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command) {
+fn command(cores: &Cores, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
     let now = Instant::now();
     let of_stream = |stream: &StreamId| cores.of_stream(stream);
-    // Commands about a session go to the core that has it (an unknown session: any core
-    // answers "not found").
-    let of_session = |id: &SessionId| cores.of_session(id).unwrap_or(0);
+    // Commands about a session go to the core that has it, or knows where it went (an unknown
+    // session: any core answers "not found").
+    let of_session = |id: &SessionId| {
+        cores
+            .of_session(id)
+            .or_else(|| cores.moved_from(now, id))
+            .unwrap_or(0)
+    };
     // A dropped reply only means the HTTP client went away.
     match cmd {
         Command::Idempotent(key, kind, stream, offer, r) => {
@@ -693,18 +602,10 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
                 ticket,
             } = *req;
             let shard = of_stream(&stream);
-            // The cores share the node's capacity (a resumed session may be here already).
-            let resumed = ticket
-                .as_ref()
-                .is_some_and(|t| cores.of_session(&t.sid).is_some());
-            let full = !resumed && cores.session_count() >= cores.max_sessions();
+            // The core admits it against the node's limit, which its cores share.
             cores.drive(shard, |n| {
-                let requested = if full {
-                    n.metrics_mut().signal_rejected += 1;
-                    Err(SignalError::Full)
-                } else {
-                    n.request_session(now, kind, &stream, &offer, key.as_deref(), ticket.as_ref())
-                };
+                let requested =
+                    n.request_session(now, kind, &stream, &offer, key.as_deref(), ticket.as_ref());
                 match requested {
                     Ok(Requested::Answer(a)) => {
                         let _ = r.send(Ok(a));
@@ -732,11 +633,10 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
             let result = cores.drive(of_session(&id), |n| {
                 n.patch(now, &id, &frag, if_match.as_deref())
             });
-            let _ = r.send(moved_away(cluster.as_deref(), now, &id, result));
+            let _ = r.send(result);
         }
         Command::Delete(id, r) => {
-            let result = cores.drive(of_session(&id), |n| n.delete(now, &id));
-            let _ = r.send(moved_away(cluster.as_deref(), now, &id, result));
+            let _ = r.send(cores.drive(of_session(&id), |n| n.delete(now, &id)));
         }
         Command::Sessions(r) => {
             let _ = r.send(Ok(cores.sessions()));
@@ -783,15 +683,15 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
             }));
         }
         Command::Directory(d) => {
-            if let Some(c) = cluster.as_deref_mut() {
-                c.peer_http = d.http.clone();
-            }
             for (id, (_, quic)) in &d.peers {
                 if let (Some(quic), Some(c)) = (quic, cluster.as_ref()) {
                     c.transport.add_peer(id.clone(), *quic);
                 }
             }
             cores.drive_all(|node| {
+                for (id, base) in &d.http {
+                    node.set_peer_http(id.clone(), base.clone());
+                }
                 for (id, (udp, _)) in &d.peers {
                     if let Some(udp) = udp {
                         node.set_peer(id.clone(), *udp);
@@ -810,23 +710,6 @@ fn command(cores: &Cores, mut cluster: Option<&mut ClusterRuntime>, cmd: Command
                 }
             });
         }
-    }
-}
-
-/// A session this node does not have but that migrated away from it is answered with where it
-/// went (307), so the URL its client holds keeps working after any migration.
-fn moved_away<T>(
-    cluster: Option<&ClusterRuntime>,
-    now: Instant,
-    id: &SessionId,
-    result: Result<T, SignalError>,
-) -> Result<T, SignalError> {
-    match result {
-        Err(SignalError::SessionNotFound(_)) => match cluster.and_then(|c| c.moved.get(now, id)) {
-            Some(url) => Err(SignalError::Moved(url.to_owned())),
-            None => result,
-        },
-        other => other,
     }
 }
 
@@ -946,14 +829,11 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
             migrator: Migrator::new(opts.id.clone(), ferry_migrator::Config::default()),
             transport,
             book: MigrationBook::default(),
-            plans: Default::default(),
-            peer_http: Default::default(),
             events: events.clone(),
-            moved: MovedSessions::default(),
         });
     }
     let cert = Arc::new(cert);
-    let (id, max) = (config.node_id.clone(), config.max_sessions);
+    let id = config.node_id.clone();
     let nodes = (0..workers)
         .map(|i| {
             let mut config = config.clone();
@@ -968,7 +848,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
             node
         })
         .collect();
-    let (cores, shards) = Cores::new(nodes, sockets, events.clone(), id, max);
+    let (cores, shards) = Cores::new(nodes, sockets, events.clone(), id);
     tracing::info!(workers, %udp, "media workers started");
     let (tx, rx) = mpsc::channel(256);
     run(cores, shards, rx, runtime);

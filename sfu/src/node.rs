@@ -32,10 +32,12 @@ use crate::srtp::SrtpError;
 use crate::stun::{self, StunMessage};
 use crate::time::WallClock;
 
+pub mod admission;
 mod demux;
 mod forward;
 mod idempotency;
 mod migration;
+mod moves;
 pub mod overload;
 mod recording;
 mod relay_wait;
@@ -48,6 +50,7 @@ pub use relay_wait::{Answer, RELAY_WAIT, Requested, SUBSCRIBE_RETRY};
 
 pub use idempotency::{IDEMPOTENCY_TTL, MAX_KEY_LEN as MAX_IDEMPOTENCY_KEY_LEN};
 pub use migration::MigrateError;
+pub use moves::MoveNotice;
 pub use recording::{
     AWAIT_LIMIT, RecordingCounters, RecordingError, RecordingInfo, RecordingOutput, RecordingPhase,
 };
@@ -188,6 +191,9 @@ pub struct Node {
     sessions: Vec<Option<Session>>,
     free: Vec<usize>,
     by_id: HashMap<SessionId, usize>,
+    /// The node's session limit, shared with its other cores; this core's slot in it.
+    admission: Arc<admission::Admission>,
+    core: usize,
     by_ufrag: demux::ByUfrag<usize>,
     by_addr: demux::ByAddr<usize>,
     streams: HashMap<StreamId, StreamEntry>,
@@ -211,6 +217,12 @@ pub struct Node {
     origins: HashMap<StreamId, SocketAddr>,
     /// Other nodes' cluster addresses.
     peers: HashMap<NodeId, SocketAddr>,
+    /// Peers' HTTP base URLs (where clients of sessions that moved go).
+    peer_http: HashMap<NodeId, String>,
+    /// Outgoing migrations, as their clients will be told.
+    planned_moves: HashMap<SessionId, moves::Planned>,
+    /// Sessions that left: their URL on the node they went to.
+    moved: moves::MovedSessions,
     /// Imported sessions waiting for activation: what they take over.
     imports: HashMap<usize, migration::Takeover>,
     /// Next repeat of pending edge claims.
@@ -250,6 +262,8 @@ impl Node {
             remb_max_bps: config.remb_max_bps,
         };
         Self {
+            admission: Arc::new(admission::Admission::new(config.max_sessions, 1)),
+            core: 0,
             overload: overload::Overload::new(config.overload),
             rng: ChaCha20Rng::from_seed(config.seed),
             dtls_shared: (!config.deterministic_dtls).then(|| dtls::engine_config(None)),
@@ -275,6 +289,9 @@ impl Node {
             moved_streams: HashMap::new(),
             origins: HashMap::new(),
             peers: HashMap::new(),
+            peer_http: HashMap::new(),
+            planned_moves: HashMap::new(),
+            moved: Default::default(),
             imports: HashMap::new(),
             next_claim: now,
             used_tickets: HashMap::new(),
@@ -415,9 +432,22 @@ impl Node {
         self.by_id.len()
     }
 
-    /// Sessions this node takes.
+    /// Sessions this node takes (all its cores together).
     pub fn max_sessions(&self) -> usize {
-        self.config.max_sessions
+        self.admission.max()
+    }
+
+    /// Makes this core core `core` of a node whose cores share `admission`'s session limit
+    /// (`--workers N`); what it holds so far is counted there.
+    pub fn share_admission(&mut self, admission: Arc<admission::Admission>, core: usize) {
+        self.admission = admission;
+        self.core = core;
+        self.note_held();
+    }
+
+    /// Tells the node's other cores how many sessions this one holds now.
+    fn note_held(&self) {
+        self.admission.set(self.core, self.by_id.len());
     }
 
     /// A session by id (tests and diagnostics).
@@ -470,6 +500,7 @@ impl Node {
             }
         };
         self.by_id.insert(session.id.clone(), key);
+        self.note_held();
         self.by_ufrag.insert(session.ice.local().ufrag.clone(), key);
         if let Some(addr) = session.ice.selected() {
             self.by_addr.insert(addr, key);
@@ -517,8 +548,9 @@ impl Node {
         }
     }
 
+    /// Whether the node (all its cores) takes one more session.
     fn check_capacity(&self) -> Result<(), SignalError> {
-        if self.by_id.len() >= self.config.max_sessions {
+        if !self.admission.admits(self.core, self.by_id.len()) {
             return Err(SignalError::Full);
         }
         Ok(())
@@ -539,6 +571,7 @@ impl Node {
         self.free.push(key);
         if self.by_id.get(&session.id) == Some(&key) {
             self.by_id.remove(&session.id);
+            self.note_held();
         }
         self.replacing.retain(|new, old| *new != key && *old != key);
         self.by_ufrag.remove(&session.ice.local().ufrag);

@@ -188,8 +188,14 @@ impl Testbed {
         self.nodes = rest;
         self.nodes.retain(|n| n.addr != addr);
         let first = self.nodes.len();
-        for mut n in made {
+        // The cores share one session limit, as the driver's do.
+        let admission = Arc::new(crate::node::admission::Admission::new(
+            made.first().map_or(0, |n| n.node.max_sessions()),
+            cores,
+        ));
+        for (core, mut n) in made.into_iter().enumerate() {
             n.addr = addr;
+            n.node.share_admission(admission.clone(), core);
             n.node.set_candidates(vec![addr]);
             n.node.announce_routes();
             for other in &mut self.nodes {
@@ -201,6 +207,15 @@ impl Testbed {
         }
         self.routers.insert(addr, crate::shards::Router::new(cores));
         Ok((first..self.nodes.len()).collect())
+    }
+
+    /// The node at `addr` (all its cores together) takes at most `max` sessions from now on.
+    pub fn limit_sessions(&mut self, addr: SocketAddr, max: usize) {
+        let cores: Vec<_> = self.nodes.iter_mut().filter(|n| n.addr == addr).collect();
+        let admission = Arc::new(crate::node::admission::Admission::new(max, cores.len()));
+        for (core, n) in cores.into_iter().enumerate() {
+            n.node.share_admission(admission.clone(), core);
+        }
     }
 
     /// The core of the node at `addr` that owns `stream` (the node itself when not sharded).

@@ -254,18 +254,28 @@ fn bad_datagrams_are_dropped_and_counted() -> Result<()> {
 
 #[test]
 fn a_full_node_answers_503_with_retry_after() -> Result<()> {
-    let node = FerryNode::spawn(&["--max-sessions", "1"])?;
+    // Two cores, each stream on its own: the limit is the node's, not each core's.
+    let node = FerryNode::spawn(&["--max-sessions", "1", "--workers", "2"])?;
+    let on_core = |core: usize| {
+        (0..)
+            .map(|k| format!("full-{k}"))
+            .find(|s| {
+                ferry_proto::StreamId::new(s.as_str())
+                    .is_ok_and(|id| ferry_sfu::shards::shard_of(&id, 2) == core)
+            })
+            .unwrap_or_default()
+    };
     let bearer = node.bearer();
     let auth = ("Authorization", bearer.as_str());
     let r = http(
-        &format!("{}/whip/one", node.http),
+        &format!("{}/whip/{}", node.http, on_core(0)),
         "POST",
         &[SDP, auth],
         OFFER.as_bytes(),
     )?;
     ensure!(r.status == 201, "{}", r.status);
     let r = http(
-        &format!("{}/whip/two", node.http),
+        &format!("{}/whip/{}", node.http, on_core(1)),
         "POST",
         &[SDP, auth],
         OFFER.as_bytes(),

@@ -67,7 +67,6 @@ pub(super) struct Cores {
     pub(super) writers: Mutex<Writers>,
     pub(super) events: SessionEvents,
     id: NodeId,
-    max_sessions: usize,
 }
 
 /// A core's worker: its inbox and its socket.
@@ -84,20 +83,24 @@ fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Cores {
     /// Cores from `nodes` (one per worker; each already configured), each worker reading one of
-    /// `sockets` (as many as nodes).
+    /// `sockets` (as many as nodes). The cores share the first one's session limit.
     pub(super) fn new(
         nodes: Vec<Node>,
         sockets: Vec<UdpSocket>,
         events: SessionEvents,
         id: NodeId,
-        max_sessions: usize,
     ) -> (Arc<Cores>, Vec<Worker>) {
         let n = nodes.len();
+        let admission = Arc::new(crate::node::admission::Admission::new(
+            nodes.first().map_or(0, Node::max_sessions),
+            n,
+        ));
         let mut cores = Vec::with_capacity(n);
         let mut workers = Vec::with_capacity(n);
         for (index, (mut node, socket)) in nodes.into_iter().zip(sockets).enumerate() {
             if n > 1 {
                 node.announce_routes();
+                node.share_admission(admission.clone(), index);
             }
             let (tx, rx) = mpsc::channel(INBOX);
             cores.push(Core {
@@ -118,7 +121,6 @@ impl Cores {
             writers: Mutex::default(),
             events,
             id,
-            max_sessions,
         });
         // Keys held before announcing started (none for a fresh node) reach the router now.
         for i in 0..n {
@@ -135,11 +137,6 @@ impl Cores {
     /// The node's id.
     pub(super) fn id(&self) -> &NodeId {
         &self.id
-    }
-
-    /// Sessions the node takes in all (its cores share it).
-    pub(super) fn max_sessions(&self) -> usize {
-        self.max_sessions
     }
 
     /// Core `i`, locked, for reading (a change that makes it send must go through
@@ -190,16 +187,19 @@ impl Cores {
         (0..self.cores.len()).find(|&i| self.lock(i).session(session).is_some())
     }
 
+    /// The core that `session` moved away from (it answers where the session went).
+    pub(super) fn moved_from(&self, now: Instant, session: &SessionId) -> Option<usize> {
+        (0..self.cores.len()).find(|&i| self.lock(i).moved_away(now, session))
+    }
+
+    /// The core that planned moving `session` away (it tells the client at the end).
+    pub(super) fn of_planned_move(&self, session: &SessionId) -> Option<usize> {
+        (0..self.cores.len()).find(|&i| self.lock(i).has_planned_move(session))
+    }
+
     /// The core that has recording `id`.
     pub(super) fn of_recording(&self, id: &RecordingId) -> Option<usize> {
         (0..self.cores.len()).find(|&i| self.lock(i).recording(id).is_some())
-    }
-
-    /// Sessions on all cores.
-    pub(super) fn session_count(&self) -> usize {
-        (0..self.cores.len())
-            .map(|i| self.lock(i).session_count())
-            .sum()
     }
 
     /// Runs `f` on every core (in order) and wakes every worker.
@@ -323,9 +323,6 @@ impl ferry_migrator::SessionHost for CoresHost<'_> {
         stream: &StreamId,
         publisher: bool,
     ) -> Result<(), MigrateError> {
-        if self.0.of_session(session).is_none() && self.0.session_count() >= self.0.max_sessions {
-            return Err(MigrateError::Full);
-        }
         let i = self.0.of_stream(stream);
         self.0
             .drive(i, |n| n.prewarm(now, session, stream, publisher))

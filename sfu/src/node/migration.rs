@@ -118,7 +118,7 @@ impl Node {
         {
             return Err(MigrateError::Exists(session.clone()));
         }
-        if self.by_id.len() >= self.config.max_sessions {
+        if self.check_capacity().is_err() {
             return Err(MigrateError::Full);
         }
         if publisher
@@ -268,6 +268,7 @@ impl Node {
         };
         self.free.push(key);
         self.by_id.remove(&session.id);
+        self.note_held();
         self.by_ufrag.remove(&session.ice.local().ufrag);
         self.by_addr.retain(|_, k| *k != key);
         self.imports.remove(&key);
@@ -354,6 +355,10 @@ impl Node {
             } else {
                 return Err(MigrateError::Exists(session.id.clone()));
             }
+        }
+        // Checked at the prewarm too, but nothing was reserved then.
+        if self.check_capacity().is_err() {
+            return Err(MigrateError::Full);
         }
         session.active = false;
         if session.via.is_some() && session.via == self.cluster_addr() {
@@ -542,6 +547,7 @@ impl Node {
         };
         self.free.push(key);
         self.by_id.remove(&s.id);
+        self.note_held();
         self.by_ufrag.remove(&s.ice.local().ufrag);
         self.by_addr.retain(|_, k| *k != key);
         self.held.remove(&key);

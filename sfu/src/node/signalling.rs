@@ -47,9 +47,11 @@ impl Node {
         {
             return self.reject(SignalError::StreamBusy(stream.clone()));
         }
+        // A client resuming its session on this node takes no new place.
         self.create(
             now,
             stream,
+            replacing.is_none(),
             |params, _| negotiate::negotiate_publish(offer, params),
             |node, neg| {
                 Role::Publisher(
@@ -73,12 +75,25 @@ impl Node {
         stream: &StreamId,
         offer: &str,
     ) -> Result<SessionAnswer, SignalError> {
+        self.view_taking(now, stream, offer, true)
+    }
+
+    /// WHEP; `new_place`: whether the session counts against the node's limit (not when it
+    /// replaces a viewer session held here).
+    fn view_taking(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        offer: &str,
+        new_place: bool,
+    ) -> Result<SessionAnswer, SignalError> {
         let Some(sources) = self.source_lines(stream) else {
             return self.reject(SignalError::StreamNotFound(stream.clone()));
         };
         self.create(
             now,
             stream,
+            new_place,
             |params, rng| negotiate::negotiate_view(offer, &sources, params, &mut || rng.random()),
             |node, neg| {
                 let mut tracks = Vec::new();
@@ -96,16 +111,18 @@ impl Node {
         )
     }
 
-    /// What publishing and viewing share: our ICE credentials, the
-    /// negotiation, the DTLS transport, a fresh id, and the bookkeeping.
+    /// What publishing and viewing share: the node's admission (unless the session only
+    /// replaces one held here: `new_place` false), our ICE credentials, the negotiation, the
+    /// DTLS transport, a fresh id, and the bookkeeping.
     fn create(
         &mut self,
         now: Instant,
         stream: &StreamId,
+        new_place: bool,
         negotiate: impl FnOnce(&AnswerParams<'_>, &mut ChaCha20Rng) -> Result<Negotiated, SignalError>,
         tracks: impl FnOnce(&mut Self, &Negotiated) -> Role,
     ) -> Result<SessionAnswer, SignalError> {
-        if let Err(e) = self.check_capacity() {
+        if new_place && let Err(e) = self.check_capacity() {
             return self.reject(e);
         }
         let local = self.new_local_ice();
@@ -242,7 +259,7 @@ impl Node {
         let working = old.map(|k| self.replacing.get(&k).copied().unwrap_or(k));
         let mut answer = match kind {
             SessionKind::Publish => self.publish_replacing(now, stream, offer, working)?,
-            SessionKind::View => self.view(now, stream, offer)?,
+            SessionKind::View => self.view_taking(now, stream, offer, old.is_none())?,
         };
         if let Some(k) = unfinished {
             self.close(k, CloseReason::Replaced);
@@ -355,13 +372,13 @@ impl Node {
     /// PATCH: trickle (204) or ICE restart (200 with our new credentials).
     pub fn patch(
         &mut self,
-        _now: Instant,
+        now: Instant,
         id: &SessionId,
         frag: &str,
         if_match: Option<&str>,
     ) -> Result<PatchOutcome, SignalError> {
         let Some(&key) = self.by_id.get(id) else {
-            return self.reject(SignalError::SessionNotFound(id.to_string()));
+            return self.reject(self.not_here(now, id));
         };
         let Some(if_match) = if_match else {
             return self.reject(SignalError::PreconditionRequired);
@@ -472,7 +489,7 @@ impl Node {
     pub fn delete(&mut self, now: Instant, id: &SessionId) -> Result<(), SignalError> {
         self.last_now = now;
         let Some(&key) = self.by_id.get(id) else {
-            return self.reject(SignalError::SessionNotFound(id.to_string()));
+            return self.reject(self.not_here(now, id));
         };
         self.close(key, CloseReason::Deleted);
         Ok(())
@@ -503,6 +520,9 @@ impl Node {
                 "session {} already exists",
                 session.id
             )));
+        }
+        if let Err(e) = self.check_capacity() {
+            return self.reject(e);
         }
         let entry = self.streams.get(&session.stream);
         match &mut session.role {
