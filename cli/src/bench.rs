@@ -88,7 +88,10 @@ pub struct ForwardArgs {
     /// Also find saturation: raise the subscriber count (from the first of `--subscribers`,
     /// ×1.5 a step) until more than 0.1 % of the packets the fan-out owes go undelivered or
     /// the p99 latency passes 50 ms, for Ferry and for the raw relay; then run Ferry at twice
-    /// its saturation count (overload: delivered latency, viewers still decoding).
+    /// its saturation count (overload: delivered latency, viewers still decoding). Latency is
+    /// capture to the kernel's arrival stamp at the subscriber's socket (`SO_TIMESTAMPNS`), for
+    /// Ferry's peers and the raw relay's subscribers alike: what the forwarder and the network
+    /// took, not how far behind the load generator is in reading its sockets.
     #[arg(long)]
     saturate: bool,
     /// Upper bound of the saturation search.
@@ -265,8 +268,16 @@ impl ferry_sfu::udp::Datagrams for PeerLoop {
         (&t.1[..], t.0)
     }
 
-    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &mut [u8], _: Duration) {
-        self.peer.handle_datagram(now, from, data);
+    fn handle_datagram(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        data: &mut [u8],
+        waited: Duration,
+    ) {
+        // Latency to the kernel's arrival stamp: what the node and the network took, not how
+        // far behind this process is in reading its sockets.
+        self.peer.handle_datagram_waited(now, from, data, waited);
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -672,34 +683,79 @@ where
     }
 }
 
-/// A raw subscriber: registers with the relay, counts packets and latency.
+/// A raw subscriber: registers with the relay, counts packets and latency (to the kernel's
+/// arrival stamp, as the Ferry run's peers measure it), on the same batched loop.
 async fn raw_subscriber(
     relay: SocketAddr,
     epoch: Instant,
-    mut rx: mpsc::Receiver<oneshot::Sender<(u64, LatencyStats)>>,
+    rx: mpsc::Receiver<oneshot::Sender<(u64, LatencyStats)>>,
 ) -> Result<()> {
     let socket = ferry_sfu::udp::bind(([127, 0, 0, 1], 0).into())?;
-    let mut buf = vec![0u8; 2048];
-    let mut count = 0u64;
-    let mut lat = LatencyStats::default();
-    let mut hello = tokio::time::interval(Duration::from_millis(200));
-    loop {
-        tokio::select! {
-            _ = hello.tick(), if count == 0 => { socket.send_to(b"SUB", relay).await?; }
-            r = socket.recv_from(&mut buf) => {
-                let (n, _) = r?;
-                let now_us = epoch.elapsed().as_micros() as u64;
-                if n >= 8 {
-                    let sent = u64::from_be_bytes(buf[..8].try_into().unwrap_or_default());
-                    lat.add(now_us.saturating_sub(sent));
-                }
-                count += 1;
-            }
-            q = rx.recv() => match q {
-                Some(reply) => { let _ = reply.send((count, lat.clone())); }
-                None => return Ok(()),
-            },
+    let mut sub = RawSub {
+        relay,
+        epoch,
+        rx,
+        count: 0,
+        lat: LatencyStats::default(),
+        next_hello: Some(Instant::now()),
+        hello_due: false,
+    };
+    ferry_sfu::udp::serve(&socket, &mut sub).await;
+    Ok(())
+}
+
+/// [`raw_subscriber`]'s state: says hello every 200 ms until packets come.
+struct RawSub {
+    relay: SocketAddr,
+    epoch: Instant,
+    rx: mpsc::Receiver<oneshot::Sender<(u64, LatencyStats)>>,
+    count: u64,
+    lat: LatencyStats,
+    /// When to say hello (again); `None` once packets come.
+    next_hello: Option<Instant>,
+    hello_due: bool,
+}
+
+impl ferry_sfu::udp::Datagrams for RawSub {
+    type Transmit = (SocketAddr, &'static [u8]);
+    type Event = oneshot::Sender<(u64, LatencyStats)>;
+
+    fn view(t: &Self::Transmit) -> (&[u8], SocketAddr) {
+        (t.1, t.0)
+    }
+
+    fn handle_datagram(&mut self, now: Instant, _: SocketAddr, data: &mut [u8], waited: Duration) {
+        let arrived = now.checked_sub(waited).unwrap_or(now);
+        let at_us = arrived.saturating_duration_since(self.epoch).as_micros() as u64;
+        if let Some(stamp) = data.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+            self.lat
+                .add(at_us.saturating_sub(u64::from_be_bytes(stamp)));
         }
+        self.count += 1;
+        self.next_hello = None;
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.count == 0 {
+            self.hello_due = true;
+            self.next_hello = Some(now + Duration::from_millis(200));
+        }
+    }
+
+    fn poll_transmit(&mut self) -> Option<Self::Transmit> {
+        std::mem::take(&mut self.hello_due).then_some((self.relay, b"SUB".as_slice()))
+    }
+
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        self.next_hello
+    }
+
+    async fn next_event(&mut self) -> Option<Self::Event> {
+        self.rx.recv().await
+    }
+
+    fn handle_event(&mut self, reply: Self::Event) {
+        let _ = reply.send((self.count, self.lat.clone()));
     }
 }
 

@@ -474,6 +474,22 @@ impl Peer {
         self.ice_kick = true;
     }
 
+    /// [`Peer::handle_datagram`] for a datagram that waited `waited` in the socket's receive
+    /// buffer before `now` (the kernel's receive stamp, `udp::RecvBatch::waited`): its media
+    /// latency is measured to when it arrived, not to when this peer got to read it, so a busy
+    /// load generator does not add its own queue to what it measures.
+    pub fn handle_datagram_waited(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        data: &mut [u8],
+        waited: std::time::Duration,
+    ) {
+        self.receiver.arrival_lag = waited;
+        self.handle_datagram(now, from, data);
+        self.receiver.arrival_lag = std::time::Duration::ZERO;
+    }
+
     /// Feeds one datagram that arrived at `config.local_addr` from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
         self.last_now = now;

@@ -266,6 +266,9 @@ pub(super) struct Receiver {
     cname: String,
     wall: WallClock,
     latency_epoch: Instant,
+    /// How long the datagram being handled waited in the socket before `now` (zero when not
+    /// known): latency is measured to its arrival.
+    pub arrival_lag: Duration,
     lines: Vec<LineInfo>,
     streams: Vec<RecvStream>,
     pub ssrcs_seen: Vec<u32>,
@@ -301,6 +304,7 @@ impl Receiver {
             cname,
             wall,
             latency_epoch,
+            arrival_lag: Duration::ZERO,
             lines: Vec::new(),
             streams: Vec::new(),
             ssrcs_seen: Vec::new(),
@@ -424,6 +428,7 @@ impl Receiver {
     fn on_media(&mut self, now: Instant, i: usize, h: &RtpHeader, pkt: &[u8], was_rtx: bool) {
         let wall = self.wall;
         let epoch = self.latency_epoch;
+        let arrived = now.checked_sub(self.arrival_lag).unwrap_or(now);
         let s = &mut self.streams[i];
         if was_rtx {
             s.stats.rtx_packets += 1;
@@ -486,7 +491,7 @@ impl Receiver {
             s.stats.unstamped += 1;
             return;
         };
-        let latency = now.saturating_duration_since(capture).as_micros();
+        let latency = arrived.saturating_duration_since(capture).as_micros();
         s.stats
             .latency
             .record(u64::try_from(latency).unwrap_or(u64::MAX));
