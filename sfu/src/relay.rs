@@ -493,6 +493,27 @@ impl RelayIn {
         *c = cache;
     }
 
+    /// A viewer migrating in last got `(track, ssrc)` up to the origin's extended sequence
+    /// `last_ext_seq` on the node it left: this relay takes that as the last packet it saw, so
+    /// what its first packets leave out — sent while the relay was being set up — is NACKed at
+    /// its source (whose cache still has it) instead of being a hole the viewer cannot repair.
+    /// Nothing changes for a track the relay has already received.
+    pub fn expect(&mut self, now: Instant, track: u8, ssrc: u32, last_ext_seq: u64) {
+        let size = self.cache_size;
+        let (_, nack, delta) = self.caches.entry((track, ssrc)).or_insert_with(|| {
+            (
+                PacketCache::new(size),
+                NackGenerator::new(NackConfig::default()),
+                0,
+            )
+        });
+        if nack.highest().is_some() {
+            return;
+        }
+        let (gen_ext, _) = nack.on_packet(now, last_ext_seq as u16);
+        *delta = last_ext_seq.wrapping_sub(gen_ext);
+    }
+
     /// Whether the offer arrived (viewers can be negotiated).
     pub fn ready(&self) -> bool {
         self.relay_id.is_some()
@@ -678,23 +699,44 @@ mod tests {
         assert_eq!(peek_control_relay_id(&wire), Some(relay_id(&cam)));
     }
 
-    #[test]
-    fn relay_in_caches_and_nacks_by_extended_sequence() {
-        let t0 = Instant::now();
-        let mut r = RelayIn::new("127.0.0.1:1".parse().unwrap(), t0, 100);
-        let pkt = |seq: u64| SourcePacket {
+    /// A relayed video packet of SSRC 5 at extended sequence `seq`.
+    fn pkt(seq: u64) -> SourcePacket {
+        SourcePacket {
             ssrc: 5,
             ext_seq: seq,
             ext_ts: seq * 3000,
             keyframe_start: false,
             clock_rate: 90_000,
             vp8: None,
-        };
+        }
+    }
+
+    #[test]
+    fn relay_in_caches_and_nacks_by_extended_sequence() {
+        let t0 = Instant::now();
+        let mut r = RelayIn::new("127.0.0.1:1".parse().unwrap(), t0, 100);
         assert!(r.receive(t0, 1, &pkt(70_000), b"a"));
         assert!(r.receive(t0, 1, &pkt(70_003), b"d"));
         assert!(!r.receive(t0, 1, &pkt(70_003), b"d"), "duplicate");
         assert_eq!(r.cached(1, 5, 70_003), Some(&b"d"[..]));
         let nacks = r.poll_nacks(t0);
         assert_eq!(nacks, vec![(1, 5, vec![70_001, 70_002])]);
+    }
+
+    #[test]
+    fn a_relay_for_a_migrated_viewer_asks_for_what_came_before_its_first_packet() {
+        let t0 = Instant::now();
+        let mut r = RelayIn::new("127.0.0.1:1".parse().unwrap(), t0, 100);
+        // The viewer got up to 131,070 on the node it left (past a 16-bit wrap).
+        r.expect(t0, 1, 5, 131_070);
+        assert!(r.receive(t0, 1, &pkt(131_074), b"x"));
+        assert_eq!(
+            r.poll_nacks(t0),
+            vec![(1, 5, vec![131_071, 131_072, 131_073])]
+        );
+        // A track already flowing is left as it is.
+        r.expect(t0, 1, 5, 131_000);
+        assert!(r.receive(t0, 1, &pkt(131_075), b"y"));
+        assert!(r.poll_nacks(t0).is_empty());
     }
 }

@@ -70,6 +70,7 @@ struct World {
     local: usize,
     local_id: SessionId,
     remote: usize,
+    remote_id: SessionId,
 }
 
 /// Node A with the publisher and viewer `local`, node B with viewer
@@ -118,7 +119,7 @@ fn world_linked(
     tb.core(b, &stream).subscribe_relay(now, &stream, a);
     tb.run_for(Duration::from_millis(300));
     let (local, local_id) = tb.view(a, name, addr("10.0.0.2:4000")).unwrap();
-    let (remote, _) = tb.view(b, name, addr("10.0.0.3:4000")).unwrap();
+    let (remote, remote_id) = tb.view(b, name, addr("10.0.0.3:4000")).unwrap();
     tb.run_for(Duration::from_secs(2));
     World {
         tb,
@@ -129,6 +130,7 @@ fn world_linked(
         local,
         local_id,
         remote,
+        remote_id,
     }
 }
 
@@ -324,6 +326,90 @@ fn sessions_move_and_back_between_nodes_of_two_cores() {
         };
         assert_eq!((on_core(addr(A), 0), on_core(addr(A), 1)), (0, 2));
         assert_eq!((on_core(addr(B), 0), on_core(addr(B), 1)), (0, 1));
+    }
+}
+
+/// The Chromium migration test's sequence in the simulation, on nodes of two cores: the
+/// publisher a→b, the local viewer a→b, the remote viewer b→a (into the node its stream has
+/// just left, which must relay it in again), then each back, a move every 1.5–2.5 s, 1 % loss.
+/// Every viewer plays through every move. (Before, a lost relay offer left the viewer that
+/// moved in without media until the relay's next refresh, up to a second, and what the source
+/// sent meanwhile was never repaired: the Chromium ice-restart test's rare "no media".)
+#[test]
+fn every_session_moves_and_back_on_nodes_of_two_cores() {
+    use rand::RngExt;
+    let seeds: Vec<u64> = match std::env::var("DEBUG_MOVES") {
+        Ok(v) => vec![v.parse().unwrap()],
+        Err(_) => (61..69).collect(),
+    };
+    for seed in seeds {
+        let edge = seed % 2 == 0;
+        let codec = if seed % 4 < 2 {
+            Codec::Vp8
+        } else {
+            Codec::H264
+        };
+        let mut w = world_on(seed, 0.01, codec, edge, 2, "cam");
+        let (a, b) = (w.a, w.b);
+        let mut timing = Timing(rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+        let moves = [
+            (w.publisher_id.clone(), a, b),
+            (w.local_id.clone(), a, b),
+            (w.remote_id.clone(), b, a),
+            (w.publisher_id.clone(), b, a),
+            (w.local_id.clone(), b, a),
+            (w.remote_id.clone(), a, b),
+        ];
+        for (k, (id, from, to)) in moves.iter().enumerate() {
+            let before: Vec<u64> = [w.local, w.remote]
+                .iter()
+                .map(|&v| video(&w.tb, v).packets)
+                .collect();
+            migrate(&mut w.tb, &mut timing, id, *from, *to);
+            let pause = Duration::from_millis(timing.0.random_range(1500..2500));
+            w.tb.run_for(pause);
+            for (i, &v) in [w.local, w.remote].iter().enumerate() {
+                let st = video(&w.tb, v);
+                if std::env::var("DEBUG_MOVES").is_ok() {
+                    eprintln!(
+                        "  seed {seed} move {k}: viewer {v} +{} missing {} holes {:?} gap {:?}",
+                        st.packets - before[i],
+                        st.received.missing(),
+                        st.received.holes().take(4).collect::<Vec<_>>(),
+                        st.max_arrival_gap
+                    );
+                }
+                let got = st.packets - before[i];
+                assert!(
+                    got > 60,
+                    "seed {seed} {codec:?} edge={edge}: viewer {v} got {got} video packets in                      the {pause:?} after move {k}"
+                );
+            }
+        }
+        w.tb.peers[w.publisher].pause_media();
+        w.tb.run_for(Duration::from_secs(2));
+        for v in [w.local, w.remote] {
+            let s = video(&w.tb, v);
+            eprintln!(
+                "seed {seed} {codec:?} edge={edge}: viewer {v} packets {} missing {} largest gap {:?}",
+                s.packets,
+                s.received.missing(),
+                s.max_arrival_gap
+            );
+            assert!(
+                s.max_arrival_gap < Duration::from_millis(300),
+                "seed {seed}: viewer {v}: largest gap {:?}",
+                s.max_arrival_gap
+            );
+            // What the relay missed while it was set up is NACKed at its source (without that,
+            // seeds 65 and 66 leave holes of 20-40 packets); a single packet lost on the two
+            // hops and not repaired in time remains possible (seed 63).
+            assert!(
+                s.received.missing() <= 1,
+                "seed {seed}: viewer {v}: holes {:?}",
+                s.received.holes().take(8).collect::<Vec<_>>()
+            );
+        }
     }
 }
 

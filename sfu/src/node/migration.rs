@@ -368,6 +368,17 @@ impl Node {
         let origin: Option<SocketAddr> = snapshot.origin.parse().ok();
         let stream = session.stream.clone();
         let viewer = matches!(session.role, Role::Viewer(_));
+        // Where the viewer's tracks stand in the source's numbering: (source line, SSRC, ext seq).
+        let forwarded: Vec<(u8, u32, u64)> = match &session.role {
+            Role::Viewer(tracks) => tracks
+                .iter()
+                .filter_map(|t| {
+                    let (ssrc, seq, _) = t.munger.last_source()?;
+                    Some((u8::try_from(t.source()?).ok()?, ssrc, seq))
+                })
+                .collect(),
+            Role::Publisher(_) => Vec::new(),
+        };
         let key = self.insert_detached(session);
         self.out.metrics.sessions_created -= 1;
         self.imports.insert(
@@ -381,7 +392,18 @@ impl Node {
             && self.origin_of(&stream).is_none()
             && let Some(origin) = origin.filter(|o| Some(*o) != self.cluster_addr())
         {
-            self.subscribe_relay(now, &stream, origin);
+            self.subscribe_relay_for_import(now, &stream, origin);
+            // What the source sent between this subscription and the relay's first packet is
+            // asked for again, from where the viewer stood.
+            if let Some(r) = self
+                .streams
+                .get_mut(&stream)
+                .and_then(|e| e.relay_in.as_mut())
+            {
+                for &(track, ssrc, seq) in &forwarded {
+                    r.expect(now, track, ssrc, seq);
+                }
+            }
         }
         Ok(())
     }

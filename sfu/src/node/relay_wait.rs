@@ -55,6 +55,10 @@ enum Want {
     },
     /// The stream itself (a recording starts).
     Stream,
+    /// A viewer migrating in (imported): nobody is answered, but a lost subscription or offer
+    /// is asked again every [`SUBSCRIBE_RETRY`] rather than at the relay's next refresh, since
+    /// the viewer plays from here as soon as it is activated.
+    Import,
 }
 
 /// A request waiting for its stream's relay.
@@ -124,6 +128,17 @@ impl Node {
         Some(self.park(now, stream, origin, Want::Stream))
     }
 
+    /// Subscribes the relay of `stream` for a viewer migrating in, asking again every
+    /// [`SUBSCRIBE_RETRY`] until the offer comes (for at most [`RELAY_WAIT`]).
+    pub(super) fn subscribe_relay_for_import(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        origin: SocketAddr,
+    ) {
+        self.park(now, stream, origin, Want::Import);
+    }
+
     fn park(&mut self, now: Instant, stream: &StreamId, origin: SocketAddr, want: Want) -> u64 {
         self.subscribe_relay(now, stream, origin);
         let w = &mut self.waiting;
@@ -181,6 +196,10 @@ impl Node {
                 self.waiting.parked.push(p);
                 continue;
             }
+            if matches!(p.want, Want::Import) {
+                // Nobody asked: the relay's own refresh goes on.
+                continue;
+            }
             // Playable now, or not in time: the node answers (and counts) either.
             if self.has_stream(&p.stream) {
                 self.out.metrics.relay_waits_answered += 1;
@@ -198,6 +217,7 @@ impl Node {
                     ticket.as_ref(),
                 )),
                 Want::Stream => Answer::Stream(self.has_stream(&p.stream)),
+                Want::Import => continue,
             };
             self.waiting.answers.push_back((p.id, answer));
         }
