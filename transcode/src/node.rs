@@ -1,7 +1,7 @@
 //! A node's transcodes and their HTTP API, mounted on the node's HTTP server:
 //!
 //! - `POST /v1/transcodes {"stream", "ladder": ["720p", "360p"], "id"?}` → `201` the transcode
-//!   (once its worker plays the source; `400` a bad ladder or name, `409` the id runs here,
+//!   (once its rungs are published here, at most 15 s; `400` a bad ladder or name, `409` the id runs here,
 //!   `503` ffmpeg is missing);
 //! - `GET /v1/transcodes`, `GET /v1/transcodes/{id}`;
 //! - `DELETE /v1/transcodes/{id}` → `200` once its ffmpegs ended and its rungs' sessions closed
@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -35,6 +36,10 @@ use crate::worker::{Progress, Worker, WorkerSetup};
 
 /// Transcodes a node keeps listing after they ended.
 const MAX_ENDED: usize = 100;
+
+/// How long `POST /v1/transcodes` waits for the rungs' publishers (the source's first frame,
+/// then one WHIP session per rung); the scheduler's call waits 20 s.
+const RUNGS_WAIT: Duration = Duration::from_secs(15);
 
 struct Task {
     id: TranscodeId,
@@ -317,33 +322,52 @@ impl Transcoders {
             ffmpeg: self.inner.ffmpeg.clone(),
             tickets: tickets.clone(),
         };
-        let mut tasks = relock(&self.inner.tasks);
-        if tasks.get(&id).is_some_and(|t| t.worker.is_some()) {
-            return Err(error(
-                StatusCode::CONFLICT,
-                format!("transcode {id} runs here already"),
-            ));
+        {
+            let mut tasks = relock(&self.inner.tasks);
+            if tasks.get(&id).is_some_and(|t| t.worker.is_some()) {
+                return Err(error(
+                    StatusCode::CONFLICT,
+                    format!("transcode {id} runs here already"),
+                ));
+            }
+            let worker = Worker::start(setup);
+            let task = Task {
+                id: id.clone(),
+                stream,
+                tickets,
+                handing_over: false,
+                last: worker.progress(),
+                worker: Some(worker),
+            };
+            tasks.insert(id.clone(), task);
+            let ended: Vec<TranscodeId> = tasks
+                .values()
+                .filter(|t| t.worker.is_none())
+                .map(|t| t.id.clone())
+                .collect();
+            for old in ended.iter().take(ended.len().saturating_sub(MAX_ENDED)) {
+                tasks.remove(old);
+            }
         }
-        let worker = Worker::start(setup);
-        let task = Task {
-            id: id.clone(),
-            stream,
-            tickets,
-            handing_over: false,
-            last: worker.progress(),
-            worker: Some(worker),
-        };
-        let view = self.view(&task);
-        tasks.insert(id, task);
-        let ended: Vec<TranscodeId> = tasks
-            .values()
-            .filter(|t| t.worker.is_none())
-            .map(|t| t.id.clone())
-            .collect();
-        for old in ended.iter().take(ended.len().saturating_sub(MAX_ENDED)) {
-            tasks.remove(old);
+        // Answered once its rungs are published here (a viewer right after the answer finds
+        // them), or it failed, or after RUNGS_WAIT (the view says `starting` then).
+        let deadline = tokio::time::Instant::now() + RUNGS_WAIT;
+        loop {
+            let view = {
+                let tasks = relock(&self.inner.tasks);
+                let task = tasks.get(&id).ok_or_else(|| {
+                    error(
+                        StatusCode::CONFLICT,
+                        format!("transcode {id} was stopped while it started"),
+                    )
+                })?;
+                self.view(task)
+            };
+            if view.state != "starting" || tokio::time::Instant::now() >= deadline {
+                return Ok(view);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Ok(view)
     }
 
     /// Stops transcode `id`.

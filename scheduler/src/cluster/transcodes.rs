@@ -291,11 +291,26 @@ impl Cluster {
                 Err(e) => t.error = Some(e),
             }
         }
+        if let Some(t) = self.transcodes.get(id).filter(|t| t.node == *to) {
+            let t = t.clone();
+            self.rungs_placed(&t);
+        }
     }
 
     /// A transcode its node started.
     pub fn add_transcode(&mut self, task: TranscodeTask) {
+        self.rungs_placed(&task);
         self.transcodes.insert(task.id.clone(), task);
+    }
+
+    /// Transcode `t`'s rungs are published on its node: a viewer of one that comes before the
+    /// node's next heartbeat goes there, not where the rung's name hashes (no publisher there).
+    fn rungs_placed(&mut self, t: &TranscodeTask) {
+        for r in &t.ladder {
+            if let Ok(rung) = StreamId::new(format!("{}~{r}", t.stream)) {
+                self.placed_publishers.insert(rung, (t.node.clone(), 0));
+            }
+        }
     }
 
     /// One transcode.
@@ -433,6 +448,28 @@ mod tests {
         ));
     }
 
+    /// A running x264 transcode of `stream` on node `on`.
+    fn x264_task(
+        id: &TranscodeId,
+        stream: &StreamId,
+        ladder: &[String],
+        on: &str,
+    ) -> TranscodeTask {
+        TranscodeTask {
+            id: id.clone(),
+            stream: stream.clone(),
+            ladder: ladder.to_vec(),
+            node: node(on),
+            running: true,
+            on_gpu: false,
+            moves: 0,
+            encoder: "libx264".into(),
+            encoder_note: None,
+            in_flight: false,
+            error: None,
+        }
+    }
+
     fn moves(actions: Vec<super::super::Action>) -> Vec<TranscodeOrder> {
         actions
             .into_iter()
@@ -480,19 +517,7 @@ mod tests {
         beat_streams(&mut c, t0, "c", &[("r", "live~360p", Publish)]);
         let live = StreamId::new("live").unwrap();
         let id = TranscodeId::new("t1").unwrap();
-        c.add_transcode(TranscodeTask {
-            id: id.clone(),
-            stream: live.clone(),
-            ladder: vec!["360p".into()],
-            node: node("b"),
-            running: true,
-            on_gpu: false,
-            moves: 0,
-            encoder: "libx264".into(),
-            encoder_note: None,
-            in_flight: false,
-            error: None,
-        });
+        c.add_transcode(x264_task(&id, &live, &["360p".into()], "b"));
         assert!(
             moves(c.tick(t0)).is_empty(),
             "nothing moves while b is active"
@@ -530,5 +555,61 @@ mod tests {
         let o = moves(c.tick(late));
         assert_eq!(o.len(), 1, "{o:?}");
         assert_eq!((o[0].from.clone(), o[0].to.0.as_str()), (None, "a"));
+    }
+
+    #[test]
+    fn viewers_of_a_rung_go_to_its_transcode_s_node_before_its_heartbeat_shows_it() {
+        use ferry_proto::api::{PlacementKind, PlacementRequest};
+        let t0 = Instant::now();
+        let ladder: Vec<String> = ["144p", "240p", "360p", "480p", "720p", "1080p"]
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        let view = |c: &mut Cluster, rung: &str| {
+            c.place(&PlacementRequest {
+                key: format!("live~{rung}"),
+                kind: PlacementKind::View,
+                requirements: Default::default(),
+            })
+            .unwrap()
+            .node
+        };
+        let cluster = || {
+            let mut c = Cluster::new(ClusterConfig::default(), t0).unwrap();
+            beat_streams(&mut c, t0, "a", &[("p", "live", SessionKind::Publish)]);
+            beat_streams(&mut c, t0, "b", &[]);
+            beat_streams(&mut c, t0, "c", &[]);
+            for n in ["a", "b", "c"] {
+                c.set_weight(&node(n), Some(1.0)).unwrap();
+            }
+            c
+        };
+        // Without the hint the rungs' names hash over the nodes: not all to b.
+        let mut plain = cluster();
+        let hashed: Vec<NodeId> = ladder.iter().map(|r| view(&mut plain, r)).collect();
+        assert!(hashed.iter().any(|n| *n != node("b")), "{hashed:?}");
+
+        let mut c = cluster();
+        let id = TranscodeId::new("t1").unwrap();
+        c.add_transcode(x264_task(
+            &id,
+            &StreamId::new("live").unwrap(),
+            &ladder,
+            "b",
+        ));
+        for r in &ladder {
+            assert_eq!(view(&mut c, r), node("b"), "a viewer of live~{r}");
+        }
+        // A failed move changes nothing; a done one sends the next viewers to c.
+        c.transcode_moved(&id, &node("c"), false, Err("refused".into()));
+        assert_eq!(view(&mut c, "360p"), node("b"));
+        c.transcode_moved(&id, &node("c"), false, Ok(()));
+        for r in &ladder {
+            assert_eq!(
+                view(&mut c, r),
+                node("c"),
+                "a viewer of live~{r} after the move"
+            );
+        }
     }
 }
