@@ -106,6 +106,16 @@ pub struct ForwardArgs {
     /// when the machine has more, else it and the bench share them all.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     workers: Vec<usize>,
+    /// Only the node's scaling over `--workers`: for each count, the saturation search of the
+    /// node alone. Every subscriber but `--probes` stops reading its socket once all play
+    /// (a sink: receive buffer at the kernel's minimum, what comes is dropped in the kernel),
+    /// so the load generator costs next to nothing; packets out are the node's own forwarded
+    /// count, latency and loss the probes'. Ferry / raw and Ferry / Janus are not measured.
+    #[arg(long)]
+    scaling: bool,
+    /// Subscribers that keep reading in `--scaling` runs (at least one per stream).
+    #[arg(long, default_value_t = 8)]
+    probes: usize,
 }
 
 pub async fn run(cmd: BenchCommand) -> Result<()> {
@@ -246,18 +256,42 @@ const FPS: f64 = 30.0;
 
 pub(crate) enum PeerCmd {
     Stats(oneshot::Sender<PeerStats>),
+    /// Stop reading: the peer becomes a sink (`ferry bench forward --scaling`).
+    Park,
     Stop,
 }
 
 /// Drives one test peer on its own UDP socket (the node's batched loop).
 pub(crate) async fn drive_peer(peer: Peer, socket: UdpSocket, rx: mpsc::Receiver<PeerCmd>) {
-    ferry_sfu::udp::serve(&socket, &mut PeerLoop { peer, rx }).await;
+    let mut l = PeerLoop {
+        peer,
+        rx,
+        parked: false,
+    };
+    ferry_sfu::udp::serve(&socket, &mut l).await;
+    if !l.parked {
+        return;
+    }
+    // A sink: the socket stays open and unread, its receive buffer at the kernel's minimum, so
+    // the kernel drops what the node sends it (no ICMP back) and this process does no work.
+    let _ = nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::RcvBuf, &1);
+    while let Some(cmd) = l.rx.recv().await {
+        match cmd {
+            PeerCmd::Stats(tx) => {
+                let _ = tx.send(l.peer.stats());
+            }
+            PeerCmd::Stop => break,
+            PeerCmd::Park => {}
+        }
+    }
 }
 
 /// A test peer as the UDP loop sees it; its own input is the bench's commands.
 struct PeerLoop {
     peer: Peer,
     rx: mpsc::Receiver<PeerCmd>,
+    /// Told to stop reading ([`PeerCmd::Park`]).
+    parked: bool,
 }
 
 impl ferry_sfu::udp::Datagrams for PeerLoop {
@@ -295,6 +329,10 @@ impl ferry_sfu::udp::Datagrams for PeerLoop {
     async fn next_event(&mut self) -> Option<PeerCmd> {
         match self.rx.recv().await {
             Some(PeerCmd::Stop) | None => None,
+            Some(PeerCmd::Park) => {
+                self.parked = true;
+                None
+            }
             cmd => cmd,
         }
     }
@@ -479,6 +517,10 @@ struct FerryRun {
     /// The node's counters at the end: video packets shed, shed ratio.
     dropped_overload: f64,
     shed_ratio: f64,
+    /// CPU the load generator (this process: publishers, subscribers) used, in cores.
+    generator_cores: f64,
+    /// Datagrams per second a worker received for another core and handed over.
+    handed_off_pps: f64,
 }
 
 /// `workers` stream names, each owned by a different core of a node with that many.
@@ -583,6 +625,21 @@ async fn measure_ferry(
         .await
         .context("viewers did not all start playing")?;
     tokio::time::sleep(Duration::from_secs(1)).await;
+    // `--scaling`: all but the probes (the first, over every stream) become sinks.
+    let sink = args.scaling && n > args.probes.max(streams.len());
+    let viewers_all = viewers;
+    let viewers = if sink {
+        let probes = args.probes.max(streams.len());
+        for v in &viewers_all[probes..] {
+            v.tx.send(PeerCmd::Park).await.ok().context("peer gone")?;
+        }
+        // Their receive buffers fill; what the node sends them is dropped from then on.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        &viewers_all[..probes]
+    } else {
+        &viewers_all[..]
+    };
+    let forwarded = || node_metric(&http, "ferry_node_rtp_forwarded_total");
 
     let received = |stats: &[PeerStats]| -> u64 {
         stats
@@ -596,14 +653,21 @@ async fn measure_ferry(
             s.iter().flat_map(|s| &s.sent).map(|r| r.bytes).sum(),
         )
     };
-    let s0 = all_stats(&viewers).await?;
+    let s0 = all_stats(viewers).await?;
     let p0 = sent(&all_stats(&publishers).await?);
+    let f0 = if sink { forwarded().await? } else { 0.0 };
+    let handed_off = || node_metric(&http, "ferry_node_handed_off_total");
+    let h0 = handed_off().await?;
     let cpu0 = cpu_seconds(node.pid(), ticks)?;
+    let gen0 = cpu_seconds(std::process::id(), ticks)?;
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(args.duration)).await;
-    let s1 = all_stats(&viewers).await?;
+    let s1 = all_stats(viewers).await?;
     let p1 = sent(&all_stats(&publishers).await?);
+    let f1 = if sink { forwarded().await? } else { 0.0 };
+    let h1 = handed_off().await?;
     let cpu1 = cpu_seconds(node.pid(), ticks)?;
+    let gen1 = cpu_seconds(std::process::id(), ticks)?;
     let dur = t0.elapsed().as_secs_f64();
     let rss1 = rss_bytes(node.pid())?;
     let heap1 = heap_bytes(&http).await?;
@@ -627,14 +691,13 @@ async fn measure_ferry(
         .map(|(a, b)| (video(a), video(b)))
         .collect();
     let pkts = p1.0.saturating_sub(p0.0);
+    let out = if sink {
+        (f1 - f0).max(0.0) as u64
+    } else {
+        received(&s1).saturating_sub(received(&s0))
+    };
     Ok(FerryRun {
-        side: side(
-            received(&s1).saturating_sub(received(&s0)),
-            dur,
-            cpu1 - cpu0,
-            &lat,
-            missing,
-        ),
+        side: side(out, dur, cpu1 - cpu0, &lat, missing),
         // One publisher's rate (each stream has one).
         publisher_pps: pkts as f64 / dur / streams.len() as f64,
         packet_bytes: p1.1.saturating_sub(p0.1) as f64 / pkts.max(1) as f64,
@@ -644,6 +707,8 @@ async fn measure_ferry(
         viewers_with_keyframe: progress.iter().filter(|(a, b)| b.1 > a.1).count(),
         dropped_overload: node_metric(&http, "ferry_node_dropped_overload_total").await?,
         shed_ratio: node_metric(&http, "ferry_node_shed_ratio").await?,
+        generator_cores: (gen1 - gen0) / dur,
+        handed_off_pps: (h1 - h0) / dur,
     })
 }
 
@@ -841,6 +906,9 @@ async fn measure_raw(
 async fn forward(args: ForwardArgs) -> Result<()> {
     let ticks = clock_ticks();
     cpu_count();
+    if args.scaling {
+        return scaling(&args, ticks).await;
+    }
     let mut rows = Vec::new();
     let mut worker_rows = Vec::new();
     println!(
@@ -984,6 +1052,9 @@ struct SatStep {
     pps_per_core: f64,
     /// Within 0.1 % undelivered and 50 ms p99.
     sustained: bool,
+    /// CPU the load generator used, in cores (Ferry runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generator_cores: Option<f64>,
 }
 
 impl SatStep {
@@ -999,12 +1070,13 @@ impl SatStep {
             cpu_cores: side.cpu_cores,
             pps_per_core: side.pps_per_core,
             sustained: undelivered <= 0.001 && side.latency_p99_us.is_some_and(|p| p <= 50_000),
+            generator_cores: None,
         }
     }
 
     fn print(&self, who: &str) {
         println!(
-            "{who:>6} {:>6} subs | demand {:>9.0} pps | out {:>9.0} pps | undelivered {:>6.2} % | p99 {:>8} µs | {:>4.2} cores | {:>9.0} pps/core | {}",
+            "{who:>6} {:>6} subs | demand {:>9.0} pps | out {:>9.0} pps | undelivered {:>6.2} % | p99 {:>8} µs | {:>4.2} cores | {:>9.0} pps/core | {}{}",
             self.subscribers,
             self.demand_pps,
             self.out_pps,
@@ -1016,7 +1088,9 @@ impl SatStep {
                 "sustained"
             } else {
                 "saturated"
-            }
+            },
+            self.generator_cores
+                .map_or(String::new(), |g| format!(" | generator {g:.2} cores"))
         );
     }
 }
@@ -1070,6 +1144,116 @@ where
     }
 }
 
+/// Narrows a search's boundary: halves the gap between its highest sustained step and the
+/// next count that was not sustained until it is within a sixteenth (the ×1.5 steps alone
+/// would leave the sustained figure up to a third short).
+async fn refine<F, Fut>(steps: &mut Vec<SatStep>, who: &str, mut step: F) -> Result<()>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<SatStep>>,
+{
+    loop {
+        let Some(lo) = steps
+            .iter()
+            .filter(|s| s.sustained)
+            .map(|s| s.subscribers)
+            .max()
+        else {
+            return Ok(());
+        };
+        let Some(hi) = steps
+            .iter()
+            .filter(|s| !s.sustained && s.subscribers > lo)
+            .map(|s| s.subscribers)
+            .min()
+        else {
+            return Ok(());
+        };
+        if hi - lo <= (lo / 16).max(1) {
+            return Ok(());
+        }
+        let s = step(lo + (hi - lo) / 2).await?;
+        s.print(who);
+        steps.push(s);
+    }
+}
+
+/// `--scaling`: the node alone (sink subscribers) at each `--workers` count, searched to
+/// saturation and refined; each count's highest sustained packets out over the first's.
+async fn scaling(args: &ForwardArgs, ticks: f64) -> Result<()> {
+    let start = args.subscribers.first().copied().unwrap_or(100);
+    let cpus = cpu_count();
+    println!(
+        "node scaling over --workers {:?}: all subscribers but {} probes are sinks; {cpus} CPUs",
+        args.workers, args.probes
+    );
+    let mut runs = Vec::new();
+    for &w in &args.workers {
+        let who = format!("w{w}");
+        let run = |n: usize| async move {
+            let r = measure_ferry(n, w, args, ticks).await?;
+            if w > 1 {
+                println!(
+                    "{:>6} {n:>6} subs | handed to another core {:.0} datagrams/s",
+                    "", r.handed_off_pps
+                );
+            }
+            Ok(SatStep {
+                generator_cores: Some(r.generator_cores),
+                ..SatStep::new(n, r.publisher_pps, &r.side)
+            })
+        };
+        let mut steps = search(start, args.max_subscribers, &who, run).await?;
+        refine(&mut steps, &who, run).await?;
+        let best = steps
+            .iter()
+            .filter(|s| s.sustained)
+            .max_by_key(|s| s.subscribers)
+            .cloned();
+        match &best {
+            Some(b) => println!(
+                "--workers {w}: sustained {} subscribers, {:.0} pps out on {:.2} cores ({} pinned to {w} CPUs), generator {:.2} cores",
+                b.subscribers,
+                b.out_pps,
+                b.cpu_cores,
+                if args.pin && cpus > w { "node" } else { "not" },
+                b.generator_cores.unwrap_or(0.0)
+            ),
+            None => println!("--workers {w}: no step sustained"),
+        }
+        runs.push((w, args.pin && cpus > w, steps, best));
+    }
+    let first = runs.first().and_then(|r| r.3.as_ref()).map(|b| b.out_pps);
+    let mut json = Vec::new();
+    for (w, pinned, steps, best) in &runs {
+        let over_first = best
+            .as_ref()
+            .zip(first)
+            .map(|(b, f)| b.out_pps / f.max(1.0));
+        if let Some(r) = over_first {
+            println!(
+                "--workers {w}: {r:.2}x the sustained packets out of --workers {}",
+                args.workers[0]
+            );
+        }
+        json.push(serde_json::json!({
+            "workers": w,
+            "node_pinned": pinned,
+            "steps": steps,
+            "sustained": best,
+            "out_over_first": over_first,
+        }));
+    }
+    let out = args.out.with_extension("scaling.json");
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let json = serde_json::json!({ "cpus": cpus, "probes": args.probes, "runs": json });
+    std::fs::write(&out, serde_json::to_string_pretty(&json)?)?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
 async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
     let start = args.subscribers.first().copied().unwrap_or(50);
     println!(
@@ -1082,7 +1266,10 @@ async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
         async move {
             let r = measure_ferry(n, 1, args, ticks).await?;
             publisher.set((r.publisher_pps, r.packet_bytes));
-            Ok(SatStep::new(n, r.publisher_pps, &r.side))
+            Ok(SatStep {
+                generator_cores: Some(r.generator_cores),
+                ..SatStep::new(n, r.publisher_pps, &r.side)
+            })
         }
     })
     .await?;

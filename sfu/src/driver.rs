@@ -386,7 +386,7 @@ pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
     let id = node.id().clone();
     let events = SessionEvents::default();
     let (cores, workers) = Cores::new(vec![node], vec![socket], events.clone(), id.clone());
-    run(cores, workers, rx, None);
+    run(cores, workers, rx, None)?;
     Ok(NodeHandle {
         tx,
         udp,
@@ -409,17 +409,18 @@ async fn migrator_input(
     }
 }
 
-/// Starts the workers and the control task.
+/// Starts the workers (a thread each) and the control task.
 fn run(
     cores: Arc<Cores>,
     workers: Vec<cores::Worker>,
     rx: mpsc::Receiver<Command>,
     cluster: Option<ClusterRuntime>,
-) {
+) -> std::io::Result<()> {
     for w in workers {
-        tokio::spawn(cores::run_worker(cores.clone(), w));
+        cores::start_worker(cores.clone(), w)?;
     }
     tokio::spawn(control(cores, rx, cluster));
+    Ok(())
 }
 
 /// The control task: commands from the HTTP layer and the migrator, each driving the core
@@ -851,7 +852,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     let (cores, shards) = Cores::new(nodes, sockets, events.clone(), id);
     tracing::info!(workers, %udp, "media workers started");
     let (tx, rx) = mpsc::channel(256);
-    run(cores, shards, rx, runtime);
+    run(cores, shards, rx, runtime)?;
     let handle = NodeHandle {
         tx,
         udp,

@@ -1,6 +1,6 @@
 //! The node's cores and their workers (`--workers N`, [`crate::shards`] has the design).
 //!
-//! Each core is a [`Node`] behind a mutex, driven by one worker task that owns a socket of
+//! Each core is a [`Node`] behind a mutex, driven by one worker thread that owns a socket of
 //! the node's address (`SO_REUSEPORT` when there are several): read a batch → for each
 //! datagram the [`Router`] names the core that owns it → handle it here or hand it to that
 //! core's worker → send what the core produced. The control task (HTTP commands, the
@@ -73,7 +73,7 @@ pub(super) struct Cores {
 pub(super) struct Worker {
     index: usize,
     inbox: mpsc::Receiver<Handed>,
-    socket: Arc<UdpSocket>,
+    socket: UdpSocket,
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -112,7 +112,7 @@ impl Cores {
             workers.push(Worker {
                 index,
                 inbox: rx,
-                socket: Arc::new(socket),
+                socket,
             });
         }
         let cores = Arc::new(Cores {
@@ -417,16 +417,54 @@ impl ferry_migrator::SessionHost for CoresHost<'_> {
 }
 
 /// Runs core `w.index`'s worker until the node stops: [`crate::udp::serve`] on its socket.
-pub(super) async fn run_worker(cores: Arc<Cores>, w: Worker) {
-    let socket = w.socket.clone();
-    crate::udp::serve(&socket, &mut WorkerLoop { cores, w }).await;
+/// Its thread is its own (a current-thread runtime): a worker busy with a fan-out never holds
+/// up another core's worker, as two tasks of one shared runtime could.
+pub(super) fn start_worker(cores: Arc<Cores>, w: Worker) -> std::io::Result<()> {
+    let Worker {
+        index,
+        inbox,
+        socket,
+    } = w;
+    // Registered again with the worker's own runtime below.
+    let socket = socket.into_std()?;
+    std::thread::Builder::new()
+        .name(format!("ferry-core-{index}"))
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(core = index, error = %e, "no runtime for the core's worker");
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let socket = match UdpSocket::from_std(socket) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::error!(core = index, error = %e, "the core's socket");
+                        return;
+                    }
+                };
+                let mut core = WorkerLoop {
+                    cores,
+                    index,
+                    inbox,
+                };
+                crate::udp::serve(&socket, &mut core).await;
+            });
+        })?;
+    Ok(())
 }
 
 /// One core as the UDP loop sees it: a datagram goes to the core the [`Router`] names
 /// (this one, or another's inbox); what this core produces goes out on this worker's socket.
 struct WorkerLoop {
     cores: Arc<Cores>,
-    w: Worker,
+    index: usize,
+    inbox: mpsc::Receiver<Handed>,
 }
 
 /// A worker's own input besides its socket and its timer.
@@ -453,7 +491,7 @@ impl crate::udp::Datagrams for WorkerLoop {
         data: &mut [u8],
         waited: Duration,
     ) {
-        let (cores, i) = (&self.cores, self.w.index);
+        let (cores, i) = (&self.cores, self.index);
         let owner = if cores.len() == 1 {
             None
         } else {
@@ -470,23 +508,23 @@ impl crate::udp::Datagrams for WorkerLoop {
     }
 
     fn handle_timeout(&mut self, now: Instant) {
-        let mut node = self.cores.lock(self.w.index);
+        let mut node = self.cores.lock(self.index);
         node.handle_timeout(now);
-        self.cores.publish_routes(self.w.index, &mut node);
+        self.cores.publish_routes(self.index, &mut node);
     }
 
     fn poll_transmit(&mut self) -> Option<Self::Transmit> {
-        self.cores.lock(self.w.index).poll_transmit()
+        self.cores.lock(self.index).poll_transmit()
     }
 
     fn poll_timeout(&mut self) -> Option<Instant> {
-        let mut node = self.cores.lock(self.w.index);
-        housekeeping(&self.cores, self.w.index, &mut node);
+        let mut node = self.cores.lock(self.index);
+        housekeeping(&self.cores, self.index, &mut node);
         node.poll_timeout()
     }
 
     fn sent(&mut self, batch: &mut Vec<Self::Transmit>, refused: usize) {
-        let mut node = self.cores.lock(self.w.index);
+        let mut node = self.cores.lock(self.index);
         node.metrics_mut().send_errors += refused as u64;
         for t in batch.drain(..) {
             node.recycle(t.data);
@@ -494,28 +532,21 @@ impl crate::udp::Datagrams for WorkerLoop {
     }
 
     async fn next_event(&mut self) -> Option<WorkerEvent> {
-        let wake = &self.cores.cores[self.w.index].wake;
+        let wake = &self.cores.cores[self.index].wake;
         tokio::select! {
-            h = self.w.inbox.recv() => h.map(WorkerEvent::Handed),
+            h = self.inbox.recv() => h.map(WorkerEvent::Handed),
             () = wake.notified() => Some(WorkerEvent::Woken),
         }
     }
 
     fn try_event(&mut self) -> Option<WorkerEvent> {
-        self.w.inbox.try_recv().ok().map(WorkerEvent::Handed)
+        self.inbox.try_recv().ok().map(WorkerEvent::Handed)
     }
 
     fn handle_event(&mut self, event: WorkerEvent) {
         if let WorkerEvent::Handed(mut h) = event {
             let now = Instant::now();
-            handle(
-                &self.cores,
-                self.w.index,
-                now,
-                h.from,
-                &mut h.data,
-                h.waited,
-            );
+            handle(&self.cores, self.index, now, h.from, &mut h.data, h.waited);
         }
     }
 }
