@@ -186,6 +186,13 @@ fn stamp(m: &nix::sys::socket::RecvMsg<'_, '_, SockaddrStorage>) -> Option<std::
 /// `WouldBlock` when nothing is (and the socket's readiness is cleared, so
 /// `socket.readable()` waits for the next).
 pub fn try_recv_batch(socket: &UdpSocket, batch: &mut RecvBatch) -> std::io::Result<usize> {
+    socket.try_io(Interest::READABLE, || recv_now(socket, batch))
+}
+
+/// [`try_recv_batch`] without asking tokio whether the socket is readable: its readiness is
+/// only as fresh as the last time the runtime polled, which a worker busy sending does not
+/// do. `WouldBlock` when nothing waits.
+fn recv_now(socket: &UdpSocket, batch: &mut RecvBatch) -> std::io::Result<usize> {
     batch.lens.clear();
     batch.from.clear();
     batch.stamps.clear();
@@ -200,7 +207,7 @@ pub fn try_recv_batch(socket: &UdpSocket, batch: &mut RecvBatch) -> std::io::Res
         last,
         ..
     } = batch;
-    let got = socket.try_io(Interest::READABLE, || {
+    let got = (|| {
         let mut headers =
             MultiHeaders::<SockaddrStorage>::preallocate(want, Some(nix::cmsg_space!(TimeSpec)));
         let mut slices: Vec<[IoSliceMut<'_>; 1]> = bufs[..want]
@@ -223,7 +230,7 @@ pub fn try_recv_batch(socket: &UdpSocket, batch: &mut RecvBatch) -> std::io::Res
             }
         }
         Ok(lens.len())
-    });
+    })();
     if let Ok(k) = got {
         *last = k;
     }
@@ -338,6 +345,57 @@ pub trait Datagrams {
     }
     /// Handles its own input.
     fn handle_event(&mut self, event: Self::Event);
+    /// Whether [`serve`] reads the socket between the send batches of a long output (a
+    /// fan-out) and offers each datagram to [`Datagrams::divert`]: a node of several cores
+    /// hands another core's datagrams over at once instead of making them wait behind this
+    /// core's fan-out. What is not diverted is handled afterwards, in the order it came.
+    fn diverts(&self) -> bool {
+        false
+    }
+    /// A datagram read while this core was sending ([`Datagrams::diverts`]): true when it
+    /// was given elsewhere (done with here).
+    fn divert(&mut self, from: SocketAddr, data: &mut [u8], waited: std::time::Duration) -> bool {
+        let _ = (from, data, waited);
+        false
+    }
+}
+
+/// Datagrams read between send batches that stay with this core, copied out of the receive
+/// batch (buffers reused), handled once the output that was going out is done.
+#[derive(Default)]
+struct Early {
+    batch: RecvBatch,
+    /// Sender, bytes, how long it had waited in the socket, when it was read.
+    kept:
+        std::collections::VecDeque<(SocketAddr, Vec<u8>, std::time::Duration, std::time::Instant)>,
+    pool: Vec<Vec<u8>>,
+}
+
+/// At most this many datagrams wait in [`Early`]; past it, reading between sends pauses.
+const EARLY_MAX: usize = 1024;
+
+impl Early {
+    /// Reads what waits in the socket and offers it to `core`'s [`Datagrams::divert`].
+    fn read<D: Datagrams>(&mut self, socket: &UdpSocket, core: &mut D) {
+        if self.kept.len() >= EARLY_MAX {
+            return;
+        }
+        let Ok(k) = recv_now(socket, &mut self.batch) else {
+            return;
+        };
+        let (now, wall) = (std::time::Instant::now(), std::time::SystemTime::now());
+        for j in 0..k {
+            let waited = self.batch.waited(j, wall);
+            let (data, from) = self.batch.get_mut(j);
+            if core.divert(from, data, waited) {
+                continue;
+            }
+            let mut buf = self.pool.pop().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(data);
+            self.kept.push_back((from, buf, waited, now));
+        }
+    }
 }
 
 /// The one batched UDP loop: serves `core` on `socket` (`recvmmsg` in, [`RECV_ROUNDS`]
@@ -345,8 +403,21 @@ pub trait Datagrams {
 pub async fn serve<D: Datagrams>(socket: &UdpSocket, core: &mut D) {
     let mut batch = RecvBatch::default();
     let mut out = Vec::with_capacity(BATCH);
+    let mut early = Early::default();
+    let early = &mut early;
     loop {
-        flush(socket, core, &mut out).await;
+        flush(socket, core, &mut out, early).await;
+        // What was read between sends and kept, before anything newer.
+        while let Some((from, mut buf, waited, read_at)) = early.kept.pop_front() {
+            // The time it was kept here counts as waiting too (the overload controller's input).
+            let now = std::time::Instant::now();
+            core.handle_datagram(now, from, &mut buf, waited + (now - read_at));
+            early.pool.push(buf);
+            if D::FLUSH_EACH {
+                flush(socket, core, &mut out, early).await;
+            }
+        }
+        flush(socket, core, &mut out, early).await;
         let sleep = sleep_until(core.poll_timeout());
         tokio::select! {
             r = socket.readable() => {
@@ -364,10 +435,14 @@ pub async fn serve<D: Datagrams>(socket: &UdpSocket, core: &mut D) {
                         let (data, from) = batch.get_mut(j);
                         core.handle_datagram(now, from, data, waited);
                         if D::FLUSH_EACH {
-                            flush(socket, core, &mut out).await;
+                            flush(socket, core, &mut out, early).await;
                         }
                     }
-                    flush(socket, core, &mut out).await;
+                    flush(socket, core, &mut out, early).await;
+                    if !early.kept.is_empty() {
+                        // Newer datagrams were read between sends: those first.
+                        break;
+                    }
                     if !batch.full() {
                         break;
                     }
@@ -378,7 +453,7 @@ pub async fn serve<D: Datagrams>(socket: &UdpSocket, core: &mut D) {
                 loop {
                     core.handle_event(e);
                     if D::FLUSH_EACH {
-                        flush(socket, core, &mut out).await;
+                        flush(socket, core, &mut out, early).await;
                     }
                     match core.try_event() {
                         Some(next) => e = next,
@@ -391,10 +466,19 @@ pub async fn serve<D: Datagrams>(socket: &UdpSocket, core: &mut D) {
     }
 }
 
-/// Sends everything `core` has to send, in [`BATCH`]es.
-async fn flush<D: Datagrams>(socket: &UdpSocket, core: &mut D, out: &mut Vec<D::Transmit>) {
+/// Sends everything `core` has to send, in [`BATCH`]es; between batches, for a core that
+/// [`Datagrams::diverts`], reads the socket into `early`.
+async fn flush<D: Datagrams>(
+    socket: &UdpSocket,
+    core: &mut D,
+    out: &mut Vec<D::Transmit>,
+    early: &mut Early,
+) {
     while let Some(refused) = send_next_batch(socket, out, || core.poll_transmit(), D::view).await {
         core.sent(out, refused);
+        if core.diverts() {
+            early.read(socket, core);
+        }
     }
 }
 
@@ -628,6 +712,121 @@ mod tests {
             .expect("task");
         assert_eq!(core.timeouts, 1);
         assert_eq!(core.sent, 330);
+    }
+
+    /// Starts with `out` to send; diverts what comes from `divert_from`, notes the rest with
+    /// how much was still to send when it was handled.
+    struct Diverter {
+        out: std::collections::VecDeque<(Vec<u8>, SocketAddr)>,
+        divert_from: SocketAddr,
+        diverted: Vec<(u8, usize)>,
+        handled: Vec<(u8, usize)>,
+        sent: usize,
+        rx: tokio::sync::mpsc::Receiver<()>,
+    }
+
+    impl Datagrams for Diverter {
+        type Transmit = (Vec<u8>, SocketAddr);
+        type Event = ();
+        const FLUSH_EACH: bool = true;
+
+        fn view(t: &Self::Transmit) -> (&[u8], SocketAddr) {
+            (&t.0[..], t.1)
+        }
+
+        fn handle_datagram(
+            &mut self,
+            _: std::time::Instant,
+            _: SocketAddr,
+            data: &mut [u8],
+            _: std::time::Duration,
+        ) {
+            self.handled.push((data[0], self.out.len()));
+        }
+
+        fn handle_timeout(&mut self, _: std::time::Instant) {}
+
+        fn poll_transmit(&mut self) -> Option<Self::Transmit> {
+            self.out.pop_front()
+        }
+
+        fn poll_timeout(&mut self) -> Option<std::time::Instant> {
+            None
+        }
+
+        fn sent(&mut self, batch: &mut Vec<Self::Transmit>, refused: usize) {
+            self.sent += batch.len() - refused;
+        }
+
+        async fn next_event(&mut self) -> Option<Self::Event> {
+            self.rx.recv().await
+        }
+
+        fn handle_event(&mut self, (): Self::Event) {}
+
+        fn diverts(&self) -> bool {
+            true
+        }
+
+        fn divert(&mut self, from: SocketAddr, data: &mut [u8], _: std::time::Duration) -> bool {
+            if from != self.divert_from {
+                return false;
+            }
+            self.diverted.push((data[0], self.out.len()));
+            true
+        }
+    }
+
+    #[tokio::test]
+    async fn datagrams_read_between_a_fan_out_s_batches_are_diverted_or_kept_in_order() {
+        let node = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let (a, b, sink) = (
+            bind("127.0.0.1:0".parse().expect("addr")).expect("bind"),
+            bind("127.0.0.1:0".parse().expect("addr")).expect("bind"),
+            bind("127.0.0.1:0".parse().expect("addr")).expect("bind"),
+        );
+        let node_at = node.local_addr().expect("node");
+        // Waiting in the node's socket before its loop starts with 640 datagrams to send.
+        for i in 0..10u8 {
+            a.send_to(&[i], node_at).await.expect("a");
+            b.send_to(&[100 + i], node_at).await.expect("b");
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let to = sink.local_addr().expect("sink");
+        let mut core = Diverter {
+            out: (0..640).map(|_| (vec![0u8; 100], to)).collect(),
+            divert_from: a.local_addr().expect("a"),
+            diverted: Vec::new(),
+            handled: Vec::new(),
+            sent: 0,
+            rx,
+        };
+        let task = tokio::spawn(async move {
+            serve(&node, &mut core).await;
+            core
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        drop(tx);
+        let core = tokio::time::timeout(std::time::Duration::from_secs(5), task)
+            .await
+            .expect("serve stops")
+            .expect("task");
+        assert_eq!(core.sent, 640);
+        // a's datagrams were given away between the first send batches, not after the 640.
+        assert_eq!(
+            core.diverted.iter().map(|d| d.0).collect::<Vec<u8>>(),
+            (0..10).collect::<Vec<u8>>()
+        );
+        assert!(
+            core.diverted.iter().all(|d| d.1 >= 500),
+            "{:?}",
+            core.diverted
+        );
+        // b's were kept and handled in order once the output was out.
+        assert_eq!(
+            core.handled,
+            (100..110).map(|i| (i, 0)).collect::<Vec<(u8, usize)>>()
+        );
     }
 
     #[tokio::test]

@@ -507,6 +507,26 @@ impl crate::udp::Datagrams for WorkerLoop {
         }
     }
 
+    fn diverts(&self) -> bool {
+        self.cores.len() > 1
+    }
+
+    fn divert(&mut self, from: SocketAddr, data: &mut [u8], waited: Duration) -> bool {
+        let (cores, i) = (&self.cores, self.index);
+        let owner = cores
+            .router
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .route(from, data);
+        match owner {
+            Some(o) if o != i => {
+                hand(cores, i, o, data, from, waited);
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn handle_timeout(&mut self, now: Instant) {
         let mut node = self.cores.lock(self.index);
         node.handle_timeout(now);
