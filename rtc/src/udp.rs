@@ -207,34 +207,29 @@ fn recv_now(socket: &UdpSocket, batch: &mut RecvBatch) -> std::io::Result<usize>
         last,
         ..
     } = batch;
-    let got = (|| {
-        let mut headers =
-            MultiHeaders::<SockaddrStorage>::preallocate(want, Some(nix::cmsg_space!(TimeSpec)));
-        let mut slices: Vec<[IoSliceMut<'_>; 1]> = bufs[..want]
-            .iter_mut()
-            .map(|b| [IoSliceMut::new(&mut b[..])])
-            .collect();
-        let got = nix::sys::socket::recvmmsg(
-            fd,
-            &mut headers,
-            slices.iter_mut(),
-            MsgFlags::MSG_DONTWAIT,
-            None,
-        )
-        .map_err(nix_io)?;
-        for m in got {
-            if let Some(a) = m.address.as_ref().and_then(to_std) {
-                lens.push(m.bytes);
-                from.push(a);
-                stamps.push(stamp(&m));
-            }
+    let mut headers =
+        MultiHeaders::<SockaddrStorage>::preallocate(want, Some(nix::cmsg_space!(TimeSpec)));
+    let mut slices: Vec<[IoSliceMut<'_>; 1]> = bufs[..want]
+        .iter_mut()
+        .map(|b| [IoSliceMut::new(&mut b[..])])
+        .collect();
+    let got = nix::sys::socket::recvmmsg(
+        fd,
+        &mut headers,
+        slices.iter_mut(),
+        MsgFlags::MSG_DONTWAIT,
+        None,
+    )
+    .map_err(nix_io)?;
+    for m in got {
+        if let Some(a) = m.address.as_ref().and_then(to_std) {
+            lens.push(m.bytes);
+            from.push(a);
+            stamps.push(stamp(&m));
         }
-        Ok(lens.len())
-    })();
-    if let Ok(k) = got {
-        *last = k;
     }
-    got
+    *last = lens.len();
+    Ok(lens.len())
 }
 
 /// Sends `packets` (data, destination) in `sendmmsg` calls of up to [`BATCH`], waiting while
@@ -364,7 +359,8 @@ pub trait Datagrams {
 /// batch (buffers reused), handled once the output that was going out is done.
 #[derive(Default)]
 struct Early {
-    batch: RecvBatch,
+    /// Made at the first read (a loop that does not divert holds no second batch).
+    batch: Option<Box<RecvBatch>>,
     /// Sender, bytes, how long it had waited in the socket, when it was read.
     kept:
         std::collections::VecDeque<(SocketAddr, Vec<u8>, std::time::Duration, std::time::Instant)>,
@@ -380,13 +376,14 @@ impl Early {
         if self.kept.len() >= EARLY_MAX {
             return;
         }
-        let Ok(k) = recv_now(socket, &mut self.batch) else {
+        let batch = self.batch.get_or_insert_with(Box::default);
+        let Ok(k) = recv_now(socket, batch) else {
             return;
         };
         let (now, wall) = (std::time::Instant::now(), std::time::SystemTime::now());
         for j in 0..k {
-            let waited = self.batch.waited(j, wall);
-            let (data, from) = self.batch.get_mut(j);
+            let waited = batch.waited(j, wall);
+            let (data, from) = batch.get_mut(j);
             if core.divert(from, data, waited) {
                 continue;
             }

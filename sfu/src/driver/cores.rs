@@ -416,7 +416,7 @@ impl ferry_migrator::SessionHost for CoresHost<'_> {
     }
 }
 
-/// Runs core `w.index`'s worker until the node stops: [`crate::udp::serve`] on its socket.
+/// Starts core `w.index`'s worker, which runs until the node stops: [`crate::udp::serve`] on its socket.
 /// Its thread is its own (a current-thread runtime): a worker busy with a fan-out never holds
 /// up another core's worker, as two tasks of one shared runtime could.
 pub(super) fn start_worker(cores: Arc<Cores>, w: Worker) -> std::io::Result<()> {
@@ -467,6 +467,21 @@ struct WorkerLoop {
     inbox: mpsc::Receiver<Handed>,
 }
 
+impl WorkerLoop {
+    /// The core the [`Router`] names for a datagram, when it is another than this one.
+    fn other_owner(&self, from: SocketAddr, data: &[u8]) -> Option<usize> {
+        if self.cores.len() == 1 {
+            return None;
+        }
+        self.cores
+            .router
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .route(from, data)
+            .filter(|o| *o != self.index)
+    }
+}
+
 /// A worker's own input besides its socket and its timer.
 enum WorkerEvent {
     /// A datagram another worker received for this core.
@@ -491,19 +506,9 @@ impl crate::udp::Datagrams for WorkerLoop {
         data: &mut [u8],
         waited: Duration,
     ) {
-        let (cores, i) = (&self.cores, self.index);
-        let owner = if cores.len() == 1 {
-            None
-        } else {
-            cores
-                .router
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .route(from, data)
-        };
-        match owner {
-            Some(o) if o != i => hand(cores, i, o, data, from, waited),
-            _ => handle(cores, i, now, from, data, waited),
+        match self.other_owner(from, data) {
+            Some(o) => hand(&self.cores, self.index, o, data, from, waited),
+            None => handle(&self.cores, self.index, now, from, data, waited),
         }
     }
 
@@ -512,19 +517,11 @@ impl crate::udp::Datagrams for WorkerLoop {
     }
 
     fn divert(&mut self, from: SocketAddr, data: &mut [u8], waited: Duration) -> bool {
-        let (cores, i) = (&self.cores, self.index);
-        let owner = cores
-            .router
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .route(from, data);
-        match owner {
-            Some(o) if o != i => {
-                hand(cores, i, o, data, from, waited);
-                true
-            }
-            _ => false,
-        }
+        let Some(o) = self.other_owner(from, data) else {
+            return false;
+        };
+        hand(&self.cores, self.index, o, data, from, waited);
+        true
     }
 
     fn handle_timeout(&mut self, now: Instant) {
