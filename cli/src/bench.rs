@@ -213,6 +213,22 @@ pub(crate) fn pin_process(pid: u32, cpus: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Starts `ferry args…` on `cpus` only: the calling thread takes that mask while it creates
+/// the child, which inherits it (so that the child's own thread pinning stays within it).
+pub(crate) fn spawn_on(args: &[&str], cpus: &[usize]) -> Result<ChildProc> {
+    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+    let me = nix::unistd::Pid::from_raw(0);
+    let before = sched_getaffinity(me)?;
+    let mut set = CpuSet::new();
+    for &c in cpus {
+        set.set(c).with_context(|| format!("CPU {c}"))?;
+    }
+    sched_setaffinity(me, &set).with_context(|| format!("CPUs {cpus:?}"))?;
+    let child = ChildProc::spawn(args);
+    sched_setaffinity(me, &before)?;
+    child
+}
+
 /// CPUs this process may run on, as it started (before [`pin_process`] narrowed it).
 fn cpu_count() -> usize {
     static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -375,14 +391,25 @@ async fn heap_bytes(http: &str) -> Result<u64> {
 
 /// One unlabelled sample of a node's `/metrics`.
 async fn node_metric(http: &str, name: &str) -> Result<f64> {
+    Ok(node_metrics(http, &[name]).await?[0])
+}
+
+/// Unlabelled samples of a node's `/metrics`, all from one scrape (counters that one core
+/// changes together are read together).
+async fn node_metrics(http: &str, names: &[&str]) -> Result<Vec<f64>> {
     let url = format!("{http}/metrics");
-    let prefix = format!("{name} ");
-    tokio::task::spawn_blocking(move || -> Result<f64> {
+    let prefixes: Vec<String> = names.iter().map(|n| format!("{n} ")).collect();
+    tokio::task::spawn_blocking(move || -> Result<Vec<f64>> {
         let text = ureq::get(&url).call()?.body_mut().read_to_string()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|v| v.trim().parse().ok())
-            .with_context(|| format!("no {prefix}in /metrics"))
+        prefixes
+            .iter()
+            .map(|prefix| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(prefix.as_str()))
+                    .and_then(|v| v.trim().parse().ok())
+                    .with_context(|| format!("no {prefix}in /metrics"))
+            })
+            .collect()
     })
     .await?
 }
@@ -521,6 +548,27 @@ struct FerryRun {
     generator_cores: f64,
     /// Datagrams per second a worker received for another core and handed over.
     handed_off_pps: f64,
+    /// `--scaling`: the share of the packets the probes were owed that never came (holes in
+    /// their sequence numbers over the window: lost on the way in or out).
+    probe_loss: Option<f64>,
+    /// `--scaling`: video packets the node's overload control shed during the window.
+    shed_in_window: Option<f64>,
+}
+
+impl FerryRun {
+    /// This run as a step of a saturation search.
+    fn step(&self, n: usize) -> SatStep {
+        let mut s = SatStep {
+            generator_cores: Some(self.generator_cores),
+            ..SatStep::new(n, self.publisher_pps, &self.side)
+        };
+        // What the node did not forward, or what the probes never got: the worse.
+        if let Some(loss) = self.probe_loss.filter(|l| *l > s.undelivered) {
+            s.undelivered = loss;
+            s.sustained = s.sustained && loss <= 0.001;
+        }
+        s
+    }
 }
 
 /// `workers` stream names, each owned by a different core of a node with that many.
@@ -548,7 +596,8 @@ async fn measure_ferry(
     // `access_token` (they have no header to put it in).
     let token = crate::access::random_secret();
     let workers_arg = workers.to_string();
-    let node = ChildProc::spawn(&[
+    let cpus = cpu_count();
+    let node_args = [
         "node",
         "--http",
         "127.0.0.1:0",
@@ -558,11 +607,15 @@ async fn measure_ferry(
         &token,
         "--workers",
         &workers_arg,
-    ])?;
+    ];
+    // The node starts on its CPUs (its workers pin themselves to one each within them).
+    let node = if args.pin && cpus > workers {
+        spawn_on(&node_args, &(0..workers).collect::<Vec<_>>())?
+    } else {
+        ChildProc::spawn(&node_args)?
+    };
     let http = node.after("http")?;
-    let cpus = cpu_count();
     if args.pin && cpus > workers {
-        pin_process(node.pid(), &(0..workers).collect::<Vec<_>>())?;
         pin_process(std::process::id(), &(workers..cpus).collect::<Vec<_>>())?;
     } else {
         // Everyone on every CPU (the bench may have pinned itself for an earlier run).
@@ -605,8 +658,16 @@ async fn measure_ferry(
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss0 = rss_bytes(node.pid())?;
     let heap0 = heap_bytes(&http).await?;
+    // `--scaling`: all but the probes (the first, over every stream) become sinks, each as
+    // soon as it plays, so that this process never reads what the whole fan-out sends.
+    let probes = args.probes.max(streams.len());
+    let sink = args.scaling && n > probes;
+    let mut parked = vec![false; n];
     let mut viewers = Vec::new();
     for i in 0..n {
+        if sink && i > probes && i % 50 == 0 {
+            park_playing(&viewers, probes, &mut parked).await?;
+        }
         viewers.push(
             start_peer(
                 PeerRole::Viewer,
@@ -621,25 +682,58 @@ async fn measure_ferry(
             .await?,
         );
     }
-    wait_for(Duration::from_secs(60), || all_playing(&viewers))
-        .await
-        .context("viewers did not all start playing")?;
+    if sink {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !(park_playing(&viewers, probes, &mut parked).await?
+            && all_playing(&viewers[..probes]).await?)
+        {
+            if Instant::now() > deadline {
+                bail!("viewers did not all start playing: timed out after 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    } else {
+        wait_for(Duration::from_secs(60), || all_playing(&viewers))
+            .await
+            .context("viewers did not all start playing")?;
+    }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    // `--scaling`: all but the probes (the first, over every stream) become sinks.
-    let sink = args.scaling && n > args.probes.max(streams.len());
     let viewers_all = viewers;
     let viewers = if sink {
-        let probes = args.probes.max(streams.len());
-        for v in &viewers_all[probes..] {
-            v.tx.send(PeerCmd::Park).await.ok().context("peer gone")?;
-        }
         // Their receive buffers fill; what the node sends them is dropped from then on.
         tokio::time::sleep(Duration::from_millis(500)).await;
+        // While every viewer still read, this process competed with the node for the CPUs
+        // and may have made it shed: measure once it no longer does (or after 10 s, shedding)
+        // and a keyframe later (a viewer shed stays off until its stream's next keyframe).
+        let settle = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < settle && node_metric(&http, "ferry_node_shed_ratio").await? > 0.0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let gop = PeerConfig::new(
+            PeerRole::Viewer,
+            0,
+            ([127, 0, 0, 1], 0).into(),
+            Instant::now(),
+        )
+        .keyframe_interval;
+        tokio::time::sleep(gop + Duration::from_millis(200)).await;
         &viewers_all[..probes]
     } else {
         &viewers_all[..]
     };
-    let forwarded = || node_metric(&http, "ferry_node_rtp_forwarded_total");
+    // Packets the node took in from the publishers and forwarded, from one scrape: a core
+    // counts a packet's whole fan-out as it handles it, so the two agree to the packet. (The
+    // publishers' own counters, read apart from the node's, can be a keyframe's fan-out off.)
+    let forwarded = || {
+        node_metrics(
+            &http,
+            &[
+                "ferry_node_rtp_forwarded_total",
+                "ferry_node_rtp_received_total",
+                "ferry_node_dropped_overload_total",
+            ],
+        )
+    };
 
     let received = |stats: &[PeerStats]| -> u64 {
         stats
@@ -655,7 +749,11 @@ async fn measure_ferry(
     };
     let s0 = all_stats(viewers).await?;
     let p0 = sent(&all_stats(&publishers).await?);
-    let f0 = if sink { forwarded().await? } else { 0.0 };
+    let f0 = if sink {
+        forwarded().await?
+    } else {
+        vec![0.0; 3]
+    };
     let handed_off = || node_metric(&http, "ferry_node_handed_off_total");
     let h0 = handed_off().await?;
     let cpu0 = cpu_seconds(node.pid(), ticks)?;
@@ -664,7 +762,11 @@ async fn measure_ferry(
     tokio::time::sleep(Duration::from_secs_f64(args.duration)).await;
     let s1 = all_stats(viewers).await?;
     let p1 = sent(&all_stats(&publishers).await?);
-    let f1 = if sink { forwarded().await? } else { 0.0 };
+    let f1 = if sink {
+        forwarded().await?
+    } else {
+        vec![0.0; 3]
+    };
     let h1 = handed_off().await?;
     let cpu1 = cpu_seconds(node.pid(), ticks)?;
     let gen1 = cpu_seconds(std::process::id(), ticks)?;
@@ -672,12 +774,24 @@ async fn measure_ferry(
     let rss1 = rss_bytes(node.pid())?;
     let heap1 = heap_bytes(&http).await?;
 
+    // Latency of the measured window only: not the warm-up, while the viewers joined.
     let mut lat = LatencyStats::default();
     let mut missing = 0;
-    for s in &s1 {
-        for r in s.video() {
-            lat.merge(&r.latency);
+    // The probes' holes and packets over the window (audio too: all are owed).
+    let (mut holes, mut got) = (0, 0);
+    for (a, b) in s0.iter().zip(&s1) {
+        for r in b.video() {
+            match a.video().find(|e| e.ssrc == r.ssrc) {
+                Some(e) => lat.merge(&r.latency.since(&e.latency)),
+                None => lat.merge(&r.latency),
+            }
             missing += r.received.missing();
+        }
+        for r in &b.received {
+            let before = a.received.iter().find(|e| e.ssrc == r.ssrc);
+            let (m0, p0) = before.map_or((0, 0), |e| (e.received.missing(), e.packets));
+            holes += r.received.missing().saturating_sub(m0);
+            got += r.packets.saturating_sub(p0);
         }
     }
     let video = |s: &PeerStats| -> (u64, u64) {
@@ -692,14 +806,21 @@ async fn measure_ferry(
         .collect();
     let pkts = p1.0.saturating_sub(p0.0);
     let out = if sink {
-        (f1 - f0).max(0.0) as u64
+        (f1[0] - f0[0]).max(0.0) as u64
     } else {
         received(&s1).saturating_sub(received(&s0))
     };
+    // One publisher's rate (each stream has one): with sinks, as the node took it in, so that
+    // what it owes and what it forwarded are counted alike (a packet lost on the way in shows
+    // as the probes' holes).
+    let publisher_pps = if sink {
+        (f1[1] - f0[1]).max(0.0) / dur / streams.len() as f64
+    } else {
+        pkts as f64 / dur / streams.len() as f64
+    };
     Ok(FerryRun {
         side: side(out, dur, cpu1 - cpu0, &lat, missing),
-        // One publisher's rate (each stream has one).
-        publisher_pps: pkts as f64 / dur / streams.len() as f64,
+        publisher_pps,
         packet_bytes: p1.1.saturating_sub(p0.1) as f64 / pkts.max(1) as f64,
         rss_per_subscriber: rss1.saturating_sub(rss0) as f64 / n as f64,
         heap_per_subscriber: heap1.saturating_sub(heap0) as f64 / n as f64,
@@ -709,7 +830,27 @@ async fn measure_ferry(
         shed_ratio: node_metric(&http, "ferry_node_shed_ratio").await?,
         generator_cores: (gen1 - gen0) / dur,
         handed_off_pps: (h1 - h0) / dur,
+        probe_loss: sink.then(|| holes as f64 / (holes + got).max(1) as f64),
+        shed_in_window: sink.then(|| f1[2] - f0[2]),
     })
+}
+
+/// Parks (makes sinks of) the viewers from `probes` on that play now; whether all of them
+/// have been parked.
+async fn park_playing(viewers: &[PeerHandle], probes: usize, parked: &mut [bool]) -> Result<bool> {
+    let mut all = true;
+    for (i, v) in viewers.iter().enumerate().skip(probes) {
+        if parked[i] {
+            continue;
+        }
+        if all_playing(std::slice::from_ref(v)).await? {
+            v.tx.send(PeerCmd::Park).await.ok().context("peer gone")?;
+            parked[i] = true;
+        } else {
+            all = false;
+        }
+    }
+    Ok(all && viewers.len() == parked.len())
 }
 
 /// Every viewer is connected and has video packets.
@@ -891,7 +1032,7 @@ async fn measure_raw(
     })
     .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (c0, _, _) = query(&subs).await?;
+    let (c0, lat0, _) = query(&subs).await?;
     let cpu0 = cpu_seconds(relay_proc.pid(), ticks)?;
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(args.duration)).await;
@@ -900,7 +1041,8 @@ async fn measure_raw(
     let dur = t0.elapsed().as_secs_f64();
     let _ = stop_tx.send(());
     let _ = publisher.await;
-    Ok(side(c1 - c0, dur, cpu1 - cpu0, &lat, 0))
+    // The window's latency: the merged histograms' difference (each subscriber's only grows).
+    Ok(side(c1 - c0, dur, cpu1 - cpu0, &lat.since(&lat0), 0))
 }
 
 async fn forward(args: ForwardArgs) -> Result<()> {
@@ -1192,16 +1334,16 @@ async fn scaling(args: &ForwardArgs, ticks: f64) -> Result<()> {
         let who = format!("w{w}");
         let run = |n: usize| async move {
             let r = measure_ferry(n, w, args, ticks).await?;
-            if w > 1 {
-                println!(
-                    "{:>6} {n:>6} subs | handed to another core {:.0} datagrams/s",
-                    "", r.handed_off_pps
-                );
-            }
-            Ok(SatStep {
-                generator_cores: Some(r.generator_cores),
-                ..SatStep::new(n, r.publisher_pps, &r.side)
-            })
+            println!(
+                "{:>6} {n:>6} subs | p50 {} µs max {} µs | probes lost {:.3} % | shed {:.0} packets | handed to another core {:.0} datagrams/s",
+                "",
+                r.side.latency_p50_us.unwrap_or(0),
+                r.side.latency_max_us.unwrap_or(0),
+                r.probe_loss.unwrap_or(0.0) * 100.0,
+                r.shed_in_window.unwrap_or(0.0),
+                r.handed_off_pps
+            );
+            Ok(r.step(n))
         };
         let mut steps = search(start, args.max_subscribers, &who, run).await?;
         refine(&mut steps, &who, run).await?;
@@ -1266,10 +1408,7 @@ async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
         async move {
             let r = measure_ferry(n, 1, args, ticks).await?;
             publisher.set((r.publisher_pps, r.packet_bytes));
-            Ok(SatStep {
-                generator_cores: Some(r.generator_cores),
-                ..SatStep::new(n, r.publisher_pps, &r.side)
-            })
+            Ok(r.step(n))
         }
     })
     .await?;

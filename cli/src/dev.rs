@@ -57,6 +57,9 @@ pub struct DevArgs {
     /// Cores forwarding media on each node (0: one per CPU available).
     #[arg(long, env = "FERRY_WORKERS", default_value_t = 0)]
     workers: usize,
+    /// Each node's worker threads on CPUs of their own (`ferry node --pin-workers`).
+    #[arg(long, env = "FERRY_PIN_WORKERS", default_value_t = false, action = clap::ArgAction::Set)]
+    pin_workers: bool,
     #[command(flatten)]
     rooms: crate::rooms::RoomArgs,
     /// Where the scheduler keeps the cluster state (`etcd` needs `--features etcd`).
@@ -216,6 +219,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                     .join(name),
             ),
             workers: crate::workers_or_cpus(args.workers),
+            pin_workers: args.pin_workers,
             directory: Some(rooms.directory.clone()),
         })
         .await

@@ -161,6 +161,11 @@ struct NodeArgs {
     /// over them). 0: one per CPU available.
     #[arg(long, env = "FERRY_WORKERS", default_value_t = 0)]
     workers: usize,
+    /// Each worker thread on a CPU of its own (the first --workers CPUs this process may run
+    /// on), when there are several workers and at least as many CPUs. For a node that shares
+    /// its machine with busy processes: the kernel may otherwise put two workers on one CPU.
+    #[arg(long, env = "FERRY_PIN_WORKERS", default_value_t = false, action = clap::ArgAction::Set)]
+    pin_workers: bool,
     #[command(flatten)]
     rooms: crate::rooms::RoomArgs,
     #[command(flatten)]
@@ -366,6 +371,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             .clone()
             .or_else(|| args.cluster_dir.as_ref().map(|d| d.join("recordings"))),
         workers: workers_or_cpus(args.workers),
+        pin_workers: args.pin_workers,
         directory: Some(rooms.directory.clone()),
     })
     .await

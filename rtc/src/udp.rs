@@ -405,15 +405,7 @@ pub async fn serve<D: Datagrams>(socket: &UdpSocket, core: &mut D) {
     loop {
         flush(socket, core, &mut out, early).await;
         // What was read between sends and kept, before anything newer.
-        while let Some((from, mut buf, waited, read_at)) = early.kept.pop_front() {
-            // The time it was kept here counts as waiting too (the overload controller's input).
-            let now = std::time::Instant::now();
-            core.handle_datagram(now, from, &mut buf, waited + (now - read_at));
-            early.pool.push(buf);
-            if D::FLUSH_EACH {
-                flush(socket, core, &mut out, early).await;
-            }
-        }
+        handle_kept(socket, core, &mut out, early).await;
         flush(socket, core, &mut out, early).await;
         let sleep = sleep_until(core.poll_timeout());
         tokio::select! {
@@ -451,6 +443,12 @@ pub async fn serve<D: Datagrams>(socket: &UdpSocket, core: &mut D) {
                     core.handle_event(e);
                     if D::FLUSH_EACH {
                         flush(socket, core, &mut out, early).await;
+                        // What came to the socket while that went out, before the next event:
+                        // a worker whose own media is handed to it (its publisher's datagrams
+                        // reach another worker's socket) would otherwise serve only its inbox
+                        // for as long as that has media, and its viewers' RTCP and consent
+                        // checks would wait behind all of it.
+                        handle_kept(socket, core, &mut out, early).await;
                     }
                     match core.try_event() {
                         Some(next) => e = next,
@@ -459,6 +457,24 @@ pub async fn serve<D: Datagrams>(socket: &UdpSocket, core: &mut D) {
                 }
             }
             () = sleep => core.handle_timeout(std::time::Instant::now()),
+        }
+    }
+}
+
+/// Handles the datagrams [`Early`] kept, oldest first (and those read while they are handled).
+async fn handle_kept<D: Datagrams>(
+    socket: &UdpSocket,
+    core: &mut D,
+    out: &mut Vec<D::Transmit>,
+    early: &mut Early,
+) {
+    while let Some((from, mut buf, waited, read_at)) = early.kept.pop_front() {
+        // The time it was kept here counts as waiting too (the overload controller's input).
+        let now = std::time::Instant::now();
+        core.handle_datagram(now, from, &mut buf, waited + (now - read_at));
+        early.pool.push(buf);
+        if D::FLUSH_EACH {
+            flush(socket, core, out, early).await;
         }
     }
 }
@@ -711,20 +727,25 @@ mod tests {
         assert_eq!(core.sent, 330);
     }
 
-    /// Starts with `out` to send; diverts what comes from `divert_from`, notes the rest with
-    /// how much was still to send when it was handled.
+    /// Starts with `out` to send; diverts what comes from `divert_from`, notes the rest (and
+    /// its events: datagrams another worker handed over) with how much was still to send when
+    /// it was handled. Each event queues `per_event` sends to `to`; while the first one's go
+    /// out, `poke` puts 10 datagrams in its socket.
     struct Diverter {
         out: std::collections::VecDeque<(Vec<u8>, SocketAddr)>,
         divert_from: SocketAddr,
         diverted: Vec<(u8, usize)>,
         handled: Vec<(u8, usize)>,
         sent: usize,
-        rx: tokio::sync::mpsc::Receiver<()>,
+        rx: tokio::sync::mpsc::Receiver<u8>,
+        per_event: usize,
+        to: SocketAddr,
+        poke: Option<(std::net::UdpSocket, SocketAddr)>,
     }
 
     impl Datagrams for Diverter {
         type Transmit = (Vec<u8>, SocketAddr);
-        type Event = ();
+        type Event = u8;
         const FLUSH_EACH: bool = true;
 
         fn view(t: &Self::Transmit) -> (&[u8], SocketAddr) {
@@ -759,7 +780,21 @@ mod tests {
             self.rx.recv().await
         }
 
-        fn handle_event(&mut self, (): Self::Event) {}
+        fn try_event(&mut self) -> Option<Self::Event> {
+            self.rx.try_recv().ok()
+        }
+
+        fn handle_event(&mut self, e: u8) {
+            self.handled.push((e, self.out.len()));
+            let to = self.to;
+            self.out
+                .extend((0..self.per_event).map(|_| (vec![0u8; 100], to)));
+            if let Some((s, at)) = self.poke.take() {
+                for i in 0..10u8 {
+                    s.send_to(&[100 + i], at).expect("poke");
+                }
+            }
+        }
 
         fn diverts(&self) -> bool {
             true
@@ -797,6 +832,9 @@ mod tests {
             handled: Vec::new(),
             sent: 0,
             rx,
+            per_event: 0,
+            to,
+            poke: None,
         };
         let task = tokio::spawn(async move {
             serve(&node, &mut core).await;
@@ -824,6 +862,40 @@ mod tests {
             core.handled,
             (100..110).map(|i| (i, 0)).collect::<Vec<(u8, usize)>>()
         );
+    }
+
+    #[tokio::test]
+    async fn datagrams_that_came_while_a_handed_over_one_went_out_go_before_the_next() {
+        let node = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let sink = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let poke = std::net::UdpSocket::bind("127.0.0.1:0").expect("poke");
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        for e in 1..=3 {
+            tx.send(e).await.expect("event");
+        }
+        drop(tx);
+        let to = sink.local_addr().expect("sink");
+        let mut core = Diverter {
+            out: std::collections::VecDeque::new(),
+            // Nothing comes from there: all is this core's.
+            divert_from: to,
+            diverted: Vec::new(),
+            handled: Vec::new(),
+            sent: 0,
+            rx,
+            per_event: 200,
+            to,
+            poke: Some((poke, node.local_addr().expect("node"))),
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), serve(&node, &mut core))
+            .await
+            .expect("serve stops when its events end");
+        // The socket's datagrams are not left until the inbox is empty.
+        let mut want = vec![1];
+        want.extend(100..110);
+        want.extend([2, 3]);
+        assert_eq!(core.handled.iter().map(|h| h.0).collect::<Vec<u8>>(), want);
+        assert_eq!(core.sent, 600);
     }
 
     #[tokio::test]

@@ -386,7 +386,7 @@ pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
     let id = node.id().clone();
     let events = SessionEvents::default();
     let (cores, workers) = Cores::new(vec![node], vec![socket], events.clone(), id.clone());
-    run(cores, workers, rx, None)?;
+    run(cores, workers, &[], rx, None)?;
     Ok(NodeHandle {
         tx,
         udp,
@@ -409,15 +409,16 @@ async fn migrator_input(
     }
 }
 
-/// Starts the workers (a thread each) and the control task.
+/// Starts the workers (a thread each, worker `i` on `cpus[i]` when given) and the control task.
 fn run(
     cores: Arc<Cores>,
     workers: Vec<cores::Worker>,
+    cpus: &[usize],
     rx: mpsc::Receiver<Command>,
     cluster: Option<ClusterRuntime>,
 ) -> std::io::Result<()> {
-    for w in workers {
-        cores::start_worker(cores.clone(), w)?;
+    for (i, w) in workers.into_iter().enumerate() {
+        cores::start_worker(cores.clone(), w, cpus.get(i).copied())?;
     }
     tokio::spawn(control(cores, rx, cluster));
     Ok(())
@@ -751,6 +752,10 @@ pub struct NodeOptions {
     pub recordings_dir: Option<std::path::PathBuf>,
     /// Cores forwarding media, each with its own worker thread and socket (at least 1).
     pub workers: usize,
+    /// Each worker thread on a CPU of its own ([`cores::worker_cpus`]): when there are several
+    /// and the process may run on at least as many CPUs (off by default: `ferry node
+    /// --pin-workers`).
+    pub pin_workers: bool,
     /// The cluster directory to keep up to date (shared with the embedding process, e.g. the
     /// room server finding the other nodes); `None`: the node's own.
     pub directory: Option<SharedDirectory>,
@@ -852,7 +857,12 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     let (cores, shards) = Cores::new(nodes, sockets, events.clone(), id);
     tracing::info!(workers, %udp, "media workers started");
     let (tx, rx) = mpsc::channel(256);
-    run(cores, shards, rx, runtime)?;
+    let cpus = if opts.pin_workers {
+        cores::worker_cpus(workers)
+    } else {
+        Vec::new()
+    };
+    run(cores, shards, &cpus, rx, runtime)?;
     let handle = NodeHandle {
         tx,
         udp,

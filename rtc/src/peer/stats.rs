@@ -152,6 +152,37 @@ impl LatencyStats {
         };
     }
 
+    /// The samples recorded since `earlier`, a copy of this histogram taken before: a
+    /// measurement window's own figures (what a run's warm-up recorded does not count). Its
+    /// min and max are exact where they were reached in the window, else the bucket's middle.
+    pub fn since(&self, earlier: &LatencyStats) -> LatencyStats {
+        let buckets: Vec<u32> = self
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| c.saturating_sub(earlier.buckets.get(i).copied().unwrap_or(0)))
+            .collect();
+        let first = buckets.iter().position(|&c| c > 0);
+        let last = buckets.iter().rposition(|&c| c > 0);
+        let min_us = first.map(|i| match (self.min_us, earlier.min_us) {
+            (Some(m), Some(e)) if m < e => m,
+            (Some(m), None) => m,
+            _ => value_of(i).max(self.min_us.unwrap_or(0)),
+        });
+        let max_us = last.map(|i| match (self.max_us, earlier.max_us) {
+            (Some(m), Some(e)) if m > e => m,
+            (Some(m), None) => m,
+            _ => value_of(i).min(self.max_us.unwrap_or(u64::MAX)),
+        });
+        LatencyStats {
+            count: self.count.saturating_sub(earlier.count),
+            sum_us: self.sum_us.saturating_sub(earlier.sum_us),
+            min_us,
+            max_us,
+            buckets,
+        }
+    }
+
     /// Records one sample (for callers measuring their own latencies).
     pub fn add(&mut self, us: u64) {
         self.record(us);
@@ -410,5 +441,32 @@ mod tests {
         }
         assert!(l.buckets.len() < 1024);
         assert_eq!(LatencyStats::default().quantile_us(0.5), None);
+    }
+
+    #[test]
+    fn a_window_of_a_latency_histogram_counts_only_its_own_samples() {
+        let mut l = LatencyStats::default();
+        for us in [40_000, 50_000, 60_000] {
+            l.record(us);
+        }
+        let before = l.clone();
+        for us in 1_000..=2_000u64 {
+            l.record(us);
+        }
+        let w = l.since(&before);
+        // The minimum was reached in the window (exact); the maximum was not the histogram's
+        // (60 ms was), so it is its bucket's middle.
+        assert_eq!((w.count, w.min_us), (1001, Some(1_000)));
+        let max = w.max_us.unwrap();
+        assert!(max.abs_diff(2_000) <= 2_000 / 64 + 1, "{max}");
+        assert_eq!(w.mean_us(), Some(1_500));
+        // The warm-up's 60 ms is not the window's p99 (the whole histogram's would be 50 ms).
+        let p99 = w.quantile_us(0.99).unwrap();
+        assert!((1_950..=2_000).contains(&p99), "{p99}");
+        assert!(l.quantile_us(0.999).unwrap() >= 49_000);
+        // A new maximum in the window is exact; none at all is none.
+        l.record(70_000);
+        assert_eq!(l.since(&before).max_us, Some(70_000));
+        assert_eq!(l.since(&l).quantile_us(0.5), None);
     }
 }
