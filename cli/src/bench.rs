@@ -193,12 +193,9 @@ impl Drop for ChildProc {
 /// Pins every thread of process `pid` to `cpus` (`sched_setaffinity`; threads created later
 /// inherit it from their creator).
 pub(crate) fn pin_process(pid: u32, cpus: &[usize]) -> Result<()> {
-    use nix::sched::{CpuSet, sched_setaffinity};
+    use nix::sched::sched_setaffinity;
     use nix::unistd::Pid;
-    let mut set = CpuSet::new();
-    for &c in cpus {
-        set.set(c).with_context(|| format!("CPU {c}"))?;
-    }
+    let set = cpu_set(cpus)?;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
         let Some(tid) = task?.file_name().to_str().and_then(|t| t.parse().ok()) else {
             continue;
@@ -216,17 +213,22 @@ pub(crate) fn pin_process(pid: u32, cpus: &[usize]) -> Result<()> {
 /// Starts `ferry args…` on `cpus` only: the calling thread takes that mask while it creates
 /// the child, which inherits it (so that the child's own thread pinning stays within it).
 pub(crate) fn spawn_on(args: &[&str], cpus: &[usize]) -> Result<ChildProc> {
-    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+    use nix::sched::{sched_getaffinity, sched_setaffinity};
     let me = nix::unistd::Pid::from_raw(0);
     let before = sched_getaffinity(me)?;
-    let mut set = CpuSet::new();
-    for &c in cpus {
-        set.set(c).with_context(|| format!("CPU {c}"))?;
-    }
-    sched_setaffinity(me, &set).with_context(|| format!("CPUs {cpus:?}"))?;
+    sched_setaffinity(me, &cpu_set(cpus)?).with_context(|| format!("CPUs {cpus:?}"))?;
     let child = ChildProc::spawn(args);
     sched_setaffinity(me, &before)?;
     child
+}
+
+/// The affinity mask of `cpus`.
+fn cpu_set(cpus: &[usize]) -> Result<nix::sched::CpuSet> {
+    let mut set = nix::sched::CpuSet::new();
+    for &c in cpus {
+        set.set(c).with_context(|| format!("CPU {c}"))?;
+    }
+    Ok(set)
 }
 
 /// CPUs this process may run on, as it started (before [`pin_process`] narrowed it).
@@ -548,9 +550,12 @@ struct FerryRun {
     generator_cores: f64,
     /// Datagrams per second a worker received for another core and handed over.
     handed_off_pps: f64,
-    /// `--scaling`: the share of the packets the probes were owed that never came (holes in
-    /// their sequence numbers over the window: lost on the way in or out).
-    probe_loss: Option<f64>,
+    /// The share of the packets the reading viewers (with sinks: the probes) were owed that
+    /// never came: holes in their sequence numbers over the window, lost on the way in or out.
+    seq_loss: f64,
+    /// The share of what the node owed its viewers over the window (publisher packets in ×
+    /// viewers) that it did not forward: shed, or refused. Exact: its own counters, one scrape.
+    node_undelivered: f64,
     /// `--scaling`: video packets the node's overload control shed during the window.
     shed_in_window: Option<f64>,
 }
@@ -562,11 +567,10 @@ impl FerryRun {
             generator_cores: Some(self.generator_cores),
             ..SatStep::new(n, self.publisher_pps, &self.side)
         };
-        // What the node did not forward, or what the probes never got: the worse.
-        if let Some(loss) = self.probe_loss.filter(|l| *l > s.undelivered) {
-            s.undelivered = loss;
-            s.sustained = s.sustained && loss <= 0.001;
-        }
+        // What the node did not send, or what the viewers never got: the worse. (Not the
+        // viewers' count against the publishers': a frame off at either end of the window,
+        // ±0.7 % over 5 s.)
+        s.set_undelivered(self.node_undelivered.max(self.seq_loss));
         s
     }
 }
@@ -709,30 +713,12 @@ async fn measure_ferry(
         while Instant::now() < settle && node_metric(&http, "ferry_node_shed_ratio").await? > 0.0 {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let gop = PeerConfig::new(
-            PeerRole::Viewer,
-            0,
-            ([127, 0, 0, 1], 0).into(),
-            Instant::now(),
-        )
-        .keyframe_interval;
+        // The publishers' keyframe interval (`start_peer` keeps the default).
+        let gop = PeerConfig::KEYFRAME_INTERVAL;
         tokio::time::sleep(gop + Duration::from_millis(200)).await;
         &viewers_all[..probes]
     } else {
         &viewers_all[..]
-    };
-    // Packets the node took in from the publishers and forwarded, from one scrape: a core
-    // counts a packet's whole fan-out as it handles it, so the two agree to the packet. (The
-    // publishers' own counters, read apart from the node's, can be a keyframe's fan-out off.)
-    let forwarded = || {
-        node_metrics(
-            &http,
-            &[
-                "ferry_node_rtp_forwarded_total",
-                "ferry_node_rtp_received_total",
-                "ferry_node_dropped_overload_total",
-            ],
-        )
     };
 
     let received = |stats: &[PeerStats]| -> u64 {
@@ -749,25 +735,14 @@ async fn measure_ferry(
     };
     let s0 = all_stats(viewers).await?;
     let p0 = sent(&all_stats(&publishers).await?);
-    let f0 = if sink {
-        forwarded().await?
-    } else {
-        vec![0.0; 3]
-    };
-    let handed_off = || node_metric(&http, "ferry_node_handed_off_total");
-    let h0 = handed_off().await?;
+    let c0 = NodeCounts::read(&http).await?;
     let cpu0 = cpu_seconds(node.pid(), ticks)?;
     let gen0 = cpu_seconds(std::process::id(), ticks)?;
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(args.duration)).await;
     let s1 = all_stats(viewers).await?;
     let p1 = sent(&all_stats(&publishers).await?);
-    let f1 = if sink {
-        forwarded().await?
-    } else {
-        vec![0.0; 3]
-    };
-    let h1 = handed_off().await?;
+    let c1 = NodeCounts::read(&http).await?;
     let cpu1 = cpu_seconds(node.pid(), ticks)?;
     let gen1 = cpu_seconds(std::process::id(), ticks)?;
     let dur = t0.elapsed().as_secs_f64();
@@ -806,7 +781,7 @@ async fn measure_ferry(
         .collect();
     let pkts = p1.0.saturating_sub(p0.0);
     let out = if sink {
-        (f1[0] - f0[0]).max(0.0) as u64
+        (c1.forwarded - c0.forwarded).max(0.0) as u64
     } else {
         received(&s1).saturating_sub(received(&s0))
     };
@@ -814,7 +789,7 @@ async fn measure_ferry(
     // what it owes and what it forwarded are counted alike (a packet lost on the way in shows
     // as the probes' holes).
     let publisher_pps = if sink {
-        (f1[1] - f0[1]).max(0.0) / dur / streams.len() as f64
+        (c1.received - c0.received).max(0.0) / dur / streams.len() as f64
     } else {
         pkts as f64 / dur / streams.len() as f64
     };
@@ -829,10 +804,49 @@ async fn measure_ferry(
         dropped_overload: node_metric(&http, "ferry_node_dropped_overload_total").await?,
         shed_ratio: node_metric(&http, "ferry_node_shed_ratio").await?,
         generator_cores: (gen1 - gen0) / dur,
-        handed_off_pps: (h1 - h0) / dur,
-        probe_loss: sink.then(|| holes as f64 / (holes + got).max(1) as f64),
-        shed_in_window: sink.then(|| f1[2] - f0[2]),
+        handed_off_pps: (c1.handed_off - c0.handed_off) / dur,
+        seq_loss: holes as f64 / (holes + got).max(1) as f64,
+        node_undelivered: {
+            let owed = (c1.received - c0.received) * n as f64 / streams.len() as f64;
+            (1.0 - (c1.forwarded - c0.forwarded) / owed.max(1.0)).max(0.0)
+        },
+        shed_in_window: sink.then_some(c1.shed - c0.shed),
     })
+}
+
+/// A node's packet counters, from one scrape of its `/metrics`: a core counts a packet's whole
+/// fan-out as it handles it, so what it took in and what it forwarded agree to the packet (the
+/// publishers' own counters, read apart from the node's, can be a keyframe's fan-out off).
+struct NodeCounts {
+    /// RTP packets in from publishers.
+    received: f64,
+    /// RTP packets forwarded to viewers.
+    forwarded: f64,
+    /// Video packets the overload control shed.
+    shed: f64,
+    /// Datagrams a worker handed to another core.
+    handed_off: f64,
+}
+
+impl NodeCounts {
+    async fn read(http: &str) -> Result<Self> {
+        let v = node_metrics(
+            http,
+            &[
+                "ferry_node_rtp_received_total",
+                "ferry_node_rtp_forwarded_total",
+                "ferry_node_dropped_overload_total",
+                "ferry_node_handed_off_total",
+            ],
+        )
+        .await?;
+        Ok(NodeCounts {
+            received: v[0],
+            forwarded: v[1],
+            shed: v[2],
+            handed_off: v[3],
+        })
+    }
 }
 
 /// Parks (makes sinks of) the viewers from `probes` on that play now; whether all of them
@@ -894,7 +908,7 @@ where
 async fn raw_subscriber(
     relay: SocketAddr,
     epoch: Instant,
-    rx: mpsc::Receiver<oneshot::Sender<(u64, LatencyStats)>>,
+    rx: mpsc::Receiver<oneshot::Sender<RawCounts>>,
 ) -> Result<()> {
     let socket = ferry_sfu::udp::bind(([127, 0, 0, 1], 0).into())?;
     let mut sub = RawSub {
@@ -902,6 +916,7 @@ async fn raw_subscriber(
         epoch,
         rx,
         count: 0,
+        seqs: ferry_sfu::peer::SeqRanges::default(),
         lat: LatencyStats::default(),
         next_hello: Some(Instant::now()),
         hello_due: false,
@@ -910,12 +925,22 @@ async fn raw_subscriber(
     Ok(())
 }
 
+/// What raw subscribers received: packets, holes in the publisher's sequence numbers, latency.
+#[derive(Debug, Clone, Default)]
+struct RawCounts {
+    packets: u64,
+    missing: u64,
+    lat: LatencyStats,
+}
+
 /// [`raw_subscriber`]'s state: says hello every 200 ms until packets come.
 struct RawSub {
     relay: SocketAddr,
     epoch: Instant,
-    rx: mpsc::Receiver<oneshot::Sender<(u64, LatencyStats)>>,
+    rx: mpsc::Receiver<oneshot::Sender<RawCounts>>,
     count: u64,
+    /// The publisher's sequence numbers received.
+    seqs: ferry_sfu::peer::SeqRanges,
     lat: LatencyStats,
     /// When to say hello (again); `None` once packets come.
     next_hello: Option<Instant>,
@@ -924,7 +949,7 @@ struct RawSub {
 
 impl ferry_sfu::udp::Datagrams for RawSub {
     type Transmit = (SocketAddr, &'static [u8]);
-    type Event = oneshot::Sender<(u64, LatencyStats)>;
+    type Event = oneshot::Sender<RawCounts>;
 
     fn view(t: &Self::Transmit) -> (&[u8], SocketAddr) {
         (t.1, t.0)
@@ -936,6 +961,9 @@ impl ferry_sfu::udp::Datagrams for RawSub {
         if let Some(stamp) = data.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
             self.lat
                 .add(at_us.saturating_sub(u64::from_be_bytes(stamp)));
+        }
+        if let Some(seq) = data.get(8..16).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+            self.seqs.insert(u64::from_be_bytes(seq));
         }
         self.count += 1;
         self.next_hello = None;
@@ -961,7 +989,11 @@ impl ferry_sfu::udp::Datagrams for RawSub {
     }
 
     fn handle_event(&mut self, reply: Self::Event) {
-        let _ = reply.send((self.count, self.lat.clone()));
+        let _ = reply.send(RawCounts {
+            packets: self.count,
+            missing: self.seqs.missing(),
+            lat: self.lat.clone(),
+        });
     }
 }
 
@@ -971,7 +1003,7 @@ async fn measure_raw(
     size: usize,
     args: &ForwardArgs,
     ticks: f64,
-) -> Result<Side> {
+) -> Result<(Side, f64)> {
     let relay_proc = ChildProc::spawn(&["bench", "relay", "--udp", "127.0.0.1:0"])?;
     let relay: SocketAddr = relay_proc.after("udp")?.parse()?;
     if args.pin && cpu_count() >= 2 {
@@ -1016,39 +1048,44 @@ async fn measure_raw(
             }
         }
     });
-    let query = |subs: &Vec<mpsc::Sender<oneshot::Sender<(u64, LatencyStats)>>>| {
+    let query = |subs: &Vec<mpsc::Sender<oneshot::Sender<RawCounts>>>| {
         let subs = subs.clone();
         async move {
-            let mut total = 0;
-            let mut lat = LatencyStats::default();
+            let mut total = RawCounts::default();
             let mut started = 0;
             for s in &subs {
                 let (tx, rx) = oneshot::channel();
                 s.send(tx).await.ok().context("subscriber gone")?;
-                let (c, l) = rx.await?;
-                total += c;
-                started += usize::from(c > 0);
-                lat.merge(&l);
+                let c = rx.await?;
+                total.packets += c.packets;
+                total.missing += c.missing;
+                total.lat.merge(&c.lat);
+                started += usize::from(c.packets > 0);
             }
-            anyhow::Ok((total, lat, started))
+            anyhow::Ok((total, started))
         }
     };
     wait_for(Duration::from_secs(20), || async {
-        Ok(query(&subs).await?.2 == n)
+        Ok(query(&subs).await?.1 == n)
     })
     .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (c0, lat0, _) = query(&subs).await?;
+    let (c0, _) = query(&subs).await?;
     let cpu0 = cpu_seconds(relay_proc.pid(), ticks)?;
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(args.duration)).await;
-    let (c1, lat, _) = query(&subs).await?;
+    let (c1, _) = query(&subs).await?;
     let cpu1 = cpu_seconds(relay_proc.pid(), ticks)?;
     let dur = t0.elapsed().as_secs_f64();
     let _ = stop_tx.send(());
     let _ = publisher.await;
+    let (got, holes) = (
+        c1.packets - c0.packets,
+        c1.missing.saturating_sub(c0.missing),
+    );
     // The window's latency: the merged histograms' difference (each subscriber's only grows).
-    Ok(side(c1 - c0, dur, cpu1 - cpu0, &lat.since(&lat0), 0))
+    let side = side(got, dur, cpu1 - cpu0, &c1.lat.since(&c0.lat), holes);
+    Ok((side, holes as f64 / (got + holes).max(1) as f64))
 }
 
 async fn forward(args: ForwardArgs) -> Result<()> {
@@ -1092,7 +1129,8 @@ async fn forward(args: ForwardArgs) -> Result<()> {
             ticks,
         )
         .await
-        .with_context(|| format!("raw run, {n} subscribers"))?;
+        .with_context(|| format!("raw run, {n} subscribers"))?
+        .0;
         let ratio = if raw.pps_per_core > 0.0 {
             ferry.side.pps_per_core / raw.pps_per_core
         } else {
@@ -1209,7 +1247,7 @@ impl SatStep {
     fn new(n: usize, publisher_pps: f64, side: &Side) -> Self {
         let demand_pps = publisher_pps * n as f64;
         let undelivered = (1.0 - side.out_pps / demand_pps.max(1.0)).max(0.0);
-        SatStep {
+        let mut s = SatStep {
             subscribers: n,
             demand_pps,
             out_pps: side.out_pps,
@@ -1217,9 +1255,17 @@ impl SatStep {
             latency_p99_us: side.latency_p99_us,
             cpu_cores: side.cpu_cores,
             pps_per_core: side.pps_per_core,
-            sustained: undelivered <= 0.001 && side.latency_p99_us.is_some_and(|p| p <= 50_000),
+            sustained: false,
             generator_cores: None,
-        }
+        };
+        s.set_undelivered(undelivered);
+        s
+    }
+
+    /// Judges the step by `undelivered` (a share) instead.
+    fn set_undelivered(&mut self, undelivered: f64) {
+        self.undelivered = undelivered;
+        self.sustained = undelivered <= 0.001 && self.latency_p99_us.is_some_and(|p| p <= 50_000);
     }
 
     fn print(&self, who: &str) {
@@ -1345,7 +1391,7 @@ async fn scaling(args: &ForwardArgs, ticks: f64) -> Result<()> {
                 "",
                 r.side.latency_p50_us.unwrap_or(0),
                 r.side.latency_max_us.unwrap_or(0),
-                r.probe_loss.unwrap_or(0.0) * 100.0,
+                r.seq_loss * 100.0,
                 r.shed_in_window.unwrap_or(0.0),
                 r.handed_off_pps
             );
@@ -1420,8 +1466,11 @@ async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
     .await?;
     let (pps, size) = publisher.get();
     let raw_steps = search(start, args.max_subscribers, "raw", |n| async move {
-        let side = measure_raw(n, pps, size as usize, args, ticks).await?;
-        Ok(SatStep::new(n, pps, &side))
+        let (side, loss) = measure_raw(n, pps, size as usize, args, ticks).await?;
+        let mut s = SatStep::new(n, pps, &side);
+        // As for Ferry: the holes, not the count against a frame-granular demand.
+        s.set_undelivered(loss);
+        Ok(s)
     })
     .await?;
     let best = |steps: &[SatStep]| steps.iter().rev().find(|s| s.sustained).cloned();

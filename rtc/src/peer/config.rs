@@ -60,6 +60,9 @@ pub struct PeerConfig {
 }
 
 impl PeerConfig {
+    /// How often [`PeerConfig::new`]'s publisher sends a keyframe.
+    pub const KEYFRAME_INTERVAL: Duration = Duration::from_secs(2);
+
     /// Synthetic media at 30 fps, 1 Mbit/s, a keyframe every 2 s, RTX on; `wall` and
     /// `latency_epoch` pinned at `now` (Unix time 1.7e9 s there), so peers made with the same
     /// `now` agree on both.
@@ -76,7 +79,7 @@ impl PeerConfig {
             rtx: true,
             video_fps: 30,
             video_bitrate_bps: 1_000_000,
-            keyframe_interval: Duration::from_secs(2),
+            keyframe_interval: Self::KEYFRAME_INTERVAL,
             latency_epoch: now,
         }
     }

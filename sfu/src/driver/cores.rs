@@ -426,16 +426,10 @@ impl ferry_migrator::SessionHost for CoresHost<'_> {
 /// while the load generator read every packet; with the node alone, no difference
 /// (`docs/sfu.md`).
 pub(super) fn worker_cpus(workers: usize) -> Vec<usize> {
-    use nix::sched::{CpuSet, sched_getaffinity};
     if workers < 2 {
         return Vec::new();
     }
-    let Ok(set) = sched_getaffinity(nix::unistd::Pid::from_raw(0)) else {
-        return Vec::new();
-    };
-    let allowed: Vec<usize> = (0..CpuSet::count())
-        .filter(|&c| set.is_set(c).unwrap_or(false))
-        .collect();
+    let allowed = allowed_cpus();
     if allowed.len() < workers {
         tracing::info!(
             workers,
@@ -445,6 +439,17 @@ pub(super) fn worker_cpus(workers: usize) -> Vec<usize> {
         return Vec::new();
     }
     allowed[..workers].to_vec()
+}
+
+/// The CPUs the calling thread may run on (its affinity mask; none if it cannot be read).
+fn allowed_cpus() -> Vec<usize> {
+    use nix::sched::{CpuSet, sched_getaffinity};
+    let Ok(set) = sched_getaffinity(nix::unistd::Pid::from_raw(0)) else {
+        return Vec::new();
+    };
+    (0..CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect()
 }
 
 /// Pins the calling thread to `cpu`.
@@ -693,37 +698,31 @@ mod tests {
 
     #[test]
     fn workers_get_distinct_cpus_of_the_process_s_mask_or_none() {
-        let allowed = std::thread::available_parallelism().map_or(1, usize::from);
+        let allowed = allowed_cpus();
+        assert!(!allowed.is_empty());
+        assert_eq!(
+            allowed.len(),
+            std::thread::available_parallelism().map_or(1, usize::from)
+        );
         assert!(
             worker_cpus(1).is_empty(),
             "one worker stays where the kernel puts it"
         );
         assert!(
-            worker_cpus(allowed + 1).is_empty(),
+            worker_cpus(allowed.len() + 1).is_empty(),
             "more workers than CPUs"
         );
-        if allowed >= 2 {
+        if allowed.len() >= 2 {
             let cpus = worker_cpus(2);
             assert_eq!(cpus.len(), 2);
             assert_ne!(cpus[0], cpus[1]);
-            let mask = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("mask");
-            assert!(cpus.iter().all(|&c| mask.is_set(c).unwrap_or(false)));
+            assert!(cpus.iter().all(|c| allowed.contains(c)));
         }
         // A pinned thread runs on its CPU only.
-        let mask = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("mask");
-        let cpu = (0..nix::sched::CpuSet::count())
-            .find(|&c| mask.is_set(c).unwrap_or(false))
-            .expect("a CPU");
+        let cpu = allowed[0];
         std::thread::spawn(move || {
             pin_thread(cpu).expect("pin");
-            let mask = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("mask");
-            assert!(mask.is_set(cpu).expect("cpu"));
-            assert_eq!(
-                (0..nix::sched::CpuSet::count())
-                    .filter(|&c| mask.is_set(c).unwrap_or(false))
-                    .count(),
-                1
-            );
+            assert_eq!(allowed_cpus(), vec![cpu]);
         })
         .join()
         .expect("pinned thread");
