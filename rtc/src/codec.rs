@@ -3,6 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod av1;
+pub mod layers;
+pub mod vp9;
+
 /// The media codecs Ferry negotiates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -94,6 +98,10 @@ pub struct Vp8Descriptor {
     pub picture_id_offset: usize,
     /// TL0PICIDX and its byte offset.
     pub tl0_pic_idx: Option<(u8, usize)>,
+    /// TID and the layer-sync bit Y (T=1).
+    pub temporal: Option<(u8, bool)>,
+    /// KEYIDX (K=1).
+    pub key_idx: Option<u8>,
     /// Length of the descriptor; the VP8 payload starts here.
     pub len: usize,
 }
@@ -108,6 +116,8 @@ pub fn vp8_descriptor(p: &[u8]) -> Option<Vp8Descriptor> {
         picture_id: None,
         picture_id_offset: 0,
         tl0_pic_idx: None,
+        temporal: None,
+        key_idx: None,
         len: 0,
     };
     if b0 & 0x80 != 0 {
@@ -130,7 +140,14 @@ pub fn vp8_descriptor(p: &[u8]) -> Option<Vp8Descriptor> {
             i += 1;
         }
         if x & 0x30 != 0 {
-            p.get(i)?;
+            // TID (2 bits) | Y | KEYIDX (5 bits), present when T or K is set.
+            let b = *p.get(i)?;
+            if x & 0x20 != 0 {
+                d.temporal = Some((b >> 6, b & 0x20 != 0));
+            }
+            if x & 0x10 != 0 {
+                d.key_idx = Some(b & 0x1f);
+            }
             i += 1;
         }
     }
@@ -198,6 +215,11 @@ fn h264_is_keyframe_start(p: &[u8]) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests_av1;
+#[cfg(test)]
+mod tests_layers;
 
 #[cfg(test)]
 mod tests {

@@ -10,8 +10,10 @@
 //! The protocol code never reads the clock, never touches a socket and never draws unseeded
 //! randomness; [`udp`] is the one helper for drivers (a socket with large kernel buffers).
 //! [`turn`] is a sans-IO TURN client (RFC 8656 over UDP) that a driver puts between a peer and
-//! its socket to send the peer's datagrams through a relay.
+//! its socket to send the peer's datagrams through a relay. [`twcc`] is transport-wide congestion
+//! control feedback: its wire format and the receiver that writes it.
 
+pub mod bwe;
 pub mod cert;
 pub mod codec;
 pub mod dtls;
@@ -27,4 +29,5 @@ pub mod srtp;
 pub mod stun;
 pub mod time;
 pub mod turn;
+pub mod twcc;
 pub mod udp;

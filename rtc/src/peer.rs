@@ -30,6 +30,13 @@
 //! the sender-report mapping from what arrives. Publisher and viewer should share `wall` and
 //! `latency_epoch` for those to mean anything.
 //!
+//! With [`PeerConfig::simulcast`], a synthetic publisher offers its video as Chrome offers
+//! `sendEncodings` (`a=rid:<rid> send` per layer, `a=simulcast:send`, the rid and repaired-rid
+//! extensions, no SSRCs) and sends one stream per layer the answer takes: its own SSRC, RTX
+//! SSRC, sequence numbers, bitrate and keyframes (a PLI or FIR for a layer's SSRC gives a
+//! keyframe on that layer only), every packet naming its rid. Its stamps carry the layer index,
+//! so a viewer counts what it received of each layer ([`RecvStreamStats::layer_packets`]).
+//!
 //! With [`MediaSource::External`], the application brings the media: a publisher sends encoded
 //! frames with [`Peer::send_frame`] (and watches [`Peer::take_keyframe_request`]); a viewer
 //! takes complete frames, in order and decodable, from [`Peer::poll_frame`] (built by
@@ -40,10 +47,15 @@ mod offer;
 mod payload;
 mod recv;
 mod send;
+mod simulcast;
 mod source;
 mod stats;
 #[cfg(test)]
 mod tests_accept;
+#[cfg(test)]
+mod tests_simulcast;
+#[cfg(test)]
+mod tests_twcc;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -64,7 +76,9 @@ use crate::rtp::{self, RtpHeader};
 use crate::srtp::{SrtpContext, SrtpProfile};
 use crate::stun::{self, StunMessage};
 
-pub use config::{MediaSource, PeerConfig, PeerRole};
+pub use config::{
+    MAX_SIMULCAST_LAYERS, MediaSource, PeerConfig, PeerRole, SimulcastConfig, SimulcastLayer,
+};
 pub use payload::{STAMP_LEN, Stamp, is_frame_start, read_stamp};
 pub use recv::{MAX_QUEUED_FRAMES, NO_NACK_MAX_WAIT, PLI_INTERVAL, RR_INTERVAL, ReceivedFrame};
 pub use send::{FORCED_KEYFRAME_GAP, MAX_RTP_PACKET, SR_INTERVAL};
@@ -74,6 +88,7 @@ pub use stats::{LatencyStats, PeerStats, RecvStreamStats, SendStreamStats, SeqRa
 use offer::{Answer, OfferLine, OfferPlan};
 use recv::{LineInfo, Receiver};
 use send::{Extensions, SendConfig, SendStream, Sender, StreamBases};
+use simulcast::layer_streams;
 
 /// Why an answer or restart answer was not applied, or a frame not sent.
 #[non_exhaustive]
@@ -144,6 +159,8 @@ pub struct Peer {
     sender: Sender,
     receiver: Receiver,
     bases: Vec<StreamBases>,
+    /// Simulcast: each layer's bases and first VP8 picture id, lowest first.
+    layer_bases: Vec<(StreamBases, u16)>,
     plain: Vec<Plain>,
     out: VecDeque<(SocketAddr, Vec<u8>)>,
     last_now: Instant,
@@ -198,7 +215,12 @@ impl Peer {
         let stream = format!("ferry-peer-{:08x}", rng.next_u32());
         let mut taken = Vec::new();
         let mut bases = Vec::new();
+        let mut layer_bases = Vec::new();
         let mut lines = Vec::new();
+        // Simulcast is synthetic media's: the application's frames are one stream.
+        let simulcast = config
+            .simulcast
+            .filter(|s| config.media == MediaSource::Synthetic && !s.layers().is_empty());
         let mut base = |rng: &mut ChaCha8Rng, rtx_pt: Option<u8>| StreamBases {
             ssrc: random_ssrc(rng, &mut taken),
             seq: rng.next_u32() as u16,
@@ -216,6 +238,7 @@ impl Peer {
                         send: true,
                         codecs: vec![(Codec::Opus, offer::PT_OPUS, None)],
                         ssrc: Some((b.ssrc, None)),
+                        rids: Vec::new(),
                     });
                 }
                 let pts = match video {
@@ -223,7 +246,22 @@ impl Peer {
                     Codec::H264 => Some((offer::PT_H264, offer::PT_H264_RTX)),
                     Codec::Opus => None,
                 };
-                if let Some((pt, rtx)) = pts {
+                if let (Some((pt, rtx)), Some(sim)) = (pts, simulcast) {
+                    // One stream per layer, none declared (no a=ssrc), as Chrome.
+                    let rtx = config.rtx.then_some(rtx);
+                    for _ in sim.layers() {
+                        let b = base(&mut rng, rtx);
+                        layer_bases.push(b);
+                    }
+                    lines.push(OfferLine {
+                        mid: lines.len().to_string(),
+                        video: true,
+                        send: true,
+                        codecs: vec![(video, pt, rtx)],
+                        ssrc: None,
+                        rids: sim.layers().iter().map(|l| l.rid.to_owned()).collect(),
+                    });
+                } else if let Some((pt, rtx)) = pts {
                     let rtx = config.rtx.then_some(rtx);
                     let b = base(&mut rng, rtx);
                     bases.push(b);
@@ -233,6 +271,7 @@ impl Peer {
                         send: true,
                         codecs: vec![(video, pt, rtx)],
                         ssrc: Some((b.ssrc, b.rtx.map(|r| r.1))),
+                        rids: Vec::new(),
                     });
                 }
             }
@@ -244,6 +283,7 @@ impl Peer {
                     send: false,
                     codecs: vec![(Codec::Opus, offer::PT_OPUS, None)],
                     ssrc: None,
+                    rids: Vec::new(),
                 });
                 lines.push(OfferLine {
                     mid: "1".into(),
@@ -254,12 +294,18 @@ impl Peer {
                         (Codec::H264, offer::PT_H264, rtx(offer::PT_H264_RTX)),
                     ],
                     ssrc: None,
+                    rids: Vec::new(),
                 });
             }
         }
         let rtcp_ssrc = random_ssrc(&mut rng, &mut taken);
         let picture_id = rng.next_u32() as u16;
         let session_id = rng.next_u64() >> 1;
+        // Drawn last, so a single stream's draws stay what they always were.
+        let layer_bases = layer_bases
+            .into_iter()
+            .map(|b| (b, rng.next_u32() as u16 & 0x7fff))
+            .collect();
         let send_cfg = SendConfig {
             fps: config.video_fps,
             bitrate_bps: config.video_bitrate_bps,
@@ -302,6 +348,7 @@ impl Peer {
             srtp_rx: None,
             srtp_ledger: std::collections::HashMap::new(),
             bases,
+            layer_bases,
             plain: Vec::new(),
             out: VecDeque::new(),
             last_now: now,
@@ -396,11 +443,17 @@ impl Peer {
 
     fn configure_media(&mut self, a: &Answer) {
         let mut infos = Vec::new();
+        // One transport-wide sequence number per BUNDLE transport: the first receiving line's
+        // id (RFC 8843 §9.2 has every bundled line use the same one).
+        let mut twcc_ext = None;
         for (ours, line) in self.plan.lines.iter().zip(&a.lines) {
             if !line.accepted {
                 continue;
             }
-            if ours.send {
+            if ours.send && !ours.rids.is_empty() {
+                let layers = layer_streams(self.config.simulcast, &self.layer_bases, ours, line);
+                self.sender.layers.extend(layers);
+            } else if ours.send {
                 let Some(b) = self
                     .bases
                     .iter()
@@ -409,17 +462,12 @@ impl Peer {
                 else {
                     continue;
                 };
-                let b = StreamBases {
-                    rtx: b
-                        .rtx
-                        .filter(|_| line.rtx_pt.is_some() && line.nack)
-                        .map(|(_, ssrc, seq)| (line.rtx_pt.unwrap_or_default(), ssrc, seq)),
-                    ..b
-                };
+                let b = b.negotiated(line.rtx_pt, line.nack);
                 let ext = Extensions {
                     mid: line.ext_mid.map(|id| (id, line.mid.clone())),
                     abs_send_time: line.ext_abs_send_time,
                     audio_level: line.ext_audio_level,
+                    ..Extensions::default()
                 };
                 let s = SendStream::new(line.codec, line.pt, b, ext);
                 if line.video {
@@ -428,6 +476,7 @@ impl Peer {
                     self.sender.audio = Some(s);
                 }
             } else {
+                twcc_ext = twcc_ext.or(line.ext_transport_cc);
                 infos.push(LineInfo {
                     codec: line.codec,
                     pt: line.pt,
@@ -441,6 +490,7 @@ impl Peer {
         if !infos.is_empty() {
             self.receiver.set_lines(infos);
         }
+        self.receiver.set_twcc(twcc_ext);
     }
 
     fn new_dtls(&self, role: DtlsRole, fingerprint: &[u8], now: Instant) -> DtlsTransport {
@@ -770,6 +820,7 @@ impl Peer {
         s.nacks_sent = self.receiver.nacks_sent;
         s.plis_sent = self.receiver.plis_sent;
         s.receiver_reports_sent = self.receiver.rrs_sent;
+        s.twcc_feedback_sent = self.receiver.twcc_sent;
         s.nacks_received = self.sender.nacks_received;
         s.nack_misses = self.sender.nack_misses;
         s.plis_received = self.sender.plis_received;

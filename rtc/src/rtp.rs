@@ -481,6 +481,164 @@ pub fn rtx_unwrap(
     Ok(new_len)
 }
 
+/// Makes sure the RTP packet `buf` (exactly the packet) carries an RFC 8285 extension element
+/// `id` with `len` bytes of data, and returns the offset of that data in `buf`: an element that
+/// is there already is kept, one of another length is dropped (it becomes padding) and a new
+/// one written in the padding of the extension block if it fits, else the block grows (the
+/// payload moves right) — or a block is added to a packet without one. The caller then writes
+/// the value (a transport-wide sequence number, at send time).
+///
+/// The one-byte form carries ids 1..=14 and 1..=16 bytes; an element it cannot carry in a packet
+/// that uses it is an error (the packet is left as it was), as is a packet that would grow past
+/// [`MAX_PACKET_LEN`].
+pub fn ensure_extension(buf: &mut Vec<u8>, id: u8, len: usize) -> Result<usize, RtpError> {
+    let header = RtpHeader::parse(buf)?;
+    if id == 0 || len == 0 || len > 255 {
+        return Err(RtpError::BadExtensionMap { from: id, to: id });
+    }
+    let one_byte_ok = id <= 14 && len <= 16;
+    let Some(ext) = header.extension.clone() else {
+        // No block: add one after the CSRCs.
+        let form = if one_byte_ok {
+            ExtensionForm::OneByte
+        } else {
+            ExtensionForm::TwoByte
+        };
+        let element = element_len(form, len);
+        let words = element.div_ceil(4);
+        let grow = 4 + 4 * words;
+        let at = FIXED_HEADER_LEN + 4 * usize::from(header.csrc_count);
+        insert_gap(buf, at, grow)?;
+        let profile = match form {
+            ExtensionForm::OneByte => ONE_BYTE_PROFILE,
+            ExtensionForm::TwoByte => TWO_BYTE_PROFILE,
+        };
+        buf[at..at + 2].copy_from_slice(&profile.to_be_bytes());
+        buf[at + 2..at + 4].copy_from_slice(&(words as u16).to_be_bytes());
+        buf[at + 4..at + grow].fill(0);
+        buf[0] |= 0x10;
+        return Ok(at + 4 + write_element_head(&mut buf[at + 4..], form, id, len));
+    };
+    let Some(form) = ext.form() else {
+        return Err(RtpError::BadExtension);
+    };
+    if form == ExtensionForm::OneByte && !one_byte_ok {
+        return Err(RtpError::BadExtensionMap { from: id, to: id });
+    }
+    let range = ext.range.clone();
+    let need = element_len(form, len);
+    // Walk the elements: the one we want, else the first gap (padding) it fits in.
+    let mut pos = 0;
+    let mut last_end = 0;
+    let mut gap: Option<usize> = None;
+    let data = &mut buf[range.clone()];
+    let reached_end = loop {
+        let Some(e) = next_element(data, pos, form) else {
+            // An element the walk cannot pass (id 15, garbage) ends it: what follows is off
+            // limits, and the block's tail is free only if the walk reached it.
+            break data[pos..].iter().all(|b| *b == 0);
+        };
+        if gap.is_none() && e.start - last_end >= need {
+            gap = Some(last_end);
+        }
+        if e.id == id {
+            if e.end - e.data == len {
+                return Ok(range.start + e.data);
+            }
+            data[e.start..e.end].fill(0);
+            if gap.is_none() && e.end - e.start >= need {
+                gap = Some(e.start);
+            }
+        }
+        last_end = e.end;
+        pos = e.end;
+    };
+    let tail_free = if reached_end {
+        data.len() - last_end
+    } else {
+        0
+    };
+    if gap.is_none() && tail_free >= need {
+        gap = Some(last_end);
+    }
+    if let Some(start) = gap {
+        let at = range.start + start;
+        return Ok(at + write_element_head(&mut buf[at..], form, id, len));
+    }
+    if !reached_end {
+        return Err(RtpError::BadExtension);
+    }
+    // Grow the block at its end by whole words.
+    let words = (need - tail_free).div_ceil(4);
+    let at_end = range.end;
+    insert_gap(buf, at_end, 4 * words)?;
+    buf[at_end..at_end + 4 * words].fill(0);
+    let total_words = (range.len() / 4 + words) as u16;
+    let len_at = range.start - 2;
+    buf[len_at..len_at + 2].copy_from_slice(&total_words.to_be_bytes());
+    let at = at_end - tail_free;
+    Ok(at + write_element_head(&mut buf[at..], form, id, len))
+}
+
+/// Bytes an element of `len` data bytes takes in `form`.
+fn element_len(form: ExtensionForm, len: usize) -> usize {
+    match form {
+        ExtensionForm::OneByte => 1 + len,
+        ExtensionForm::TwoByte => 2 + len,
+    }
+}
+
+/// Writes an element's id/length bytes at the start of `at`; returns their count (the data
+/// follows them).
+fn write_element_head(at: &mut [u8], form: ExtensionForm, id: u8, len: usize) -> usize {
+    match form {
+        ExtensionForm::OneByte => {
+            at[0] = (id << 4) | (len as u8 - 1);
+            1
+        }
+        ExtensionForm::TwoByte => {
+            at[0] = id;
+            at[1] = len as u8;
+            2
+        }
+    }
+}
+
+/// Opens `n` bytes at `at` in the packet `buf` (what follows moves right).
+fn insert_gap(buf: &mut Vec<u8>, at: usize, n: usize) -> Result<(), RtpError> {
+    let new_len = buf.len() + n;
+    if new_len > MAX_PACKET_LEN {
+        return Err(RtpError::TooLarge(new_len));
+    }
+    let old = buf.len();
+    buf.resize(new_len, 0);
+    buf.copy_within(at..old, at + n);
+    Ok(())
+}
+
+/// Writes a padding-only RTP packet (RFC 3550 §5.1: P set, no payload, the last byte counts the
+/// padding) of `padding` bytes (1..=255) after the fixed header into `buf` (replacing its
+/// contents). Receivers drop it after counting it: what a sender probes the path with.
+pub fn write_padding_packet(
+    buf: &mut Vec<u8>,
+    pt: u8,
+    ssrc: u32,
+    seq: u16,
+    timestamp: u32,
+    padding: u8,
+) {
+    buf.clear();
+    buf.extend_from_slice(&[0xA0, pt & 0x7F]);
+    buf.extend_from_slice(&seq.to_be_bytes());
+    buf.extend_from_slice(&timestamp.to_be_bytes());
+    buf.extend_from_slice(&ssrc.to_be_bytes());
+    let padding = padding.max(1);
+    buf.resize(FIXED_HEADER_LEN + usize::from(padding), 0);
+    if let Some(last) = buf.last_mut() {
+        *last = padding;
+    }
+}
+
 /// Fuzz target body: parses arbitrary bytes and exercises every rewrite on a copy, asserting that
 /// what succeeds keeps the packet valid.
 pub fn fuzz_rtp(data: &[u8]) {
@@ -505,6 +663,22 @@ pub fn fuzz_rtp(data: &[u8]) {
         assert_eq!(
             after.map(|h| h.payload_range),
             Ok(header.payload_range.clone())
+        );
+    }
+
+    let mut grown = data.to_vec();
+    if let Ok(at) = ensure_extension(&mut grown, 3, 2) {
+        grown[at..at + 2].copy_from_slice(&[0xAB, 0xCD]);
+        let after = RtpHeader::parse(&grown);
+        let after = after.as_ref().ok();
+        assert_eq!(
+            after.and_then(|h| h.find_extension(&grown, 3)),
+            Some(&[0xAB, 0xCD][..])
+        );
+        assert_eq!(
+            after.map(|h| h.payload(&grown)),
+            Some(header.payload(data)),
+            "the payload is kept"
         );
     }
 

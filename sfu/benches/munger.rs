@@ -26,6 +26,7 @@ fn line() -> MediaLine {
         pli: true,
         fir: true,
         remb: false,
+        twcc: false,
         extmap: vec![(
             2,
             "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time".into(),

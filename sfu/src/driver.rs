@@ -45,6 +45,7 @@ enum Command {
     Patch(SessionId, String, Option<String>, Reply<PatchOutcome>),
     Delete(SessionId, Reply<()>),
     Sessions(Reply<Vec<SessionInfo>>),
+    SessionView(SessionId, Reply<crate::adapt::view::SessionView>),
     Metrics(Reply<String>),
     Snapshot(SessionId, Reply<SessionSnapshot>),
     Restore(Box<SessionSnapshot>, Reply<SessionId>),
@@ -352,6 +353,14 @@ impl NodeHandle {
         self.call(Command::Sessions).await
     }
 
+    /// One session, with a viewer's adaptation (`GET /v1/sessions/{id}`).
+    pub async fn session_view(
+        &self,
+        session: SessionId,
+    ) -> Result<crate::adapt::view::SessionView, SignalError> {
+        self.call(|r| Command::SessionView(session, r)).await
+    }
+
     /// Prometheus text of the node's counters.
     pub async fn metrics_text(&self) -> Result<String, SignalError> {
         self.call(Command::Metrics).await
@@ -642,6 +651,9 @@ fn command(cores: &Cores, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
         }
         Command::Sessions(r) => {
             let _ = r.send(Ok(cores.sessions()));
+        }
+        Command::SessionView(id, r) => {
+            let _ = r.send(cores.drive(of_session(&id), |n| n.session_view(now, &id)));
         }
         Command::Metrics(r) => {
             let mut text = cores.metrics().to_prometheus();

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use ferry_proto::state::media::OutgoingStreamState;
 
+use crate::adapt::allocator::TrackState;
 use crate::codec::{self, Codec};
 use crate::munger::{DropReason, Munged, Munger, Retransmit, SourcePacket};
 use crate::negotiate::MediaLine;
@@ -39,6 +40,19 @@ pub struct OutgoingTrack {
     pub served_gop: u64,
     /// The last GOP it was served in (those that waited longest go first).
     pub last_served_gop: u64,
+    /// Which layer of a simulcast source it plays ([`crate::adapt::allocator`]).
+    pub layer: TrackState,
+}
+
+/// Whether a packet of a simulcast source is for a viewer's track ([`OutgoingTrack::takes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// Its layer: forward it (the munger decides the rest).
+    Forward,
+    /// Another layer.
+    Skip,
+    /// The layer it switches to, but not at a keyframe: a keyframe of it is wanted.
+    SkipWantKeyframe,
 }
 
 impl OutgoingTrack {
@@ -63,6 +77,38 @@ impl OutgoingTrack {
             last_src_ts: None,
             served_gop: 0,
             last_served_gop: 0,
+            layer: TrackState::default(),
+        }
+    }
+
+    /// The source stream (layer) it plays now.
+    pub fn playing(&self) -> Option<u32> {
+        self.munger.source_ssrc()
+    }
+
+    /// The layer a keyframe request of the viewer is about: the one it plays, else the one it
+    /// waits for (`None`: every layer).
+    pub fn keyframe_layer(&self) -> Option<u32> {
+        self.playing().or(self.layer.target)
+    }
+
+    /// Whether a packet of a simulcast source is for this track. `playing` is the layer it
+    /// plays, if that one still sends. A track stays on its layer until the layer it is to
+    /// switch to ([`TrackState::target`]) starts a keyframe, so it never gets a frame whose
+    /// reference it lacks; a track with no layer (yet, or any more) takes the first keyframe
+    /// of its target, or of any layer while it has none.
+    pub fn takes(&self, src: &SourcePacket, playing: Option<u32>) -> Take {
+        match (playing, self.layer.target) {
+            (Some(p), _) if p == src.ssrc => Take::Forward,
+            (_, Some(t)) if t == src.ssrc => {
+                if src.keyframe_start || playing.is_none() {
+                    Take::Forward
+                } else {
+                    Take::SkipWantKeyframe
+                }
+            }
+            (None, None) => Take::Forward,
+            _ => Take::Skip,
         }
     }
 
@@ -134,6 +180,20 @@ impl OutgoingTrack {
         let payload = RtpHeader::parse(pkt).map_or(0, |h| h.payload_range.len());
         self.octets_sent += payload as u64;
         Ok(pkt.len())
+    }
+
+    /// Writes a padding-only packet of `padding` bytes on this track's RTX stream into `out`
+    /// (a bandwidth probe: the receiver counts it and drops it); `None` without RTX, or before
+    /// the track sent anything (its timestamp would mean nothing).
+    pub fn write_probe(&mut self, out: &mut Vec<u8>, padding: u8) -> Option<usize> {
+        let (Some(pt), Some(ssrc)) = (self.line.rtx_pt, self.line.local_rtx_ssrc) else {
+            return None;
+        };
+        self.munger.last_out_seq()?;
+        let ts = self.munger.last_out_ts() as u32;
+        rtp::write_padding_packet(out, pt, ssrc, self.rtx_seq, ts, padding);
+        self.rtx_seq = self.rtx_seq.wrapping_add(1);
+        Some(out.len())
     }
 
     /// Which earlier packet an outgoing sequence number from a NACK was.
@@ -217,6 +277,11 @@ impl OutgoingTrack {
             octets_sent: self.octets_sent,
             retransmitted: self.retransmitted,
             index: self.index as u32,
+            target_ssrc: self.layer.target,
+            held_for_ms: self
+                .layer
+                .held_until
+                .map(|t| t.saturating_duration_since(now).as_millis() as u64),
         }
     }
 
@@ -239,6 +304,12 @@ impl OutgoingTrack {
             last_src_ts: None,
             served_gop: 0,
             last_served_gop: 0,
+            layer: TrackState {
+                target: s.target_ssrc,
+                held_until: s
+                    .held_for_ms
+                    .map(|ms| now + std::time::Duration::from_millis(ms)),
+            },
         }
     }
 }

@@ -166,6 +166,7 @@ pub fn router(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/v1/sessions", get(sessions))
+        .route("/v1/sessions/{id}", get(session_view))
         .route("/metrics", get(metrics))
         .route(
             "/v1/migrations/{id}",
@@ -551,6 +552,18 @@ async fn delete_session(
 async fn sessions(State(st): State<AppState>) -> Response {
     match st.node.sessions().await {
         Ok(list) => axum::Json(list).into_response(),
+        Err(e) => signal_error(e),
+    }
+}
+
+/// `GET /v1/sessions/{id}`: one session, with a viewer's bandwidth estimate, allocation,
+/// layers and the last minute of its estimate (`docs/adaptation.md`).
+async fn session_view(State(st): State<AppState>, Path(id): Path<String>) -> Response {
+    let Ok(id) = SessionId::new(id.clone()) else {
+        return signal_error(SignalError::SessionNotFound(id));
+    };
+    match st.node.session_view(id).await {
+        Ok(v) => axum::Json(v).into_response(),
         Err(e) => signal_error(e),
     }
 }

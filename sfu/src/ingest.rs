@@ -38,6 +38,10 @@ pub struct IncomingStream {
     window_bytes: u64,
     /// Bitrate over the last report interval.
     pub bitrate_bps: u64,
+    /// A keyframe of this stream has been asked for and not yet requested upstream.
+    keyframe_wanted: bool,
+    /// When a keyframe of this stream was last requested upstream.
+    last_pli: Option<Instant>,
 }
 
 impl IncomingStream {
@@ -54,6 +58,8 @@ impl IncomingStream {
             last_keyframe: None,
             window_bytes: 0,
             bitrate_bps: 0,
+            keyframe_wanted: false,
+            last_pli: None,
         }
     }
 
@@ -144,6 +150,8 @@ impl IncomingStream {
             highest_ext_ts: self.ts.highest(),
             last_keyframe_seq: self.last_keyframe,
             window_bytes: self.window_bytes,
+            keyframe_wanted: self.keyframe_wanted,
+            last_pli_age_ms: self.last_pli.map(|t| crate::time::age_ms(now, t)),
         }
     }
 
@@ -171,6 +179,8 @@ impl IncomingStream {
             last_keyframe: s.last_keyframe_seq,
             window_bytes: s.window_bytes,
             bitrate_bps: 0,
+            keyframe_wanted: s.keyframe_wanted,
+            last_pli: s.last_pli_age_ms.map(|a| crate::time::from_age_ms(now, a)),
         }
     }
 }
@@ -184,8 +194,6 @@ pub struct Ingested {
     pub src: SourcePacket,
     /// Plaintext length of the (RTX-unwrapped) packet in the buffer.
     pub len: usize,
-    /// Whether this layer is the one forwarded.
-    pub forward: bool,
 }
 
 /// Why a publisher packet is not forwarded (normal outcomes, counted).
@@ -210,12 +218,10 @@ pub struct IncomingTrack {
     pub index: usize,
     /// Streams by SSRC.
     pub streams: Vec<IncomingStream>,
-    /// Index of the forwarded stream (layer).
+    /// Index of the stream with the highest bitrate (its top simulcast layer; the only stream
+    /// of a track without simulcast). Every stream is forwarded: each viewer picks its layer.
     pub selected: Option<usize>,
-    last_pli: Option<Instant>,
     fir_seq: u8,
-    /// A keyframe has been asked for and not yet requested upstream.
-    pub keyframe_wanted: bool,
     nack: NackConfig,
     cache: usize,
 }
@@ -226,9 +232,7 @@ impl IncomingTrack {
         let mut t = Self {
             streams: Vec::new(),
             selected: None,
-            last_pli: None,
             fir_seq: 0,
-            keyframe_wanted: false,
             line,
             index,
             nack,
@@ -254,7 +258,7 @@ impl IncomingTrack {
         self.line.video && (self.line.pli || self.line.fir)
     }
 
-    /// The stream currently forwarded.
+    /// The top layer (the only stream without simulcast).
     pub fn selected_stream(&self) -> Option<&IncomingStream> {
         self.selected.and_then(|i| self.streams.get(i))
     }
@@ -275,10 +279,14 @@ impl IncomingTrack {
         }
     }
 
-    /// The NTP time and source extended RTP timestamp of the forwarded
-    /// stream at `now`, projected from its last sender report.
-    pub fn sr_projection(&self, now: Instant) -> Option<(u64, u64)> {
-        let s = self.selected_stream()?;
+    /// The NTP time and source extended RTP timestamp of stream `ssrc` (`None`: the top
+    /// layer) at `now`, projected from its last sender report. Each simulcast layer has a
+    /// timestamp base of its own, so a viewer's report follows the layer it plays.
+    pub fn sr_projection(&self, now: Instant, ssrc: Option<u32>) -> Option<(u64, u64)> {
+        let s = match ssrc {
+            Some(ssrc) => self.stream(ssrc)?,
+            None => self.selected_stream()?,
+        };
         let (ntp, rtp_ts, at) = s.last_sr?;
         let elapsed = now.saturating_duration_since(at);
         let ext = s.ts.peek(u64::from(rtp_ts));
@@ -287,37 +295,59 @@ impl IncomingTrack {
         Some((ntp_add(ntp, elapsed), ext + ticks))
     }
 
-    /// Asks for a keyframe if the last request is older than `throttle`;
-    /// returns the media SSRC to put in a PLI (or FIR) when one is due.
-    pub fn take_keyframe_request(
+    /// Asks for a keyframe of the stream `ssrc` (`None`: of every stream of the track). The
+    /// request goes upstream through [`IncomingTrack::take_keyframe_requests`].
+    pub fn want_keyframe(&mut self, ssrc: Option<u32>) {
+        for s in &mut self.streams {
+            if ssrc.is_none_or(|x| x == s.ssrc) {
+                s.keyframe_wanted = true;
+            }
+        }
+    }
+
+    /// Whether a keyframe request of any stream is pending.
+    pub fn keyframe_wanted(&self) -> bool {
+        self.streams.iter().any(|s| s.keyframe_wanted)
+    }
+
+    /// Takes the keyframe requests due: for each stream that wants a keyframe and whose last
+    /// request is older than `throttle` (throttled per stream: each simulcast layer is its own
+    /// encoder), appends `(media SSRC, use FIR, FIR sequence number)`.
+    pub fn take_keyframe_requests(
         &mut self,
         now: Instant,
         throttle: Duration,
-    ) -> Option<(u32, bool, u8)> {
-        if !self.keyframe_wanted || !self.can_request_keyframe() {
-            return None;
+        out: &mut Vec<(u32, bool, u8)>,
+    ) {
+        if !self.can_request_keyframe() {
+            return;
         }
-        if self.last_pli.is_some_and(|t| now < t + throttle) {
-            return None;
-        }
-        let ssrc = self.selected_stream().or(self.streams.first())?.ssrc;
-        self.keyframe_wanted = false;
-        self.last_pli = Some(now);
         let use_fir = !self.line.pli;
-        if use_fir {
-            self.fir_seq = self.fir_seq.wrapping_add(1);
+        for s in &mut self.streams {
+            if !s.keyframe_wanted || s.last_pli.is_some_and(|t| now < t + throttle) {
+                continue;
+            }
+            s.keyframe_wanted = false;
+            s.last_pli = Some(now);
+            if use_fir {
+                self.fir_seq = self.fir_seq.wrapping_add(1);
+            }
+            out.push((s.ssrc, use_fir, self.fir_seq));
         }
-        Some((ssrc, use_fir, self.fir_seq))
     }
 
     /// When a throttled keyframe request becomes possible. (A request that
     /// is not throttled is taken at once, so a pending one always has a
     /// previous request.)
     pub fn keyframe_deadline(&self, throttle: Duration) -> Option<Instant> {
-        if !self.keyframe_wanted || !self.can_request_keyframe() {
+        if !self.can_request_keyframe() {
             return None;
         }
-        self.last_pli.map(|t| t + throttle)
+        self.streams
+            .iter()
+            .filter(|s| s.keyframe_wanted)
+            .filter_map(|s| s.last_pli.map(|t| t + throttle))
+            .min()
     }
 
     /// Finds (or learns) the stream of a packet: `(stream index, is_rtx)`.
@@ -412,7 +442,7 @@ impl IncomingTrack {
         let (ext_seq, arrival) = s.nack.on_packet(now, h.sequence);
         match arrival {
             Arrival::Duplicate => return Err(IngestDrop::Duplicate),
-            Arrival::Reset => self.keyframe_wanted = true,
+            Arrival::Reset => s.keyframe_wanted = true,
             Arrival::New | Arrival::Recovered => {}
         }
         let ext_ts = s.ts.unwrap(u64::from(h.timestamp));
@@ -451,7 +481,6 @@ impl IncomingTrack {
                 vp8,
             },
             len,
-            forward: self.selected == Some(si),
         })
     }
 
@@ -464,13 +493,14 @@ impl IncomingTrack {
         let mut gave_up = 0;
         for s in &mut self.streams {
             let mut seqs = Vec::new();
-            gave_up += s.nack.poll_nacks(now, &mut seqs);
+            let lost = s.nack.poll_nacks(now, &mut seqs);
+            if lost > 0 {
+                s.keyframe_wanted = true;
+            }
+            gave_up += lost;
             if !seqs.is_empty() {
                 out.push((s.ssrc, seqs));
             }
-        }
-        if gave_up > 0 {
-            self.keyframe_wanted = true;
         }
         gave_up
     }
@@ -487,7 +517,7 @@ impl IncomingTrack {
     }
 
     /// Report blocks for the track's streams; also closes the bitrate
-    /// window (`interval` long) and re-evaluates the simulcast layer.
+    /// window (`interval` long) and re-evaluates which layer is the top one.
     pub fn report(&mut self, now: Instant, interval: Duration, blocks: &mut Vec<ReportBlock>) {
         let secs = interval.as_secs_f64().max(0.001);
         for s in &mut self.streams {
@@ -500,8 +530,8 @@ impl IncomingTrack {
         self.select_layer();
     }
 
-    /// Forward the highest-bitrate layer; switch only on a clear winner
-    /// (1.5×) or when the current layer went silent.
+    /// The top layer is the highest-bitrate one; it changes only on a clear winner (1.5×) or
+    /// when the current one went silent.
     fn select_layer(&mut self) {
         let Some(best) = (0..self.streams.len()).max_by_key(|&i| self.streams[i].bitrate_bps)
         else {
@@ -514,7 +544,6 @@ impl IncomingTrack {
         let best_rate = self.streams[best].bitrate_bps;
         if self.selected != Some(best) && best_rate > 0 && (cur == 0 || best_rate * 2 > cur * 3) {
             self.selected = Some(best);
-            self.keyframe_wanted = true;
         }
     }
 
@@ -529,9 +558,14 @@ impl IncomingTrack {
             index: self.index as u32,
             streams: self.streams.iter().map(|s| s.snapshot(now)).collect(),
             selected: self.selected.map(|i| i as u32),
-            last_pli_age_ms: self.last_pli.map(|t| crate::time::age_ms(now, t)),
+            last_pli_age_ms: self
+                .streams
+                .iter()
+                .filter_map(|s| s.last_pli)
+                .max()
+                .map(|t| crate::time::age_ms(now, t)),
             fir_seq: u32::from(self.fir_seq),
-            keyframe_wanted: self.keyframe_wanted,
+            keyframe_wanted: self.keyframe_wanted(),
         }
     }
 
@@ -543,12 +577,18 @@ impl IncomingTrack {
         cache: usize,
         now: Instant,
     ) -> Self {
-        let streams: Vec<IncomingStream> = s
+        let mut streams: Vec<IncomingStream> = s
             .streams
             .iter()
             .take(MAX_STREAMS_PER_TRACK)
             .map(|st| IncomingStream::restore(st, nack, cache, now))
             .collect();
+        // A snapshot of version 1 kept one request and its time for the whole track.
+        let track_pli = s.last_pli_age_ms.map(|a| crate::time::from_age_ms(now, a));
+        for st in &mut streams {
+            st.keyframe_wanted |= s.keyframe_wanted;
+            st.last_pli = st.last_pli.or(track_pli);
+        }
         Self {
             index: s.index as usize,
             selected: s
@@ -556,9 +596,7 @@ impl IncomingTrack {
                 .map(|i| i as usize)
                 .filter(|i| *i < streams.len()),
             streams,
-            last_pli: s.last_pli_age_ms.map(|a| crate::time::from_age_ms(now, a)),
             fir_seq: s.fir_seq as u8,
-            keyframe_wanted: s.keyframe_wanted,
             line,
             nack,
             cache,
@@ -583,6 +621,7 @@ mod tests {
             pli: true,
             fir: true,
             remb: true,
+            twcc: false,
             extmap: vec![(10, EXT_RID.into()), (11, EXT_RRID.into())],
             remote_ssrcs: vec![],
             rids: rids.iter().map(|r| (*r).to_string()).collect(),
@@ -624,28 +663,21 @@ mod tests {
     }
 
     #[test]
-    fn simulcast_forwards_the_highest_bitrate_layer() {
+    fn simulcast_layers_are_all_taken_and_the_top_is_the_highest_bitrate() {
         let t0 = Instant::now();
         let mut t = IncomingTrack::new(1, line(&["q", "h", "f"]), NackConfig::default(), 100);
-        // The first layer seen is forwarded until reports show the rates.
         for seq in 0..30u16 {
-            let q = feed(&mut t, t0, &packet(1, seq, "q", 100, seq == 0)).unwrap();
-            assert!(q.forward);
-            assert!(
-                !feed(&mut t, t0, &packet(2, seq, "h", 400, seq == 0))
-                    .unwrap()
-                    .forward
-            );
-            assert!(
-                !feed(&mut t, t0, &packet(3, seq, "f", 1000, seq == 0))
-                    .unwrap()
-                    .forward
-            );
+            for (ssrc, rid, size) in [(1, "q", 100), (2, "h", 400), (3, "f", 1000)] {
+                let i = feed(&mut t, t0, &packet(ssrc, seq, rid, size, seq == 0)).unwrap();
+                assert_eq!((i.src.ssrc, i.src.keyframe_start), (ssrc, seq == 0));
+            }
         }
         assert_eq!(
             t.streams.iter().map(|s| s.rid.as_str()).collect::<Vec<_>>(),
             ["q", "h", "f"]
         );
+        // The first layer seen is the top one until reports show the rates.
+        assert_eq!(t.selected_stream().map(|s| s.ssrc), Some(1));
         t.report(
             t0 + Duration::from_secs(1),
             Duration::from_secs(1),
@@ -656,7 +688,10 @@ mod tests {
             Some("f"),
             "top layer"
         );
-        assert!(t.keyframe_wanted, "a layer switch asks for a keyframe");
+        assert!(
+            !t.keyframe_wanted(),
+            "viewers ask for their own layers' keyframes"
+        );
         // An unknown rid is not a stream of this track.
         assert_eq!(
             feed(&mut t, t0, &packet(9, 1, "x", 10, true)).unwrap_err(),
@@ -665,29 +700,41 @@ mod tests {
     }
 
     #[test]
-    fn keyframe_requests_are_throttled() {
+    fn keyframe_requests_are_per_layer_and_throttled_per_layer() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let throttle = ms(300);
-        let mut t = IncomingTrack::new(1, line(&[]), NackConfig::default(), 100);
-        feed(&mut t, t0, &packet(5, 1, "", 100, true)).unwrap_or_else(|_| panic!());
-        t.keyframe_wanted = true;
-        assert_eq!(t.take_keyframe_request(t0, throttle), Some((5, false, 0)));
-        t.keyframe_wanted = true;
-        assert_eq!(
-            t.take_keyframe_request(t0 + ms(100), throttle),
-            None,
-            "throttled"
-        );
+        let mut t = IncomingTrack::new(1, line(&["q", "f"]), NackConfig::default(), 100);
+        feed(&mut t, t0, &packet(5, 1, "q", 100, true)).unwrap_or_else(|_| panic!());
+        feed(&mut t, t0, &packet(6, 1, "f", 100, true)).unwrap_or_else(|_| panic!());
+        let mut due = Vec::new();
+        t.want_keyframe(Some(5));
+        t.take_keyframe_requests(t0, throttle, &mut due);
+        assert_eq!(due, [(5, false, 0)]);
+        // Layer 5 is throttled, layer 6 is not.
+        due.clear();
+        t.want_keyframe(Some(5));
+        t.want_keyframe(Some(6));
+        t.take_keyframe_requests(t0 + ms(100), throttle, &mut due);
+        assert_eq!(due, [(6, false, 0)], "throttled per layer");
         assert_eq!(t.keyframe_deadline(throttle), Some(t0 + throttle));
-        assert!(t.take_keyframe_request(t0 + ms(300), throttle).is_some());
+        due.clear();
+        t.take_keyframe_requests(t0 + ms(300), throttle, &mut due);
+        assert_eq!(due, [(5, false, 0)]);
+        // `None` asks every layer.
+        due.clear();
+        t.want_keyframe(None);
+        t.take_keyframe_requests(t0 + ms(700), throttle, &mut due);
+        assert_eq!(due, [(5, false, 0), (6, false, 0)]);
         // FIR when only FIR was negotiated, with an incrementing sequence number.
         let mut l = line(&[]);
         l.pli = false;
         let mut f = IncomingTrack::new(1, l, NackConfig::default(), 100);
         feed(&mut f, t0, &packet(6, 1, "", 100, true)).unwrap_or_else(|_| panic!());
-        f.keyframe_wanted = true;
-        assert_eq!(f.take_keyframe_request(t0, throttle), Some((6, true, 1)));
+        f.want_keyframe(None);
+        due.clear();
+        f.take_keyframe_requests(t0, throttle, &mut due);
+        assert_eq!(due, [(6, true, 1)]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! driver (tokio) feeds it datagrams and timeouts and carries out what it
 //! returns. [`node`] holds the drive-loop contract; `docs/sfu.md` the design.
 
+pub mod adapt;
 pub mod cluster;
 pub mod driver;
 pub mod edge;
@@ -32,5 +33,5 @@ pub mod tunnel;
 
 // The wire protocols and the sans-IO peer live in `ferry-rtc` (shared with the client SDK).
 pub use ferry_rtc::{
-    cert, codec, dtls, ice, nack, peer, rtcp, rtp, sdp, seq, srtp, stun, time, udp,
+    bwe, cert, codec, dtls, ice, nack, peer, rtcp, rtp, sdp, seq, srtp, stun, time, twcc, udp,
 };

@@ -153,6 +153,20 @@ metrics! {
     migrations_in,
     /// Migrations of a session away from this node rolled back.
     migrations_rolled_back,
+    /// Times a viewer's track switched to another simulcast layer (at its keyframe).
+    layer_switches,
+    /// Allocations that moved a viewer's track to a higher layer.
+    layer_ups,
+    /// Allocations that moved a viewer's track to a lower layer.
+    layer_downs,
+    /// Transport-wide CC feedback messages received from viewers.
+    twcc_feedback_received,
+    /// Transport-wide CC feedback messages sent to publishers.
+    twcc_feedback_sent,
+    /// Padding packets sent to viewers to probe for bandwidth.
+    probe_packets,
+    /// Bytes of those probes.
+    probe_bytes,
 }
 
 impl NodeMetrics {

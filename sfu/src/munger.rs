@@ -134,6 +134,13 @@ impl Munger {
         ))
     }
 
+    /// The source SSRC being forwarded; `None` before the first or while waiting for a
+    /// keyframe.
+    pub fn source_ssrc(&self) -> Option<u32> {
+        self.src_ssrc
+            .filter(|_| self.started && !self.waiting_keyframe)
+    }
+
     /// Outgoing SSRC.
     pub fn out_ssrc(&self) -> u32 {
         self.out_ssrc
@@ -142,6 +149,13 @@ impl Munger {
     /// Whether the munger is dropping until a keyframe.
     pub fn waiting_keyframe(&self) -> bool {
         self.waiting_keyframe
+    }
+
+    /// The first outgoing extended sequence number it sent, while its mapping still holds it
+    /// (the last [`MAX_SEGMENTS`] switches are kept).
+    pub fn first_out_seq(&self) -> Option<u64> {
+        let first = self.segments.first()?;
+        (self.segments.len() < MAX_SEGMENTS && self.started).then_some(first.out_start)
     }
 
     /// Highest outgoing extended sequence number sent.

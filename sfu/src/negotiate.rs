@@ -18,7 +18,8 @@ use crate::sdp::{Direction, MediaKind, MediaView, SessionDescription, Setup};
 use crate::signal::{SessionKind, SignalError};
 
 pub use ferry_rtc::sdp::extmap::{
-    EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_MID, EXT_RID, EXT_RRID, EXT_VIDEO_ORIENTATION,
+    EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_MID, EXT_RID, EXT_RRID, EXT_TRANSPORT_CC,
+    EXT_VIDEO_ORIENTATION,
 };
 
 const PUBLISH_EXTS: &[&str] = &[
@@ -28,8 +29,14 @@ const PUBLISH_EXTS: &[&str] = &[
     EXT_ABS_SEND_TIME,
     EXT_AUDIO_LEVEL,
     EXT_VIDEO_ORIENTATION,
+    EXT_TRANSPORT_CC,
 ];
-const VIEW_EXTS: &[&str] = &[EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_VIDEO_ORIENTATION];
+const VIEW_EXTS: &[&str] = &[
+    EXT_ABS_SEND_TIME,
+    EXT_AUDIO_LEVEL,
+    EXT_VIDEO_ORIENTATION,
+    EXT_TRANSPORT_CC,
+];
 
 /// The parameters of one m-line as negotiated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +63,9 @@ pub struct MediaLine {
     pub fir: bool,
     /// REMB negotiated.
     pub remb: bool,
+    /// Transport-wide congestion control feedback negotiated (`transport-cc`, with the
+    /// transport-wide sequence number extension).
+    pub twcc: bool,
     /// Header extensions in use: (id, uri).
     pub extmap: Vec<(u8, String)>,
     /// Publisher: SSRCs it declared, (media, rtx).
@@ -93,6 +103,7 @@ impl MediaLine {
             pli: self.pli,
             fir: self.fir,
             remb: self.remb,
+            twcc: self.twcc,
             extmap: self
                 .extmap
                 .iter()
@@ -132,6 +143,7 @@ impl MediaLine {
             pli: s.pli,
             fir: s.fir,
             remb: s.remb,
+            twcc: s.twcc,
             extmap: s
                 .extmap
                 .iter()
@@ -341,6 +353,7 @@ fn rejected(m: &MediaView<'_>, i: usize) -> MediaLine {
         pli: false,
         fir: false,
         remb: false,
+        twcc: false,
         extmap: Vec::new(),
         remote_ssrcs: Vec::new(),
         rids: Vec::new(),
@@ -443,24 +456,42 @@ fn fmtp_string(m: &MediaView<'_>, pt: u8) -> String {
         .unwrap_or_default()
 }
 
-fn feedback(m: &MediaView<'_>, pt: u8, allow_remb: bool) -> (bool, bool, bool, bool) {
+/// What a line negotiated for `pt`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Feedback {
+    nack: bool,
+    pli: bool,
+    fir: bool,
+    remb: bool,
+    twcc: bool,
+}
+
+/// The feedback we answer for `pt`: transport-wide CC where the peer offers it with the
+/// sequence number extension, else REMB where it offers that (the two are alternatives: a
+/// browser given both lets REMB cap its own send-side estimate).
+fn feedback(m: &MediaView<'_>, pt: u8) -> Feedback {
     let fbs = m.rtcp_fbs(pt);
     let has = |kind: &str, param: Option<&str>| {
         fbs.iter()
             .any(|f| f.kind == kind && f.param.as_deref() == param)
     };
-    (
-        has("nack", None),
-        has("nack", Some("pli")),
-        has("ccm", Some("fir")),
-        allow_remb && has("goog-remb", None),
-    )
+    let twcc = has("transport-cc", None) && m.extmaps().iter().any(|e| e.uri == EXT_TRANSPORT_CC);
+    Feedback {
+        nack: has("nack", None),
+        pli: has("nack", Some("pli")),
+        fir: has("ccm", Some("fir")),
+        remb: !twcc && has("goog-remb", None),
+        twcc,
+    }
 }
 
-fn extmaps(m: &MediaView<'_>, allowed: &[&str]) -> Vec<(u8, String)> {
+/// The extensions of `m` we take, of `allowed`; the transport-wide sequence number only with
+/// its feedback.
+fn extmaps(m: &MediaView<'_>, allowed: &[&str], twcc: bool) -> Vec<(u8, String)> {
     m.extmaps()
         .into_iter()
         .filter(|e| allowed.contains(&e.uri.as_str()))
+        .filter(|e| twcc || e.uri != EXT_TRANSPORT_CC)
         .map(|e| (e.id, e.uri))
         .collect()
 }
@@ -480,14 +511,15 @@ fn publish_line(m: &MediaView<'_>, i: usize, t: &Transport) -> Result<MediaLine,
     if codec.is_video() != (m.kind == MediaKind::Video) {
         return Ok(line);
     }
-    let (nack, pli, fir, remb) = feedback(m, pt, true);
+    let fb = feedback(m, pt);
     line.accepted = true;
     line.codec = codec;
     line.pt = pt;
-    line.rtx_pt = if nack { m.rtx_for(pt) } else { None };
+    line.rtx_pt = if fb.nack { m.rtx_for(pt) } else { None };
     line.fmtp = fmtp_string(m, pt);
-    (line.nack, line.pli, line.fir, line.remb) = (nack, pli, fir, remb);
-    line.extmap = extmaps(m, PUBLISH_EXTS);
+    (line.nack, line.pli, line.fir, line.remb, line.twcc) =
+        (fb.nack, fb.pli, fb.fir, fb.remb, fb.twcc);
+    line.extmap = extmaps(m, PUBLISH_EXTS, fb.twcc);
     line.remote_ssrcs = m.declared_ssrcs();
     if let Some(sim) = m.simulcast() {
         line.rids = sim
@@ -573,14 +605,17 @@ fn view_line(
         return line;
     };
     taken[src_idx] = true;
-    let (nack, pli, fir, _) = feedback(m, pt, false);
+    // A viewer's transport-wide CC feedback (or its REMB, where it has no transport-wide CC)
+    // is what its bandwidth estimate comes from.
+    let fb = feedback(m, pt);
     line.accepted = true;
     line.codec = src.codec;
     line.pt = pt;
-    line.rtx_pt = if nack { m.rtx_for(pt) } else { None };
+    line.rtx_pt = if fb.nack { m.rtx_for(pt) } else { None };
     line.fmtp = fmtp_string(m, pt);
-    (line.nack, line.pli, line.fir) = (nack, pli, fir);
-    line.extmap = extmaps(m, VIEW_EXTS);
+    (line.nack, line.pli, line.fir, line.remb, line.twcc) =
+        (fb.nack, fb.pli, fb.fir, fb.remb, fb.twcc);
+    line.extmap = extmaps(m, VIEW_EXTS, fb.twcc);
     line.local_ssrc = next_ssrc();
     line.local_rtx_ssrc = line.rtx_pt.map(|_| next_ssrc());
     line.source = Some(src_idx);
@@ -679,6 +714,7 @@ fn write_answer(
         }
         for (on, fb) in [
             (line.remb, "goog-remb"),
+            (line.twcc, "transport-cc"),
             (line.nack, "nack"),
             (line.pli, "nack pli"),
             (line.fir, "ccm fir"),

@@ -32,6 +32,7 @@ use crate::srtp::SrtpError;
 use crate::stun::{self, StunMessage};
 use crate::time::WallClock;
 
+mod adapting;
 pub mod admission;
 mod demux;
 mod forward;
@@ -164,9 +165,23 @@ struct StreamEntry {
     gop: u64,
     /// While viewers are shed: when to ask for the next keyframe (the shed set rotates).
     next_rotation: Option<Instant>,
+    /// What each track (by publisher m-line) offers: its layers and their rates.
+    layers: Vec<crate::adapt::layers::SourceLayers>,
 }
 
 impl StreamEntry {
+    /// The layers of track `line` (made on first use; a publisher has a few m-lines).
+    fn layers_mut(&mut self, line: usize) -> &mut crate::adapt::layers::SourceLayers {
+        if self.layers.len() <= line {
+            self.layers.resize_with(
+                line.min(63) + 1,
+                crate::adapt::layers::SourceLayers::default,
+            );
+        }
+        let last = self.layers.len() - 1;
+        &mut self.layers[line.min(last)]
+    }
+
     fn unused(&self) -> bool {
         self.publisher.is_none()
             && self.relay_in.is_none()
@@ -829,6 +844,9 @@ impl Node {
         if let Some(t) = self.answer_waiting(now) {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
+        if let Some(t) = self.adapt_tick(now) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         self.next_timeout = next;
     }
 
@@ -894,12 +912,23 @@ impl Node {
         }
         match &s.role {
             Role::Publisher(_) => s.publisher_timeout(now, &self.scfg, &mut self.out),
-            Role::Viewer(tracks) => {
+            Role::Viewer(_) => {
+                self.adapt_timeout(now, key);
+                let Some(s) = self.sessions[key].as_ref() else {
+                    return;
+                };
+                let Role::Viewer(tracks) = &s.role else {
+                    return;
+                };
                 if now < s.next_report {
                     return;
                 }
                 let stream = s.stream.clone();
-                let sources: Vec<Option<usize>> = tracks.iter().map(|t| t.source()).collect();
+                // Each layer has its own timestamp base: the report follows the one it plays.
+                let sources: Vec<Option<(usize, Option<u32>)>> = tracks
+                    .iter()
+                    .map(|t| t.source().map(|l| (l, t.playing())))
+                    .collect();
                 let projections: Vec<Option<(u64, u64)>> = {
                     let entry = self.streams.get(&stream);
                     let publisher = entry
@@ -909,12 +938,12 @@ impl Node {
                     sources
                         .iter()
                         .map(|src| match (publisher.map(|p| &p.role), src) {
-                            (Some(Role::Publisher(pt)), Some(line)) => pt
+                            (Some(Role::Publisher(pt)), Some((line, ssrc))) => pt
                                 .iter()
                                 .find(|t| t.index == *line)
-                                .and_then(|t| t.sr_projection(now)),
-                            (_, Some(line)) => {
-                                relayed.and_then(|r| r.sr_projection(now, *line as u8))
+                                .and_then(|t| t.sr_projection(now, *ssrc)),
+                            (_, Some((line, ssrc))) => {
+                                relayed.and_then(|r| r.sr_projection(now, *line as u8, *ssrc))
                             }
                             _ => None,
                         })

@@ -310,6 +310,9 @@ pub struct RelayTrack {
     /// Track index.
     #[prost(uint32, tag = "2")]
     pub track: u32,
+    /// The stream (simulcast layer) whose keyframe is wanted; 0: every stream of the track.
+    #[prost(uint32, tag = "3")]
+    pub ssrc: u32,
 }
 
 /// `SenderReport`: the origin's projection at send time.
@@ -327,6 +330,10 @@ pub struct RelaySr {
     /// Extended RTP timestamp at that NTP time.
     #[prost(uint64, tag = "4")]
     pub ext_ts: u64,
+    /// The stream (simulcast layer) it maps: each has a timestamp base of its own. 0: the
+    /// track's top layer (what an origin of an older version sends).
+    #[prost(uint32, tag = "5")]
+    pub ssrc: u32,
 }
 
 /// Encodes a control message (kind byte, version, protobuf, tag).
@@ -423,10 +430,12 @@ pub struct RelayIn {
     caches: HashMap<(u8, u32), (PacketCache, NackGenerator, u64)>,
     /// Per (track, SSRC): the highest extended timestamp received (to extend a cached packet's).
     highest_ts: HashMap<(u8, u32), u64>,
-    sr: HashMap<u8, (u64, u64, Instant)>,
+    /// Per (track, SSRC; 0 for the track's top layer): the origin's last NTP↔RTP mapping.
+    sr: HashMap<(u8, u32), (u64, u64, Instant)>,
     /// Next subscription refresh.
     pub next_refresh: Instant,
-    last_keyframe_request: HashMap<u8, Instant>,
+    /// Per (track, SSRC; 0 for every stream): the last keyframe request sent upstream.
+    last_keyframe_request: HashMap<(u8, u32), Instant>,
     cache_size: usize,
     /// When it was asked for: a relay no viewer has used yet is kept
     /// [`RELAY_IDLE`] after that (the viewer that asked for it is set up
@@ -604,26 +613,46 @@ impl RelayIn {
             .min()
     }
 
-    /// Records the origin's NTP↔RTP mapping of a track.
-    pub fn sender_report(&mut self, now: Instant, track: u8, ntp: u64, ext_ts: u64) {
-        self.sr.insert(track, (ntp, ext_ts, now));
+    /// Records the origin's NTP↔RTP mapping of a track's stream `ssrc` (0: its top layer).
+    pub fn sender_report(&mut self, now: Instant, track: u8, ssrc: u32, ntp: u64, ext_ts: u64) {
+        if self.sr.len() >= 64 && !self.sr.contains_key(&(track, ssrc)) {
+            // Bounded: an origin reports a handful of streams; forget the stalest.
+            if let Some(k) = self.sr.iter().min_by_key(|(_, v)| v.2).map(|(k, _)| *k) {
+                self.sr.remove(&k);
+            }
+        }
+        self.sr.insert((track, ssrc), (ntp, ext_ts, now));
     }
 
-    /// The (NTP, extended RTP timestamp) of a track projected to `now`.
-    pub fn sr_projection(&self, now: Instant, track: u8) -> Option<(u64, u64)> {
-        let (ntp, ts, at) = *self.sr.get(&track)?;
+    /// The (NTP, extended RTP timestamp) of a track's stream `ssrc` (`None`, or a stream the
+    /// origin did not report: its top layer) projected to `now`.
+    pub fn sr_projection(&self, now: Instant, track: u8, ssrc: Option<u32>) -> Option<(u64, u64)> {
+        let (ntp, ts, at) = *ssrc
+            .and_then(|s| self.sr.get(&(track, s)))
+            .or_else(|| self.sr.get(&(track, 0)))?;
         let line = self.media.get(usize::from(track))?;
         let elapsed = now.saturating_duration_since(at);
         let ticks = elapsed.as_micros() as u64 * u64::from(line.codec.clock_rate()) / 1_000_000;
         Some((crate::time::ntp_add(ntp, elapsed), ts + ticks))
     }
 
-    /// Whether a keyframe request for `track` may go out now (≤ 1 per `throttle`).
-    pub fn keyframe_request_due(&mut self, now: Instant, track: u8, throttle: Duration) -> bool {
-        match self.last_keyframe_request.get(&track) {
+    /// Whether a keyframe request for `track`'s stream `ssrc` (0: every stream) may go out now
+    /// (≤ 1 per `throttle` and stream: each simulcast layer is an encoder of its own).
+    pub fn keyframe_request_due(
+        &mut self,
+        now: Instant,
+        track: u8,
+        ssrc: u32,
+        throttle: Duration,
+    ) -> bool {
+        match self.last_keyframe_request.get(&(track, ssrc)) {
             Some(t) if now < *t + throttle => false,
             _ => {
-                self.last_keyframe_request.insert(track, now);
+                if self.last_keyframe_request.len() >= 64 {
+                    self.last_keyframe_request
+                        .retain(|_, t| now.saturating_duration_since(*t) < throttle);
+                }
+                self.last_keyframe_request.insert((track, ssrc), now);
                 true
             }
         }

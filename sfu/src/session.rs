@@ -205,6 +205,11 @@ pub struct Session {
     pub ticket_generation: u32,
     /// Viewer: video is not forwarded (its client is in degraded mode).
     pub video_paused: bool,
+    /// Viewer: its link's estimate and what it was allocated ([`crate::adapt`]).
+    pub adapt: crate::adapt::viewer::ViewerAdapt,
+    /// Publisher: the transport-wide sequence number extension's id and the arrivals that its
+    /// transport-wide CC feedback reports (its send-side bandwidth estimate runs on them).
+    pub twcc_rx: Option<(u8, crate::twcc::TwccRecorder)>,
 }
 
 /// WAL records captured for a migration.
@@ -287,6 +292,8 @@ impl Session {
         cfg: &SessionConfig,
     ) -> Self {
         let etag = etag_for(ice.local());
+        let adapt = viewer_adapt(&media, &role);
+        let twcc_rx = twcc_recorder(&media, &role);
         Self {
             id,
             stream,
@@ -311,7 +318,19 @@ impl Session {
             wal_applied: 0,
             ticket_generation: 0,
             video_paused: false,
+            twcc_rx,
+            adapt,
         }
+    }
+
+    /// Viewer: what its link carries, if it says (`None`: no limit known).
+    pub fn estimate_bps(&self) -> Option<u64> {
+        self.adapt.estimate_bps()
+    }
+
+    /// Viewer: notes what the allocator gave it with `estimate_bps`.
+    pub fn note_allocation(&mut self, estimate_bps: u64, a: &crate::adapt::allocator::Allocation) {
+        self.adapt.note_allocation(estimate_bps, a);
     }
 
     /// Publish or view.
@@ -401,13 +420,39 @@ impl Session {
     }
 
     /// Encrypts `buf[..len]` as SRTP and queues it.
-    pub fn send_rtp(&mut self, out: &mut Outbox, mut buf: Vec<u8>, len: usize) -> bool {
+    pub fn send_rtp(&mut self, now: Instant, out: &mut Outbox, buf: Vec<u8>, len: usize) -> bool {
+        self.send_rtp_probe(now, out, buf, len, None)
+    }
+
+    /// [`Session::send_rtp`] for a packet of probe cluster `probe` (padding a viewer's
+    /// bandwidth estimator asked for).
+    pub fn send_rtp_probe(
+        &mut self,
+        now: Instant,
+        out: &mut Outbox,
+        mut buf: Vec<u8>,
+        len: usize,
+        probe: Option<u32>,
+    ) -> bool {
         let via = self.path();
         let (true, Some(to), Some(tx)) = (self.active, self.remote_addr(), self.srtp_tx.as_mut())
         else {
             out.recycle(buf);
             return false;
         };
+        let mut len = len;
+        if let Some(id) = self.adapt.twcc_ext {
+            // Every packet to a viewer that negotiated transport-wide CC carries its sequence
+            // number (media, retransmissions, probes): its feedback is what the estimate
+            // comes from.
+            buf.truncate(len);
+            if let Ok(at) = crate::rtp::ensure_extension(&mut buf, id, 2) {
+                let size = buf.len() + tx.profile().rtp_overhead();
+                let seq = self.adapt.stamp(now, size, probe);
+                buf[at..at + 2].copy_from_slice(&seq.to_be_bytes());
+            }
+            len = buf.len();
+        }
         buf.resize(len + tx.profile().rtp_overhead(), 0);
         match tx.protect_rtp(&mut buf, len) {
             Ok(n) => {
@@ -454,9 +499,7 @@ impl Session {
         };
         let mut due = Vec::new();
         for t in tracks.iter_mut() {
-            if let Some(req) = t.take_keyframe_request(now, cfg.pli_throttle) {
-                due.push(req);
-            }
+            t.take_keyframe_requests(now, cfg.pli_throttle, &mut due);
         }
         let sender = self.rtcp_ssrc;
         for (ssrc, fir, seq) in due {
@@ -494,8 +537,35 @@ impl Session {
             }
         }
         self.send_keyframe_requests(now, cfg, out);
+        self.send_twcc_feedback(now, out);
         if now >= self.next_report {
             self.publisher_report(now, cfg, out);
+        }
+    }
+
+    /// Publisher: the transport-wide CC feedback that is due (every 50 ms while media comes).
+    fn send_twcc_feedback(&mut self, now: Instant, out: &mut Outbox) {
+        let sender = self.rtcp_ssrc;
+        let media_ssrc = match &self.role {
+            Role::Publisher(tracks) => tracks
+                .iter()
+                .find_map(|t| t.streams.first().map(|s| s.ssrc))
+                .unwrap_or(0),
+            Role::Viewer(_) => return,
+        };
+        let mut packets: Vec<Vec<u8>> = Vec::new();
+        if let Some((_, rec)) = self.twcc_rx.as_mut() {
+            let mut buf = [0u8; 1200];
+            while let Some(n) = rec.poll_feedback(now, sender, media_ssrc, &mut buf) {
+                packets.push(buf[..n].to_vec());
+            }
+        }
+        for p in packets {
+            out.metrics.twcc_feedback_sent += 1;
+            self.send_rtcp(out, |b| {
+                b[..p.len()].copy_from_slice(&p);
+                p.len()
+            });
         }
     }
 
@@ -614,6 +684,8 @@ impl Session {
             Phase::Connected => {
                 min(Some(self.next_report));
                 min(self.ice.poll_timeout());
+                min(self.adapt.poll_timeout());
+                min(self.twcc_rx.as_ref().and_then(|(_, r)| r.poll_timeout()));
                 if let Role::Publisher(tracks) = &self.role {
                     for tr in tracks {
                         min(tr.nack_deadline());
@@ -653,6 +725,7 @@ impl Session {
             relay_to: Vec::new(),
             ticket_generation: self.ticket_generation,
             video_paused: self.video_paused,
+            adapt: matches!(self.role, Role::Viewer(_)).then(|| self.adapt.snapshot(now)),
         }
     }
 
@@ -716,6 +789,16 @@ impl Session {
                 Phase::New
             };
         let etag = etag_for(ice.local());
+        let adapt = match (&s.adapt, viewer_adapt(&media, &role)) {
+            (Some(a), fresh) => crate::adapt::viewer::ViewerAdapt::restore(
+                a,
+                fresh.twcc_ext,
+                fresh.estimate_bps().is_some(),
+                now,
+            ),
+            (None, fresh) => fresh,
+        };
+        let twcc_rx = twcc_recorder(&media, &role);
         Ok(Self {
             id,
             stream,
@@ -752,8 +835,36 @@ impl Session {
             wal_applied: 0,
             ticket_generation: s.ticket_generation,
             video_paused: s.video_paused,
+            twcc_rx,
+            adapt,
         })
     }
+}
+
+/// A publisher's transport-wide CC receive side, if it negotiated it.
+fn twcc_recorder(media: &[MediaLine], role: &Role) -> Option<(u8, crate::twcc::TwccRecorder)> {
+    if !matches!(role, Role::Publisher(_)) {
+        return None;
+    }
+    let id = media
+        .iter()
+        .filter(|m| m.accepted && m.twcc)
+        .find_map(|m| m.ext_id(crate::negotiate::EXT_TRANSPORT_CC))?;
+    Some((id, crate::twcc::TwccRecorder::default()))
+}
+
+/// A viewer's adaptation from what it negotiated: transport-wide CC (the sequence number
+/// extension's id: one per BUNDLE transport, the first line's that has it), else REMB.
+fn viewer_adapt(media: &[MediaLine], role: &Role) -> crate::adapt::viewer::ViewerAdapt {
+    if !matches!(role, Role::Viewer(_)) {
+        return crate::adapt::viewer::ViewerAdapt::new(None, false);
+    }
+    let twcc = media
+        .iter()
+        .filter(|m| m.accepted && m.twcc)
+        .find_map(|m| m.ext_id(crate::negotiate::EXT_TRANSPORT_CC));
+    let remb = media.iter().any(|m| m.accepted && m.remb);
+    crate::adapt::viewer::ViewerAdapt::new(twcc, remb)
 }
 
 /// The entity tag of a session's ICE state: changes exactly on ICE restart.

@@ -11,7 +11,7 @@ use ferry_proto::{NodeId, SessionId, StreamId};
 use crate::cert::CertError;
 use crate::codec::Codec;
 use crate::node::{Node, NodeConfig};
-use crate::peer::{Peer, PeerConfig, PeerRole};
+use crate::peer::{Peer, PeerConfig, PeerRole, SimulcastConfig};
 use crate::session::Event;
 use crate::signal::{SessionKind, SignalError};
 use crate::sim::{LinkConfig, SimNet, VirtualClock};
@@ -71,6 +71,9 @@ pub struct Testbed {
     pub edges: Vec<TestEdge>,
     /// Video bitrate of the publishers created from now on (default 1 Mbit/s).
     pub video_bitrate_bps: u32,
+    /// Simulcast layers of the publishers created from now on, in place of one stream at
+    /// `video_bitrate_bps` (default none).
+    pub simulcast: Option<SimulcastConfig>,
     /// Nodes run as several cores behind one address ([`Testbed::add_sharded_node`]): the
     /// router that picks the core of each datagram.
     pub routers: std::collections::HashMap<SocketAddr, crate::shards::Router>,
@@ -99,6 +102,7 @@ impl Testbed {
             peers: Vec::new(),
             edges: Vec::new(),
             video_bitrate_bps: 1_000_000,
+            simulcast: None,
             routers: Default::default(),
             seed,
         }
@@ -297,6 +301,9 @@ impl Testbed {
         cfg.wall = self.wall;
         cfg.latency_epoch = self.wall.base;
         cfg.video_bitrate_bps = self.video_bitrate_bps;
+        if matches!(role, PeerRole::Publisher { .. }) {
+            cfg.simulcast = self.simulcast;
+        }
         let cert = crate::cert::generate(secret(seed, 0x10))
             .map_err(|e| SignalError::Unsupported(e.to_string()))?;
         Ok(Peer::new(cfg, Arc::new(cert), self.now()))
@@ -424,6 +431,13 @@ impl Testbed {
             }
         }
         self.publish_routes();
+    }
+
+    /// Everything sent to `addr` from now on goes through `link` (the receiver's access link,
+    /// one bottleneck for all its senders), except paths with their own override; call again
+    /// to change it mid-run (a capacity step).
+    pub fn set_link_to(&mut self, addr: SocketAddr, link: LinkConfig) {
+        self.net.set_link_to(addr, link);
     }
 
     /// Removes the node at `addr` (a crashed process): what is sent to it is lost.

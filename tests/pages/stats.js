@@ -6,6 +6,7 @@
 //   transport: { dtlsState, iceState, selectedCandidatePairChanges, selectedCandidatePairId,
 //                dtlsCipher, srtpCipher, pair: { state, local, remote, currentRoundTripTime } },
 //   outbound: { audio: {...}, video: {...} },  // OUTBOUND fields + codec (mimeType), fmtp, ssrc
+//   outboundLayers: { [rid]: {...} },           // each simulcast encoding's outbound stats
 //   inbound:  { audio: {...}, video: {...} },  // INBOUND fields + codec (mimeType), fmtp, ssrc
 // }
 
@@ -34,6 +35,7 @@ export async function digest(pc) {
     signalingState: pc.signalingState,
     transport: null,
     outbound: {},
+    outboundLayers: {},
     inbound: {},
   };
   const stats = await pc.getStats();
@@ -64,6 +66,7 @@ export async function digest(pc) {
       d.fmtp = codec?.sdpFmtpLine ?? null;
       d.ssrc = s.ssrc;
       // Without simulcast there is one stream per kind; should there be more, keep the busiest.
+      if (outbound && s.rid) out.outboundLayers[s.rid] = { ...d, rid: s.rid, active: s.active ?? null };
       const slot = outbound ? out.outbound : out.inbound;
       const count = (x) => (outbound ? x.packetsSent : x.packetsReceived) ?? 0;
       if (!slot[s.kind] || count(d) > count(slot[s.kind])) slot[s.kind] = d;

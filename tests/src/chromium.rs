@@ -72,6 +72,16 @@ impl Browser {
 
     /// [`Browser::open`] with `extra` command-line flags (e.g. a test CA to trust).
     pub fn open_with(url: &str, extra: &[&str]) -> Result<Browser> {
+        Browser::launch(None, url, extra)
+    }
+
+    /// [`Browser::open_with`] inside network namespace `ns` (a viewer behind a shaped link):
+    /// the page is fetched, and media sent and received, on the namespace's veth.
+    pub fn open_in(ns: &crate::netns::Netns, url: &str, extra: &[&str]) -> Result<Browser> {
+        Browser::launch(Some(ns.name()), url, extra)
+    }
+
+    fn launch(netns: Option<&str>, url: &str, extra: &[&str]) -> Result<Browser> {
         let binary = chromium_binary()?;
         let dir = fresh_dir()?;
         let profile = dir.join("profile");
@@ -81,7 +91,15 @@ impl Browser {
         }
         let log = File::create(dir.join("chromium.log")).context("creating the Chromium log")?;
 
-        let mut command = Command::new(&binary);
+        // `ip netns exec` execs the browser: the child is the browser itself, as without it.
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&binary);
+                c
+            }
+            None => Command::new(&binary),
+        };
         command
             .args(FLAGS)
             .args(extra)

@@ -102,7 +102,13 @@ struct Shared {
 impl Collector {
     /// Binds `127.0.0.1:0` and starts serving on a thread of its own.
     pub fn start() -> Result<Collector> {
-        let listener = StdTcpListener::bind("127.0.0.1:0").context("binding the collector")?;
+        Collector::start_at("127.0.0.1")
+    }
+
+    /// [`Collector::start`] on address `ip` (a network namespace's host end, for a browser in
+    /// that namespace).
+    pub fn start_at(ip: &str) -> Result<Collector> {
+        let listener = StdTcpListener::bind(format!("{ip}:0")).context("binding the collector")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -138,7 +144,7 @@ impl Collector {
         })
     }
 
-    /// `http://127.0.0.1:PORT` followed by `path` (which starts with `/`).
+    /// `http://ADDRESS:PORT` followed by `path` (which starts with `/`).
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }

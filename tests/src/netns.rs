@@ -87,6 +87,58 @@ impl Netns {
         Ok(ns)
     }
 
+    /// Shapes what the host sends into the namespace to `kbit` kbit/s with a token bucket
+    /// (`tc … tbf`; the kernel here has no netem): a viewer on a slow link. `latency_ms` bounds
+    /// the queue (what waits longer is dropped, as a real bottleneck's buffer does).
+    pub fn limit_to_peer(&self, kbit: u64, latency_ms: u64) -> Result<()> {
+        // A burst of a few full packets at least: tbf refuses one smaller than the MTU.
+        let burst = (kbit * 1000 / 8 / 50).max(4_000);
+        let out = Command::new("tc")
+            .args([
+                "qdisc",
+                "replace",
+                "dev",
+                &self.host_if,
+                "root",
+                "tbf",
+                "rate",
+                &format!("{kbit}kbit"),
+                "burst",
+                &burst.to_string(),
+                "latency",
+                &format!("{latency_ms}ms"),
+            ])
+            .output()
+            .context("running `tc` (iproute2)")?;
+        ensure!(
+            out.status.success(),
+            "tc qdisc replace dev {} root tbf: {}",
+            self.host_if,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(())
+    }
+
+    /// Lifts [`Netns::limit_to_peer`].
+    pub fn unlimit(&self) -> Result<()> {
+        let out = Command::new("tc")
+            .args(["qdisc", "del", "dev", &self.host_if, "root"])
+            .output()
+            .context("running `tc` (iproute2)")?;
+        ensure!(
+            out.status.success(),
+            "tc qdisc del dev {} root: {}",
+            self.host_if,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(())
+    }
+
+    /// The namespace's name (`ip netns exec NAME …`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// `program` run inside the namespace.
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new("ip");

@@ -138,7 +138,14 @@ impl FerryNode {
     /// Starts `ferry node` on ephemeral ports with `extra` arguments (and `--token`
     /// [`NODE_TOKEN`] unless they give one) and waits for it to print its addresses.
     pub fn spawn(extra: &[&str]) -> Result<FerryNode> {
-        let mut args = vec!["node", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"];
+        FerryNode::spawn_at("127.0.0.1", extra)
+    }
+
+    /// [`FerryNode::spawn`] with its HTTP and media sockets on address `ip` (a network
+    /// namespace's host end, which peers in the namespace and on the host both reach).
+    pub fn spawn_at(ip: &str, extra: &[&str]) -> Result<FerryNode> {
+        let (http, udp) = (format!("{ip}:0"), format!("{ip}:0"));
+        let mut args = vec!["node", "--http", http.as_str(), "--udp", udp.as_str()];
         let token = match extra.iter().position(|a| *a == "--token") {
             Some(i) => extra
                 .get(i + 1)

@@ -205,6 +205,13 @@ pub struct IncomingStreamState {
     /// Bytes received in the current bitrate window.
     #[prost(uint64, tag = "10")]
     pub window_bytes: u64,
+    /// A keyframe of this stream is wanted (older writers kept one flag per track, in
+    /// `IncomingTrackState`).
+    #[prost(bool, tag = "11")]
+    pub keyframe_wanted: bool,
+    /// Age of the last keyframe request for this stream, in ms.
+    #[prost(uint64, optional, tag = "12")]
+    pub last_pli_age_ms: Option<u64>,
 }
 
 /// An outgoing RTP stream towards a subscriber.
@@ -231,4 +238,10 @@ pub struct OutgoingStreamState {
     /// Index of the subscriber's m-line.
     #[prost(uint32, tag = "7")]
     pub index: u32,
+    /// The source layer (SSRC) the allocator chose for it (simulcast sources).
+    #[prost(uint32, optional, tag = "8")]
+    pub target_ssrc: Option<u32>,
+    /// How much longer it may not go up a layer (it went down lately), in ms.
+    #[prost(uint64, optional, tag = "9")]
+    pub held_for_ms: Option<u64>,
 }

@@ -4,6 +4,7 @@
 //! `snapshot()` and is rebuilt from it with `restore()`. Times are stored as
 //! ages relative to the snapshot instant, never as clock readings.
 
+pub mod bwe;
 pub mod ice;
 pub mod media;
 pub mod srtp;
@@ -104,6 +105,9 @@ pub struct MediaLineState {
     /// Viewer: index of the publisher's m-line it plays.
     #[prost(uint32, optional, tag = "18")]
     pub source: Option<u32>,
+    /// Transport-wide congestion control feedback (`transport-cc`).
+    #[prost(bool, tag = "19")]
+    pub twcc: bool,
 }
 
 /// A published track (one accepted m-line) on the receive side.
@@ -200,6 +204,31 @@ pub struct SessionSnapshot {
     /// Viewer: its client turned video off (degraded mode).
     #[prost(bool, tag = "21")]
     pub video_paused: bool,
+    /// Viewer: its bandwidth estimate and transport-wide sequence numbers.
+    #[prost(message, optional, tag = "22")]
+    pub adapt: Option<ViewerAdaptState>,
+}
+
+/// A viewer's adaptation state (`ferry_sfu::adapt::viewer`): what lets it keep its estimate and
+/// its layers on another node.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ViewerAdaptState {
+    /// The next transport-wide sequence number (the viewer's feedback goes on numbering from
+    /// there).
+    #[prost(uint64, tag = "1")]
+    pub next_seq: u64,
+    /// The bandwidth estimator.
+    #[prost(message, optional, tag = "2")]
+    pub bwe: Option<bwe::BweState>,
+    /// What the last allocation gave the viewer (bit/s).
+    #[prost(uint64, tag = "3")]
+    pub allocated_bps: u64,
+    /// Padding packets sent to probe so far.
+    #[prost(uint64, tag = "4")]
+    pub probe_packets: u64,
+    /// Bytes of those.
+    #[prost(uint64, tag = "5")]
+    pub probe_bytes: u64,
 }
 
 /// A change to a session's state after its snapshot was taken, streamed to

@@ -57,6 +57,10 @@ pub struct PeerConfig {
     pub keyframe_interval: Duration,
     /// Payload stamps count µs from this instant.
     pub latency_epoch: Instant,
+    /// Publish the synthetic video as simulcast, one stream per layer, instead of one stream at
+    /// `video_bitrate_bps`. Ignored with [`MediaSource::External`] media and without video; a
+    /// config with no layers is no simulcast.
+    pub simulcast: Option<SimulcastConfig>,
 }
 
 impl PeerConfig {
@@ -81,6 +85,76 @@ impl PeerConfig {
             video_bitrate_bps: 1_000_000,
             keyframe_interval: Self::KEYFRAME_INTERVAL,
             latency_epoch: now,
+            simulcast: None,
         }
+    }
+}
+
+/// Most simulcast layers a publisher sends (Chrome sends up to four encodings).
+pub const MAX_SIMULCAST_LAYERS: usize = 4;
+
+/// One simulcast encoding, like an entry of Chrome's `sendEncodings`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimulcastLayer {
+    /// Its RTP stream id (`a=rid`, the rid header extension): 1 to 16 letters or digits.
+    pub rid: &'static str,
+    /// Target bitrate of its synthetic frames (keyframes included).
+    pub bitrate_bps: u32,
+    /// `scaleResolutionDownBy`, for information: the synthetic frames have no pixels.
+    pub scale_down_by: u8,
+}
+
+impl SimulcastLayer {
+    const UNUSED: SimulcastLayer = SimulcastLayer {
+        rid: "",
+        bitrate_bps: 0,
+        scale_down_by: 1,
+    };
+}
+
+/// The layers a simulcast publisher sends, lowest first (the order of `a=simulcast:send`). A
+/// fixed array, so that [`PeerConfig`] stays `Copy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimulcastConfig {
+    layers: [SimulcastLayer; MAX_SIMULCAST_LAYERS],
+    len: usize,
+}
+
+impl SimulcastConfig {
+    /// The first [`MAX_SIMULCAST_LAYERS`] of `layers`, lowest first.
+    pub fn new(layers: &[SimulcastLayer]) -> Self {
+        let mut c = SimulcastConfig {
+            layers: [SimulcastLayer::UNUSED; MAX_SIMULCAST_LAYERS],
+            len: layers.len().min(MAX_SIMULCAST_LAYERS),
+        };
+        c.layers[..c.len].copy_from_slice(&layers[..c.len]);
+        c
+    }
+
+    /// Chrome's three layers of a 1280×720 camera: `q` (320×180) at 150 kbit/s, `h` (640×360)
+    /// at 500 kbit/s and `f` (1280×720) at 2.5 Mbit/s, its targets for those sizes.
+    pub fn chrome_720p() -> Self {
+        Self::new(&[
+            SimulcastLayer {
+                rid: "q",
+                bitrate_bps: 150_000,
+                scale_down_by: 4,
+            },
+            SimulcastLayer {
+                rid: "h",
+                bitrate_bps: 500_000,
+                scale_down_by: 2,
+            },
+            SimulcastLayer {
+                rid: "f",
+                bitrate_bps: 2_500_000,
+                scale_down_by: 1,
+            },
+        ])
+    }
+
+    /// The layers, lowest first.
+    pub fn layers(&self) -> &[SimulcastLayer] {
+        &self.layers[..self.len]
     }
 }

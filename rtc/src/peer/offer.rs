@@ -7,7 +7,9 @@ use std::net::{IpAddr, SocketAddr};
 use crate::codec::Codec;
 use crate::dtls::DtlsRole;
 use crate::ice::IceCredentials;
-use crate::sdp::extmap::{EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_MID};
+use crate::sdp::extmap::{
+    EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_MID, EXT_RID, EXT_RRID, EXT_TRANSPORT_CC,
+};
 use crate::sdp::{MediaKind, MediaView, SdpFrag, SessionDescription, Setup};
 
 use super::PeerError;
@@ -22,6 +24,11 @@ pub(super) const PT_H264_RTX: u8 = 103;
 /// local preference 65535, component 1).
 const HOST_PRIORITY: u32 = (126 << 24) | (65535 << 8) | 255;
 const H264_FMTP: &str = "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f";
+/// The transport-wide sequence number's id in our offer, Chrome's.
+pub(super) const EXT_TRANSPORT_CC_ID: u8 = 3;
+/// The rid and repaired-rid extensions' ids in a simulcast offer, Chrome's.
+pub(super) const EXT_RID_ID: u8 = 10;
+pub(super) const EXT_RRID_ID: u8 = 11;
 
 /// One m-line we offer.
 #[derive(Debug, Clone)]
@@ -34,6 +41,8 @@ pub(super) struct OfferLine {
     pub codecs: Vec<(Codec, u8, Option<u8>)>,
     /// Publisher: (media, rtx) SSRCs we will send.
     pub ssrc: Option<(u32, Option<u32>)>,
+    /// Publisher: simulcast rids we send, lowest first (no SSRCs are declared then).
+    pub rids: Vec<String>,
 }
 
 /// Everything the offer said that the answer must be read against.
@@ -131,6 +140,7 @@ impl OfferPlan {
             let exts = [
                 (l.ext_audio_level, EXT_AUDIO_LEVEL),
                 (l.ext_abs_send_time, EXT_ABS_SEND_TIME),
+                (l.ext_transport_cc, EXT_TRANSPORT_CC),
                 (l.ext_mid, EXT_MID),
             ];
             for (id, uri) in exts {
@@ -147,7 +157,12 @@ impl OfferPlan {
                 l.codec.clock_rate(),
                 if l.codec == Codec::Opus { "/2" } else { "" }
             );
-            let fbs = [(l.fir, "ccm fir"), (l.nack, "nack"), (l.pli, "nack pli")];
+            let fbs = [
+                (l.twcc && l.ext_transport_cc.is_some(), "transport-cc"),
+                (l.fir, "ccm fir"),
+                (l.nack, "nack"),
+                (l.pli, "nack pli"),
+            ];
             for (on, fb) in fbs {
                 if on {
                     let _ = write!(s, "a=rtcp-fb:{} {fb}\r\n", l.pt);
@@ -195,10 +210,21 @@ impl OfferPlan {
         if !l.video {
             let _ = write!(s, "a=extmap:1 {EXT_AUDIO_LEVEL}\r\n");
         }
-        let _ = write!(
-            s,
-            "a=extmap:2 {EXT_ABS_SEND_TIME}\r\na=extmap:4 {EXT_MID}\r\n"
-        );
+        let _ = write!(s, "a=extmap:2 {EXT_ABS_SEND_TIME}\r\n");
+        // A viewer sends transport-wide CC feedback, as browsers do; a publisher does not stamp
+        // the sequence numbers that feedback would need.
+        let twcc = !l.send;
+        if twcc {
+            let _ = write!(s, "a=extmap:{EXT_TRANSPORT_CC_ID} {EXT_TRANSPORT_CC}\r\n");
+        }
+        let _ = write!(s, "a=extmap:4 {EXT_MID}\r\n");
+        let simulcast = l.send && !l.rids.is_empty();
+        if simulcast {
+            let _ = write!(
+                s,
+                "a=extmap:{EXT_RID_ID} {EXT_RID}\r\na=extmap:{EXT_RRID_ID} {EXT_RRID}\r\n"
+            );
+        }
         let track = format!("{}-{}", self.stream, l.mid);
         if l.send {
             let _ = write!(s, "a=sendonly\r\na=msid:{} {track}\r\n", self.stream);
@@ -209,14 +235,16 @@ impl OfferPlan {
         for &(codec, pt, rtx) in &l.codecs {
             match codec {
                 Codec::Opus => {
-                    let _ = write!(
-                        s,
-                        "a=rtpmap:{pt} opus/48000/2\r\na=fmtp:{pt} minptime=10;useinbandfec=1\r\n"
-                    );
+                    let _ = write!(s, "a=rtpmap:{pt} opus/48000/2\r\n");
+                    if twcc {
+                        let _ = write!(s, "a=rtcp-fb:{pt} transport-cc\r\n");
+                    }
+                    let _ = write!(s, "a=fmtp:{pt} minptime=10;useinbandfec=1\r\n");
                 }
                 Codec::Vp8 | Codec::H264 => {
                     let _ = write!(s, "a=rtpmap:{pt} {}/90000\r\n", codec.encoding_name());
-                    for fb in ["goog-remb", "ccm fir", "nack", "nack pli"] {
+                    let fbs = ["goog-remb", "transport-cc", "ccm fir", "nack", "nack pli"];
+                    for fb in fbs.into_iter().filter(|&fb| twcc || fb != "transport-cc") {
                         let _ = write!(s, "a=rtcp-fb:{pt} {fb}\r\n");
                     }
                     if codec == Codec::H264 {
@@ -227,6 +255,13 @@ impl OfferPlan {
             if let Some(rtx) = rtx {
                 let _ = write!(s, "a=rtpmap:{rtx} rtx/90000\r\na=fmtp:{rtx} apt={pt}\r\n");
             }
+        }
+        if simulcast {
+            // As Chrome writes `sendEncodings`: the rids, then their order, lowest first.
+            for rid in &l.rids {
+                let _ = write!(s, "a=rid:{rid} send\r\n");
+            }
+            let _ = write!(s, "a=simulcast:send {}\r\n", l.rids.join(";"));
         }
         if let Some((ssrc, rtx)) = l.ssrc {
             if let Some(rtx) = rtx {
@@ -258,6 +293,17 @@ pub(super) struct AnswerLine {
     pub ext_mid: Option<u8>,
     pub ext_abs_send_time: Option<u8>,
     pub ext_audio_level: Option<u8>,
+    /// The transport-wide sequence number's id: we send transport-wide CC feedback.
+    pub ext_transport_cc: Option<u8>,
+    /// `a=rtcp-fb:<pt> transport-cc` is there too.
+    pub twcc: bool,
+    /// The rid extension's id (a simulcast publisher stamps its layers with it).
+    pub ext_rid: Option<u8>,
+    /// The repaired-rid extension's id (on a simulcast publisher's RTX packets).
+    pub ext_rrid: Option<u8>,
+    /// Publisher: the rids the answer's `a=simulcast:recv` takes (paused ones left out);
+    /// `None` without that attribute.
+    pub simulcast_recv: Option<Vec<String>>,
     /// Viewer: the server's (media, rtx) SSRCs on this line.
     pub ssrcs: Vec<(u32, Option<u32>)>,
 }
@@ -315,6 +361,7 @@ pub(super) fn lines_for_offer(offer: &str, rtx: bool) -> Result<Vec<OfferLine>, 
             send: false,
             codecs,
             ssrc: None,
+            rids: Vec::new(),
         });
     }
     Ok(lines)
@@ -396,6 +443,11 @@ fn rejected(ours: &OfferLine) -> AnswerLine {
         ext_mid: None,
         ext_abs_send_time: None,
         ext_audio_level: None,
+        ext_transport_cc: None,
+        twcc: false,
+        ext_rid: None,
+        ext_rrid: None,
+        simulcast_recv: None,
         ssrcs: Vec::new(),
     }
 }
@@ -433,10 +485,22 @@ fn answer_line(ours: &OfferLine, m: &MediaView<'_>) -> Result<AnswerLine, String
     line.nack = has("nack", None);
     line.pli = has("nack", Some("pli"));
     line.fir = has("ccm", Some("fir"));
+    line.twcc = has("transport-cc", None);
     let ext = |uri: &str| m.extmaps().into_iter().find(|e| e.uri == uri).map(|e| e.id);
     line.ext_mid = ext(EXT_MID);
     line.ext_abs_send_time = ext(EXT_ABS_SEND_TIME);
     line.ext_audio_level = ext(EXT_AUDIO_LEVEL);
+    line.ext_transport_cc = ext(EXT_TRANSPORT_CC);
+    line.ext_rid = ext(EXT_RID);
+    line.ext_rrid = ext(EXT_RRID);
+    line.simulcast_recv = m.simulcast().map(|sim| {
+        sim.recv
+            .iter()
+            .flatten()
+            .filter(|r| !r.paused)
+            .map(|r| r.id.clone())
+            .collect()
+    });
     line.ssrcs = m.declared_ssrcs();
     Ok(line)
 }
@@ -618,6 +682,84 @@ pub(super) mod tests {
         );
         let exts: Vec<_> = m[1].extmaps().into_iter().map(|e| e.id).collect();
         assert_eq!(exts, [2, 4]);
+    }
+
+    #[test]
+    fn an_offered_transport_wide_sequence_number_is_answered_with_its_feedback() {
+        let abs = "a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time\r\n";
+        let offer = JANUS_OFFER.replace(abs, &format!("{abs}a=extmap:5 {EXT_TRANSPORT_CC}\r\n"));
+        let p = plan(lines_for_offer(&offer, true).unwrap());
+        let a = read_offer(&p, &offer).unwrap();
+        // Janus's audio line has the feedback but not the extension.
+        let twcc: Vec<_> = a
+            .lines
+            .iter()
+            .map(|l| (l.ext_transport_cc, l.twcc))
+            .collect();
+        assert_eq!(twcc, [(None, true), (Some(5), true), (None, false)]);
+        let ice = IceCredentials {
+            ufrag: "ufrg".into(),
+            pwd: "p".repeat(24),
+        };
+        let fp = crate::cert::format_fingerprint(&[0xAB; 32]);
+        let host: SocketAddr = "10.203.0.1:40000".parse().unwrap();
+        let sdp = p.write_answer(&offer, &a, &ice, &fp, host);
+        let parsed = SessionDescription::parse(&sdp).unwrap();
+        let m: Vec<_> = parsed.media_views().collect();
+        let exts: Vec<_> = m[1].extmaps().into_iter().map(|e| (e.id, e.uri)).collect();
+        assert_eq!(
+            exts,
+            [
+                (2, EXT_ABS_SEND_TIME.into()),
+                (5, EXT_TRANSPORT_CC.into()),
+                (4, EXT_MID.into())
+            ]
+        );
+        assert_eq!(m[1].rtcp_fbs(96)[0].kind, "transport-cc");
+        assert!(m[0].rtcp_fbs(111).is_empty());
+        assert!(m[0].extmaps().iter().all(|e| e.uri != EXT_TRANSPORT_CC));
+    }
+
+    #[test]
+    fn a_viewer_offers_transport_cc_and_a_publisher_does_not() {
+        let ice = IceCredentials {
+            ufrag: "ufrg".into(),
+            pwd: "p".repeat(24),
+        };
+        let line = |video, send| OfferLine {
+            mid: "0".into(),
+            video,
+            send,
+            codecs: if video {
+                vec![(Codec::Vp8, PT_VP8, Some(PT_VP8_RTX))]
+            } else {
+                vec![(Codec::Opus, PT_OPUS, None)]
+            },
+            ssrc: send.then_some((5, None)),
+            rids: Vec::new(),
+        };
+        for (video, send) in [(false, false), (true, false), (false, true), (true, true)] {
+            let fp = crate::cert::format_fingerprint(&[0xAB; 32]);
+            let sdp = plan(vec![line(video, send)]).write(&ice, &fp);
+            let parsed = SessionDescription::parse(&sdp).unwrap();
+            let m = parsed.media_views().next().unwrap();
+            let pt = if video { PT_VP8 } else { PT_OPUS };
+            let ids: Vec<_> = m.extmaps().into_iter().map(|e| e.id).collect();
+            let fb = m.rtcp_fbs(pt).iter().any(|f| f.kind == "transport-cc");
+            let twcc = ids.contains(&EXT_TRANSPORT_CC_ID);
+            assert_eq!(
+                (twcc, fb),
+                (!send, !send),
+                "video {video}, send {send}: {sdp}"
+            );
+            let expected: &[u8] = match (video, send) {
+                (false, false) => &[1, 2, 3, 4],
+                (true, false) => &[2, 3, 4],
+                (false, true) => &[1, 2, 4],
+                (true, true) => &[2, 4],
+            };
+            assert_eq!(ids, expected);
+        }
     }
 
     #[test]

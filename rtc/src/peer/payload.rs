@@ -8,27 +8,46 @@ use crate::codec::{Codec, vp8_descriptor};
 pub const STAMP_LEN: usize = 16;
 
 /// What every synthetic payload carries right after its codec header: when the frame (or audio
-/// packet) was captured, in µs since the sender's `latency_epoch`, and its frame number.
+/// packet) was captured, in µs since the sender's `latency_epoch`, its frame number, and the
+/// simulcast layer it was sent on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp {
     /// Capture time, µs since the sender's latency epoch.
     pub send_us: u64,
-    /// Frame number (video) or packet number (audio), from 0.
+    /// Frame number (video) or packet number (audio), from 0; the same on every simulcast layer,
+    /// so frames stay in order across a layer switch. Below 2^56.
     pub frame: u64,
+    /// Simulcast layer index (0 the lowest, up to 127); `None` for a single stream.
+    pub layer: Option<u8>,
 }
+
+/// Set in the frame number's top bit when the next 7 bits hold a layer index: a single stream's
+/// stamp keeps the bytes it always had, and its frame numbers never reach 2^56.
+const LAYER_FLAG: u64 = 1 << 63;
+const LAYER_SHIFT: u32 = 56;
+const FRAME_MASK: u64 = (1 << LAYER_SHIFT) - 1;
 
 impl Stamp {
     fn write(&self, out: &mut Vec<u8>) {
+        let frame = match self.layer {
+            Some(l) => {
+                LAYER_FLAG | (u64::from(l & 0x7f) << LAYER_SHIFT) | (self.frame & FRAME_MASK)
+            }
+            None => self.frame,
+        };
         out.extend_from_slice(&self.send_us.to_be_bytes());
-        out.extend_from_slice(&self.frame.to_be_bytes());
+        out.extend_from_slice(&frame.to_be_bytes());
     }
 
     fn read(b: &[u8]) -> Option<Stamp> {
         let b = b.get(..STAMP_LEN)?;
         let (t, f) = b.split_at(8);
+        let frame = u64::from_be_bytes(f.try_into().ok()?);
+        let layered = frame & LAYER_FLAG != 0;
         Some(Stamp {
             send_us: u64::from_be_bytes(t.try_into().ok()?),
-            frame: u64::from_be_bytes(f.try_into().ok()?),
+            frame: if layered { frame & FRAME_MASK } else { frame },
+            layer: layered.then_some(((frame >> LAYER_SHIFT) & 0x7f) as u8),
         })
     }
 }
@@ -235,6 +254,7 @@ mod tests {
             stamp: Stamp {
                 send_us: 123_456,
                 frame: 42,
+                layer: None,
             },
             picture_id: 0x1234,
             bytes,
@@ -293,5 +313,31 @@ mod tests {
         assert_eq!(read_stamp(Codec::H264, &[0x78, 0xff, 0xff]), None);
         assert_eq!(read_stamp(Codec::Vp8, &[0x90]), None);
         assert!(!is_frame_start(Codec::H264, &[]));
+    }
+
+    #[test]
+    fn a_layer_index_rides_in_the_stamp_and_a_single_stream_stamp_is_unchanged() {
+        let single = packetize(Codec::Vp8, &spec(true, 600), 1000);
+        let mut layered = spec(true, 600);
+        layered.stamp.layer = Some(2);
+        let layered = packetize(Codec::Vp8, &layered, 1000);
+        // Only the frame number's top byte differs: the fill pattern follows the frame number.
+        let diff: Vec<usize> = (0..single[0].len())
+            .filter(|&i| single[0][i] != layered[0][i])
+            .collect();
+        assert_eq!(diff.len(), 1, "{diff:?}");
+        assert_eq!(layered[0][diff[0]], 0x80 | 2);
+        let s = read_stamp(Codec::Vp8, &single[0]).unwrap();
+        assert_eq!((s.frame, s.layer), (42, None));
+        for codec in [Codec::Vp8, Codec::H264, Codec::Opus] {
+            for key in [true, false] {
+                let mut f = spec(key, 2500);
+                f.stamp.layer = Some(127);
+                f.stamp.frame = FRAME_MASK;
+                for p in packetize(codec, &f, 1000) {
+                    assert_eq!(read_stamp(codec, &p), Some(f.stamp), "{codec:?} {key}");
+                }
+            }
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Viewer side: RTX unwrapping, per-SSRC loss repair (NACK), keyframe requests, receiver reports,
-//! the measurements in [`RecvStreamStats`], and (external media) frame assembly into
-//! [`ReceivedFrame`]s.
+//! transport-wide congestion control feedback, the measurements in [`RecvStreamStats`], and
+//! (external media) frame assembly into [`ReceivedFrame`]s.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -12,6 +12,7 @@ use crate::rtcp::{self, ReportBlock, SenderReportData};
 use crate::rtp::{self, RtpHeader};
 use crate::seq::TsUnwrapper;
 use crate::time::WallClock;
+use crate::twcc::{DEFAULT_MAX_PACKET_LEN, TwccRecorder};
 
 use super::Plain;
 use super::payload::{is_frame_start, read_stamp};
@@ -89,6 +90,10 @@ struct RecvStream {
     /// Frame numbers below this were evicted from `frames`.
     frame_floor: u64,
     waiting_key: bool,
+    /// The packet with the lowest sequence number received: (ext seq, ext ts, starts a key).
+    lowest: Option<(u64, u64, bool)>,
+    /// Extended timestamp of the keyframe start with the lowest sequence number received.
+    first_key_ts: Option<(u64, u64)>,
     last_pli: Option<Instant>,
     expected_prior: u64,
     received_prior: u64,
@@ -97,6 +102,8 @@ struct RecvStream {
     last_transit: Option<i64>,
     last_sr_at: Option<Instant>,
     last_arrival: Option<Instant>,
+    /// Highest extended sequence number of a packet stamped with a simulcast layer.
+    newest_layered: u64,
     /// External media: rebuilds the stream's frames.
     assembler: Option<FrameAssembler>,
 }
@@ -126,6 +133,8 @@ impl RecvStream {
             frames: BTreeMap::new(),
             frame_floor: 0,
             waiting_key: false,
+            lowest: None,
+            first_key_ts: None,
             last_pli: None,
             expected_prior: 0,
             received_prior: 0,
@@ -133,6 +142,7 @@ impl RecvStream {
             last_transit: None,
             last_sr_at: None,
             last_arrival: None,
+            newest_layered: 0,
             assembler,
         }
     }
@@ -278,6 +288,12 @@ pub(super) struct Receiver {
     external: bool,
     /// Rebuilt frames for the application.
     pub frames: VecDeque<ReceivedFrame>,
+    /// Transport-wide CC, when the answer negotiated its sequence number: the extension id and
+    /// the arrivals not yet reported.
+    twcc: Option<(u8, TwccRecorder)>,
+    /// SSRC of the last RTP packet that arrived: the media SSRC of our feedback, as libwebrtc.
+    twcc_media_ssrc: u32,
+    pub twcc_sent: u64,
     pub nack_packets_sent: u64,
     pub nacks_sent: u64,
     pub plis_sent: u64,
@@ -312,6 +328,9 @@ impl Receiver {
             scratch: Vec::new(),
             external,
             frames: VecDeque::new(),
+            twcc: None,
+            twcc_media_ssrc: 0,
+            twcc_sent: 0,
             nack_packets_sent: 0,
             nacks_sent: 0,
             plis_sent: 0,
@@ -336,6 +355,14 @@ impl Receiver {
             }
         }
         self.lines = lines;
+    }
+
+    /// Sends transport-wide CC feedback for packets carrying the sequence number extension
+    /// `id`; `None` stops.
+    pub fn set_twcc(&mut self, id: Option<u8>) {
+        if id != self.twcc.as_ref().map(|t| t.0) {
+            self.twcc = id.map(|id| (id, TwccRecorder::default()));
+        }
     }
 
     pub fn start(&mut self, now: Instant) {
@@ -398,6 +425,15 @@ impl Receiver {
         if self.ssrcs_seen.len() < MAX_SEEN && !self.ssrcs_seen.contains(&h.ssrc) {
             self.ssrcs_seen.push(h.ssrc);
         }
+        // Every packet on the transport counts, RTX and padding-only probes included, at when it
+        // reached the socket.
+        if let Some((id, recorder)) = self.twcc.as_mut()
+            && let Some(&[hi, lo]) = h.find_extension(buf, *id)
+        {
+            let arrived = now.checked_sub(self.arrival_lag).unwrap_or(now);
+            recorder.on_packet(arrived, u16::from_be_bytes([hi, lo]));
+            self.twcc_media_ssrc = h.ssrc;
+        }
         let mut len = buf.len();
         let mut was_rtx = false;
         if let Some((media, pt)) = self.rtx_target(&h) {
@@ -455,11 +491,22 @@ impl Receiver {
         let video = codec.is_some_and(Codec::is_video);
         let keyframe = codec.is_some_and(|c| c.is_keyframe_start(payload));
         let frame_start = codec.is_some_and(|c| is_frame_start(c, payload));
-        if s.stats.first_packet_keyframe.is_none() {
-            s.stats.first_packet_keyframe = Some(keyframe || !video);
-            if video && !keyframe {
-                s.waiting_key = true;
-            }
+        if s.stats.first_packet_keyframe.is_none() && video && !keyframe {
+            s.waiting_key = true;
+        }
+        // The first packet sent may be lost for good (nothing before the first packet received
+        // is NACKed): what counts is that the lowest sequence number received belongs to a
+        // keyframe — starts one, or carries the timestamp of the first keyframe start.
+        let ext_ts_now = s.ts.peek(u64::from(h.timestamp));
+        if s.lowest.is_none_or(|(l, _, _)| ext < l) {
+            s.lowest = Some((ext, ext_ts_now, keyframe));
+        }
+        if keyframe && s.first_key_ts.is_none_or(|(l, _)| ext < l) {
+            s.first_key_ts = Some((ext, ext_ts_now));
+        }
+        if let Some((_, ts, key)) = s.lowest {
+            let of_first_key = s.first_key_ts.is_some_and(|(_, k)| k == ts);
+            s.stats.first_packet_keyframe = Some(!video || key || of_first_key);
         }
         if video && keyframe {
             // An H.264 keyframe starts twice (STAP-A, then the IDR's first FU-A): count frames.
@@ -491,6 +538,10 @@ impl Receiver {
             s.stats.unstamped += 1;
             return;
         };
+        if let Some(layer) = stamp.layer {
+            s.stats
+                .count_layer(layer, payload.len(), ext, &mut s.newest_layered);
+        }
         let latency = arrived.saturating_duration_since(capture).as_micros();
         s.stats
             .latency
@@ -576,7 +627,8 @@ impl Receiver {
             let assembly = s.assembler.as_ref().and_then(FrameAssembler::poll_timeout);
             [s.nack.poll_timeout(), pli, assembly]
         });
-        streams.chain([self.next_rr]).flatten().min()
+        let twcc = self.twcc.as_ref().and_then(|(_, r)| r.poll_timeout());
+        streams.chain([self.next_rr, twcc]).flatten().min()
     }
 
     pub fn on_timeout(&mut self, now: Instant, out: &mut Vec<Plain>) {
@@ -591,6 +643,29 @@ impl Receiver {
         if let Some(due) = self.next_rr.filter(|due| *due <= now) {
             self.next_rr = Some((due + RR_INTERVAL).max(now));
             self.receiver_report(now, out);
+        }
+        self.twcc_feedback(now, out);
+    }
+
+    /// The transport-wide CC feedback due now, each packet after an empty receiver report like
+    /// our NACKs and PLIs.
+    fn twcc_feedback(&mut self, now: Instant, out: &mut Vec<Plain>) {
+        let Some((_, recorder)) = self.twcc.as_mut() else {
+            return;
+        };
+        while recorder.poll_timeout().is_some_and(|due| due <= now) {
+            let mut buf = vec![0u8; 8 + DEFAULT_MAX_PACKET_LEN];
+            let Ok(n) = rtcp::write_receiver_report(&mut buf, self.rtcp_ssrc, &[]) else {
+                return;
+            };
+            let Some(m) =
+                recorder.poll_feedback(now, self.rtcp_ssrc, self.twcc_media_ssrc, &mut buf[n..])
+            else {
+                return;
+            };
+            buf.truncate(n + m);
+            out.push(Plain::Rtcp(buf));
+            self.twcc_sent += 1;
         }
     }
 

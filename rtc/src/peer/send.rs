@@ -8,7 +8,7 @@ use crate::codec::Codec;
 use crate::media::{Payloads, packetize as media_packetize};
 use crate::nack::PacketCache;
 use crate::rtcp::{self, SenderReportData};
-use crate::rtp;
+use crate::rtp::{self, ExtensionIdMap};
 use crate::time::WallClock;
 
 use super::payload::{FrameSpec, Stamp, packetize};
@@ -36,6 +36,58 @@ pub(super) struct Extensions {
     pub mid: Option<(u8, String)>,
     pub abs_send_time: Option<u8>,
     pub audio_level: Option<u8>,
+    /// Simulcast: the rid extension's id and this stream's rid, written on every packet
+    /// (Chrome stops after the first receiver report; sending it always is allowed and simpler).
+    pub rid: Option<(u8, String)>,
+    /// Simulcast: the repaired-rid extension's id, which replaces the rid on RTX packets.
+    pub rrid: Option<u8>,
+}
+
+/// Keyframe state of one video stream: simulcast layers keep theirs apart, so a request for
+/// one layer's SSRC gives a keyframe on that layer only.
+#[derive(Debug, Clone, Copy, Default)]
+struct KeyState {
+    last_keyframe: Option<Instant>,
+    last_forced: Option<Instant>,
+    requested: bool,
+    last_fir_seq: Option<u8>,
+}
+
+impl KeyState {
+    /// Whether the frame captured `at` is a keyframe: the periodic one is due, or a request
+    /// waits and the last forced one is far enough back. Counts forced ones in `forced`.
+    fn next_is_key(&mut self, at: Instant, interval: Duration, forced: &mut u64) -> bool {
+        let periodic = self
+            .last_keyframe
+            .is_none_or(|t| at.saturating_duration_since(t) >= interval);
+        let force = self.requested
+            && self
+                .last_forced
+                .is_none_or(|t| at.saturating_duration_since(t) >= FORCED_KEYFRAME_GAP);
+        let keyframe = periodic || force;
+        if keyframe {
+            self.last_keyframe = Some(at);
+            if self.requested {
+                // Any keyframe serves an outstanding request.
+                self.requested = false;
+                self.last_forced = Some(at);
+                if !periodic {
+                    *forced += 1;
+                }
+            }
+        }
+        keyframe
+    }
+}
+
+/// What makes a stream one simulcast layer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Layer {
+    /// Index in the config's layers, stamped into every payload.
+    pub index: u8,
+    pub bitrate_bps: u32,
+    /// The layer's own VP8 picture id counter, as each of Chrome's encoders has.
+    pub picture_id: u16,
 }
 
 /// One outgoing RTP stream.
@@ -58,6 +110,10 @@ pub(super) struct SendStream {
     media_at: Option<Duration>,
     /// External media: payloads of the frame being sent, reused.
     payloads: Payloads,
+    /// Video: when keyframes go out.
+    key: KeyState,
+    /// Simulcast: the layer this stream sends.
+    layer: Option<Layer>,
 }
 
 /// Random bases a stream starts from.
@@ -67,6 +123,20 @@ pub(super) struct StreamBases {
     pub seq: u16,
     pub ts: u32,
     pub rtx: Option<(u8, u32, u16)>,
+}
+
+impl StreamBases {
+    /// These bases with RTX as the answer negotiated it: its payload type `rtx_pt`, and only
+    /// where NACK was (`None` drops the RTX stream).
+    pub fn negotiated(self, rtx_pt: Option<u8>, nack: bool) -> Self {
+        StreamBases {
+            rtx: self
+                .rtx
+                .filter(|_| rtx_pt.is_some() && nack)
+                .map(|(_, ssrc, seq)| (rtx_pt.unwrap_or_default(), ssrc, seq)),
+            ..self
+        }
+    }
 }
 
 impl SendStream {
@@ -99,10 +169,20 @@ impl SendStream {
                 keyframes: 0,
                 retransmissions: 0,
                 first_seq: b.seq,
+                rid: None,
             },
             media_at: None,
             payloads: Payloads::new(),
+            key: KeyState::default(),
+            layer: None,
         }
+    }
+
+    /// Makes this stream simulcast layer `layer`, named `rid`.
+    pub fn with_layer(mut self, layer: Layer, rid: &str) -> Self {
+        self.layer = Some(layer);
+        self.stats.rid = Some(rid.to_owned());
+        self
     }
 
     /// RTP timestamp of an instant `since` the media start.
@@ -122,6 +202,13 @@ impl SendStream {
         {
             ext.push((id << 4) | (mid.len() as u8 - 1));
             ext.extend_from_slice(mid.as_bytes());
+        }
+        if let Some((id, rid)) = &self.ext.rid
+            && (1..=14).contains(id)
+            && (1..=16).contains(&rid.len())
+        {
+            ext.push((id << 4) | (rid.len() as u8 - 1));
+            ext.extend_from_slice(rid.as_bytes());
         }
         if let Some(id) = self.ext.abs_send_time.filter(|id| (1..=14).contains(id)) {
             ext.push((id << 4) | 2);
@@ -230,6 +317,19 @@ impl SendStream {
         let mut pkt = Vec::with_capacity(cached.len() + 2 + 32);
         pkt.extend_from_slice(cached);
         if let Some((rtx_pt, rtx_ssrc)) = self.rtx {
+            if let Some((rid, _)) = &self.ext.rid {
+                // An RTX packet names the layer it repairs by repaired rid, not rid (RFC 8852
+                // §3.2): the rid element is renumbered in place, or blanked to padding.
+                let mut map: ExtensionIdMap = std::array::from_fn(|i| i as u8);
+                map[usize::from(*rid)] = self
+                    .ext
+                    .rrid
+                    .filter(|id| (1..=14).contains(id))
+                    .unwrap_or(0);
+                if rtp::remap_extension_ids(&mut pkt, &map).is_err() {
+                    return false;
+                }
+            }
             let len = pkt.len();
             pkt.resize(len + 2, 0);
             match rtp::rtx_wrap(&mut pkt, len, rtx_pt, rtx_ssrc, self.rtx_seq) {
@@ -272,20 +372,18 @@ pub(super) struct Sender {
     cfg: SendConfig,
     cname: String,
     pub video: Option<SendStream>,
+    /// Simulcast: one stream per layer, lowest first, in place of `video`.
+    pub layers: Vec<SendStream>,
     pub audio: Option<SendStream>,
     start: Option<Instant>,
     next_frame: u64,
     next_audio: u64,
-    last_keyframe: Option<Instant>,
-    last_forced: Option<Instant>,
-    key_requested: bool,
     /// A keyframe request (PLI/FIR) the application has not taken yet.
     pub keyframe_request: bool,
     /// Media generation stopped; RTCP (SR, NACK answers) goes on.
     pub paused: bool,
     picture_id: u16,
     next_sr: Option<Instant>,
-    last_fir_seq: Option<u8>,
     pub plis_received: u64,
     pub firs_received: u64,
     pub nacks_received: u64,
@@ -301,18 +399,15 @@ impl Sender {
             cfg,
             cname,
             video: None,
+            layers: Vec::new(),
             audio: None,
             start: None,
             next_frame: 0,
             next_audio: 0,
-            last_keyframe: None,
-            last_forced: None,
-            key_requested: false,
             keyframe_request: false,
             paused: false,
             picture_id: picture_id & 0x7fff,
             next_sr: None,
-            last_fir_seq: None,
             plis_received: 0,
             firs_received: 0,
             nacks_received: 0,
@@ -323,9 +418,24 @@ impl Sender {
         }
     }
 
+    /// Whether there is video to send, one stream or simulcast layers.
+    fn has_video(&self) -> bool {
+        self.video.is_some() || !self.layers.is_empty()
+    }
+
+    /// Every video stream: the single one, or the layers.
+    fn video_streams(&self) -> impl Iterator<Item = &SendStream> {
+        self.video.iter().chain(&self.layers)
+    }
+
+    /// Every stream, video first, as `PeerStats::sent` lists them.
+    fn all_streams(&self) -> impl Iterator<Item = &SendStream> {
+        self.video_streams().chain(&self.audio)
+    }
+
     /// Media starts now (SRTP is keyed).
     pub fn start(&mut self, now: Instant) {
-        if self.start.is_none() && (self.video.is_some() || self.audio.is_some()) {
+        if self.start.is_none() && (self.has_video() || self.audio.is_some()) {
             self.start = Some(now);
             self.next_sr = Some(now + SR_INTERVAL / 2);
         }
@@ -346,9 +456,8 @@ impl Sender {
             return self.next_sr;
         }
         let video = self
-            .video
-            .as_ref()
-            .map(|_| start + self.frame_offset(self.next_frame));
+            .has_video()
+            .then(|| start + self.frame_offset(self.next_frame));
         let audio = self
             .audio
             .as_ref()
@@ -361,7 +470,7 @@ impl Sender {
             return;
         };
         let generate = !self.paused && !self.cfg.external;
-        if self.video.is_some() && generate {
+        if self.has_video() && generate {
             let behind =
                 |s: &Self| now.saturating_duration_since(start + s.frame_offset(s.next_frame));
             let interval = self.frame_offset(1).max(Duration::from_micros(1));
@@ -392,66 +501,51 @@ impl Sender {
     }
 
     fn stamp(&self, at: Instant, frame: u64) -> Stamp {
-        let us = at
-            .saturating_duration_since(self.cfg.latency_epoch)
-            .as_micros();
-        Stamp {
-            send_us: u64::try_from(us).unwrap_or(u64::MAX),
-            frame,
-        }
+        stamp(&self.cfg, at, frame, None)
     }
 
     fn abs_send_time(&self, at: Instant) -> u32 {
         ((self.cfg.wall.ntp(at) >> 14) & 0xFF_FFFF) as u32
     }
 
-    /// Frame sizes (key, delta) that average to the target bitrate over a keyframe interval,
-    /// with keyframes three times the size of delta frames.
-    fn frame_sizes(&self) -> (usize, usize) {
-        let fps = u64::from(self.cfg.fps.max(1));
-        let avg = u64::from(self.cfg.bitrate_bps) / 8 / fps;
-        let gop = (self.cfg.keyframe_interval.as_secs_f64() * fps as f64).round() as u64;
-        if gop <= 1 {
-            return (avg as usize, avg as usize);
-        }
-        let delta = avg * gop / (gop + 2);
-        ((3 * delta) as usize, delta as usize)
-    }
-
+    /// One captured frame, on the single video stream or on every layer.
     fn video_frame(&mut self, start: Instant, out: &mut Vec<Plain>) {
         let n = self.next_frame;
         self.next_frame += 1;
         let offset = self.frame_offset(n);
         let at = start + offset;
-        let periodic = self
-            .last_keyframe
-            .is_none_or(|t| at.saturating_duration_since(t) >= self.cfg.keyframe_interval);
-        let forced = self.key_requested
-            && self
-                .last_forced
-                .is_none_or(|t| at.saturating_duration_since(t) >= FORCED_KEYFRAME_GAP);
-        let keyframe = periodic || forced;
-        if keyframe {
-            self.last_keyframe = Some(at);
-            if self.key_requested {
-                // Any keyframe serves an outstanding request.
-                self.key_requested = false;
-                self.last_forced = Some(at);
-                if !periodic {
-                    self.forced_keyframes += 1;
-                }
-            }
-        }
-        let (key_bytes, delta_bytes) = self.frame_sizes();
-        let spec = FrameSpec {
-            keyframe,
-            stamp: self.stamp(at, n),
-            picture_id: self.picture_id,
-            bytes: if keyframe { key_bytes } else { delta_bytes },
-        };
-        self.picture_id = (self.picture_id + 1) & 0x7fff;
         let abs = self.abs_send_time(at);
+        let cfg = self.cfg;
         if let Some(v) = self.video.as_mut() {
+            let keyframe = v
+                .key
+                .next_is_key(at, cfg.keyframe_interval, &mut self.forced_keyframes);
+            let (key_bytes, delta_bytes) = frame_sizes(&cfg, cfg.bitrate_bps);
+            let spec = FrameSpec {
+                keyframe,
+                stamp: stamp(&cfg, at, n, None),
+                picture_id: self.picture_id,
+                bytes: if keyframe { key_bytes } else { delta_bytes },
+            };
+            self.picture_id = (self.picture_id + 1) & 0x7fff;
+            let ts = v.ts_at(offset);
+            v.send_frame(&spec, ts, abs, out);
+        }
+        for v in &mut self.layers {
+            let Some(layer) = v.layer.as_mut() else {
+                continue;
+            };
+            let keyframe = v
+                .key
+                .next_is_key(at, cfg.keyframe_interval, &mut self.forced_keyframes);
+            let (key_bytes, delta_bytes) = frame_sizes(&cfg, layer.bitrate_bps);
+            let spec = FrameSpec {
+                keyframe,
+                stamp: stamp(&cfg, at, n, Some(layer.index)),
+                picture_id: layer.picture_id,
+                bytes: if keyframe { key_bytes } else { delta_bytes },
+            };
+            layer.picture_id = (layer.picture_id + 1) & 0x7fff;
             let ts = v.ts_at(offset);
             v.send_frame(&spec, ts, abs, out);
         }
@@ -504,9 +598,9 @@ impl Sender {
                 self.picture_id = (self.picture_id + 1) & 0x7fff;
             }
             if keyframe {
-                self.last_keyframe = Some(now);
+                stream.key.last_keyframe = Some(now);
                 // Any keyframe serves an outstanding request.
-                if std::mem::take(&mut self.key_requested) {
+                if std::mem::take(&mut stream.key.requested) {
                     self.forced_keyframes += 1;
                 }
                 self.keyframe_request = false;
@@ -518,7 +612,8 @@ impl Sender {
     fn sender_reports(&mut self, now: Instant, start: Instant, out: &mut Vec<Plain>) {
         let ntp = self.cfg.wall.ntp(now);
         let since = now.saturating_duration_since(start);
-        for s in [&self.video, &self.audio].into_iter().flatten() {
+        let streams = self.video.iter().chain(&self.layers).chain(&self.audio);
+        for s in streams {
             let mut buf = vec![0u8; 256];
             let sr = s.sender_report(ntp, since);
             let Ok(n) = rtcp::write_sender_report(&mut buf, &sr, &[]) else {
@@ -534,9 +629,17 @@ impl Sender {
     }
 
     fn stream_mut(&mut self, ssrc: u32) -> Option<&mut SendStream> {
-        [self.video.as_mut(), self.audio.as_mut()]
-            .into_iter()
-            .flatten()
+        self.video
+            .iter_mut()
+            .chain(&mut self.layers)
+            .chain(&mut self.audio)
+            .find(|s| s.ssrc == ssrc)
+    }
+
+    fn video_mut(&mut self, ssrc: u32) -> Option<&mut SendStream> {
+        self.video
+            .iter_mut()
+            .chain(&mut self.layers)
             .find(|s| s.ssrc == ssrc)
     }
 
@@ -563,14 +666,10 @@ impl Sender {
         self.nack_misses += misses;
     }
 
-    fn is_video_ssrc(&self, ssrc: u32) -> bool {
-        self.video.as_ref().is_some_and(|v| v.ssrc == ssrc)
-    }
-
     pub fn on_pli(&mut self, media_ssrc: u32) {
         self.plis_received += 1;
-        if self.is_video_ssrc(media_ssrc) {
-            self.key_requested = true;
+        if let Some(v) = self.video_mut(media_ssrc) {
+            v.key.requested = true;
             self.keyframe_request = true;
         }
     }
@@ -578,22 +677,22 @@ impl Sender {
     pub fn on_fir(&mut self, entries: impl Iterator<Item = (u32, u8)>) {
         for (ssrc, seq) in entries {
             // A repeated command sequence number is a retransmission of the same request.
-            if self.is_video_ssrc(ssrc) && self.last_fir_seq != Some(seq) {
-                self.last_fir_seq = Some(seq);
-                self.firs_received += 1;
-                self.key_requested = true;
-                self.keyframe_request = true;
-            }
+            let Some(v) = self
+                .video_mut(ssrc)
+                .filter(|v| v.key.last_fir_seq != Some(seq))
+            else {
+                continue;
+            };
+            v.key.last_fir_seq = Some(seq);
+            v.key.requested = true;
+            self.firs_received += 1;
+            self.keyframe_request = true;
         }
     }
 
     /// RTCP BYE for every stream we send.
     pub fn bye(&self, out: &mut Vec<Plain>) {
-        let ssrcs: Vec<u32> = [&self.video, &self.audio]
-            .into_iter()
-            .flatten()
-            .map(|s| s.ssrc)
-            .collect();
+        let ssrcs: Vec<u32> = self.all_streams().map(|s| s.ssrc).collect();
         let Some(&first) = ssrcs.first() else {
             return;
         };
@@ -608,10 +707,29 @@ impl Sender {
     }
 
     pub fn streams(&self) -> Vec<SendStreamStats> {
-        [&self.video, &self.audio]
-            .into_iter()
-            .flatten()
-            .map(|s| s.stats.clone())
-            .collect()
+        self.all_streams().map(|s| s.stats.clone()).collect()
     }
+}
+
+/// The stamp of a frame (or audio packet) captured `at`.
+fn stamp(cfg: &SendConfig, at: Instant, frame: u64, layer: Option<u8>) -> Stamp {
+    let us = at.saturating_duration_since(cfg.latency_epoch).as_micros();
+    Stamp {
+        send_us: u64::try_from(us).unwrap_or(u64::MAX),
+        frame,
+        layer,
+    }
+}
+
+/// Frame sizes (key, delta) that average to `bitrate_bps` over a keyframe interval, with
+/// keyframes three times the size of delta frames.
+fn frame_sizes(cfg: &SendConfig, bitrate_bps: u32) -> (usize, usize) {
+    let fps = u64::from(cfg.fps.max(1));
+    let avg = u64::from(bitrate_bps) / 8 / fps;
+    let gop = (cfg.keyframe_interval.as_secs_f64() * fps as f64).round() as u64;
+    if gop <= 1 {
+        return (avg as usize, avg as usize);
+    }
+    let delta = avg * gop / (gop + 2);
+    ((3 * delta) as usize, delta as usize)
 }

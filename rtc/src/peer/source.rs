@@ -79,6 +79,7 @@ impl RtpSource {
                     mid: Some((EXT_MID_ID, "0".into())),
                     abs_send_time: Some(EXT_ABS_SEND_TIME_ID),
                     audio_level: Some(EXT_AUDIO_LEVEL_ID),
+                    ..Extensions::default()
                 };
                 let b = base(&mut rng);
                 sender.audio = Some(SendStream::new(Codec::Opus, PT_OPUS, b, ext));
@@ -93,6 +94,7 @@ impl RtpSource {
                     mid: Some((EXT_MID_ID, if audio { "1" } else { "0" }.into())),
                     abs_send_time: Some(EXT_ABS_SEND_TIME_ID),
                     audio_level: None,
+                    ..Extensions::default()
                 };
                 let b = base(&mut rng);
                 sender.video = Some(SendStream::new(video, pt, b, ext));
@@ -194,7 +196,8 @@ mod tests {
             stamp,
             Stamp {
                 send_us: 0,
-                frame: 0
+                frame: 0,
+                layer: None,
             }
         );
         let h = RtpHeader::parse(&audio[1].data).unwrap();
@@ -204,7 +207,8 @@ mod tests {
             stamp,
             Stamp {
                 send_us: 20_000,
-                frame: 1
+                frame: 1,
+                layer: None,
             }
         );
     }

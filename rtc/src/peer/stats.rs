@@ -239,6 +239,8 @@ pub struct SendStreamStats {
     pub retransmissions: u64,
     /// Sequence number of the first packet.
     pub first_seq: u16,
+    /// Simulcast: the layer's rid.
+    pub rid: Option<String>,
 }
 
 /// One stream a viewer receives (keyed by media SSRC; RTX arrivals are folded in).
@@ -264,7 +266,8 @@ pub struct RecvStreamStats {
     pub nack_gave_up: u64,
     /// Every extended sequence number received; holes are what stays lost after repair.
     pub received: SeqRanges,
-    /// Whether the first packet that arrived started a keyframe (`None` before any).
+    /// Whether the packet with the lowest sequence number received belongs to a keyframe (starts
+    /// one, or is of its frame: the first one may be lost for good); `None` before any.
     pub first_packet_keyframe: Option<bool>,
     /// Keyframe starts received.
     pub keyframes: u64,
@@ -296,6 +299,16 @@ pub struct RecvStreamStats {
     /// External media: frames dropped because the application let
     /// [`super::MAX_QUEUED_FRAMES`] pile up unpolled.
     pub frames_overflowed: u64,
+    /// Unique media packets per simulcast layer index their stamps carry (a simulcast
+    /// publisher's, however the server switched); empty for a single stream.
+    pub layer_packets: Vec<u64>,
+    /// Payload bytes of those, per layer index.
+    pub layer_bytes: Vec<u64>,
+    /// The layer of the stamped packet with the highest sequence number so far.
+    pub layer: Option<u8>,
+    /// Times `layer` changed (in sequence order, so a late repair of the old layer does not
+    /// count).
+    pub layer_changes: u64,
 }
 
 impl RecvStreamStats {
@@ -324,7 +337,46 @@ impl RecvStreamStats {
             max_arrival_gap: std::time::Duration::ZERO,
             assembled: AssemblerStats::default(),
             frames_overflowed: 0,
+            layer_packets: Vec::new(),
+            layer_bytes: Vec::new(),
+            layer: None,
+            layer_changes: 0,
         }
+    }
+
+    /// Counts a new packet of `bytes` payload bytes, extended sequence number `ext`, stamped
+    /// with `layer`; `newest` is the highest sequence number stamped with a layer before it.
+    pub(super) fn count_layer(&mut self, layer: u8, bytes: usize, ext: u64, newest: &mut u64) {
+        let i = usize::from(layer);
+        if self.layer_packets.len() <= i {
+            self.layer_packets.resize(i + 1, 0);
+            self.layer_bytes.resize(i + 1, 0);
+        }
+        self.layer_packets[i] += 1;
+        self.layer_bytes[i] += bytes as u64;
+        if self.layer.is_none() || ext > *newest {
+            *newest = ext;
+            if self.layer.is_some_and(|l| l != layer) {
+                self.layer_changes += 1;
+            }
+            self.layer = Some(layer);
+        }
+    }
+
+    /// Payload bytes received on simulcast layer `layer`.
+    pub fn bytes_of_layer(&self, layer: u8) -> u64 {
+        self.layer_bytes
+            .get(usize::from(layer))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Packets received on simulcast layer `layer`.
+    pub fn packets_of_layer(&self, layer: u8) -> u64 {
+        self.layer_packets
+            .get(usize::from(layer))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Whether this is a video stream.
@@ -385,6 +437,9 @@ pub struct PeerStats {
     pub sender_reports_sent: u64,
     /// Receiver reports sent (periodic ones and those in NACK/PLI compounds).
     pub receiver_reports_sent: u64,
+    /// Viewer: transport-wide CC feedback packets sent (each after an empty receiver report,
+    /// not counted in `receiver_reports_sent`).
+    pub twcc_feedback_sent: u64,
 }
 
 impl PeerStats {

@@ -432,3 +432,95 @@ proptest! {
         prop_assert_eq!(out, pkt);
     }
 }
+
+/// A VP8-ish packet: fixed header (+ one CSRC), then `ext` as the extension block if given.
+fn packet_with(ext: Option<(u16, &[u8])>, payload: &[u8]) -> Vec<u8> {
+    let mut p = vec![
+        0x81, 96, 0, 7, 0, 0, 0, 9, 0, 0, 0, 5, 0xC5, 0xC5, 0xC5, 0xC5,
+    ];
+    if let Some((profile, data)) = ext {
+        p[0] |= 0x10;
+        p.extend_from_slice(&profile.to_be_bytes());
+        p.extend_from_slice(&((data.len() / 4) as u16).to_be_bytes());
+        p.extend_from_slice(data);
+    }
+    p.extend_from_slice(payload);
+    p
+}
+
+#[test]
+fn ensure_extension_adds_a_block_to_a_packet_without_one() {
+    let mut p = packet_with(None, &[1, 2, 3]);
+    let at = ensure_extension(&mut p, 5, 2).unwrap();
+    p[at..at + 2].copy_from_slice(&[0xAB, 0xCD]);
+    let h = RtpHeader::parse(&p).unwrap();
+    assert_eq!(
+        h.extension.as_ref().map(|e| e.profile),
+        Some(ONE_BYTE_PROFILE)
+    );
+    assert_eq!(h.find_extension(&p, 5), Some(&[0xAB, 0xCD][..]));
+    assert_eq!(h.payload(&p), [1, 2, 3]);
+    assert_eq!(h.csrcs(&p).collect::<Vec<_>>(), [0xC5C5_C5C5]);
+    // An id the one-byte form cannot carry gets the two-byte form.
+    let mut p = packet_with(None, &[1, 2, 3]);
+    let at = ensure_extension(&mut p, 20, 2).unwrap();
+    p[at..at + 2].copy_from_slice(&[7, 8]);
+    let h = RtpHeader::parse(&p).unwrap();
+    assert_eq!(
+        h.extension.as_ref().map(|e| e.profile),
+        Some(TWO_BYTE_PROFILE)
+    );
+    assert_eq!(h.find_extension(&p, 20), Some(&[7, 8][..]));
+    assert_eq!(h.payload(&p), [1, 2, 3]);
+}
+
+#[test]
+fn ensure_extension_reuses_the_element_or_the_padding_else_grows_the_block() {
+    // mid "1" (id 1) and 2 bytes of padding: the 3-byte element does not fit the padding.
+    let mut p = packet_with(Some((ONE_BYTE_PROFILE, &[0x10, b'1', 0, 0])), &[9; 5]);
+    let at = ensure_extension(&mut p, 3, 2).unwrap();
+    p[at..at + 2].copy_from_slice(&[0, 42]);
+    let h = RtpHeader::parse(&p).unwrap();
+    assert_eq!(h.extension.as_ref().map(|e| e.range.len()), Some(8));
+    assert_eq!(h.find_extension(&p, 1), Some(&b"1"[..]));
+    assert_eq!(h.find_extension(&p, 3), Some(&[0, 42][..]));
+    assert_eq!(h.payload(&p), [9; 5]);
+    // Asked again: the same element, nothing moves.
+    let len = p.len();
+    assert_eq!(ensure_extension(&mut p, 3, 2).unwrap(), at);
+    assert_eq!(p.len(), len);
+    // A dropped element (an id the viewer did not negotiate, zeroed by the remap) is room.
+    let mut p = packet_with(
+        Some((ONE_BYTE_PROFILE, &[0, 0, 0, 0, 0x10, b'1', 0, 0])),
+        &[9; 5],
+    );
+    let len = p.len();
+    let at = ensure_extension(&mut p, 3, 2).unwrap();
+    assert_eq!((p.len(), at), (len, 16 + 4 + 1));
+    // An element of the id but another length is replaced.
+    let mut p = packet_with(Some((ONE_BYTE_PROFILE, &[0x33, 1, 2, 3, 4, 0, 0, 0])), &[9]);
+    let at = ensure_extension(&mut p, 3, 2).unwrap();
+    p[at..at + 2].copy_from_slice(&[5, 6]);
+    let h = RtpHeader::parse(&p).unwrap();
+    assert_eq!(h.find_extension(&p, 3), Some(&[5, 6][..]));
+    assert_eq!(h.payload(&p), [9]);
+    // The one-byte form cannot carry id 20: refused, untouched.
+    let mut p = packet_with(Some((ONE_BYTE_PROFILE, &[0x10, b'1', 0, 0])), &[9]);
+    let before = p.clone();
+    assert!(ensure_extension(&mut p, 20, 2).is_err());
+    assert_eq!(p, before);
+}
+
+#[test]
+fn padding_packets_parse_as_padding_only() {
+    let mut p = Vec::new();
+    write_padding_packet(&mut p, 97, 0xAABB_CCDD, 100, 9000, 200);
+    assert_eq!(p.len(), FIXED_HEADER_LEN + 200);
+    let h = RtpHeader::parse(&p).unwrap();
+    assert!(h.padding && h.payload_range.is_empty());
+    assert_eq!((h.payload_type, h.ssrc, h.sequence), (97, 0xAABB_CCDD, 100));
+    // With a transport-wide sequence number it is still padding only.
+    ensure_extension(&mut p, 5, 2).unwrap();
+    let h = RtpHeader::parse(&p).unwrap();
+    assert!(h.padding && h.payload_range.is_empty() && h.find_extension(&p, 5).is_some());
+}

@@ -8,6 +8,9 @@ pub const EXT_RID: &str = "urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id";
 pub const EXT_RRID: &str = "urn:ietf:params:rtp-hdrext:sdes:repaired-rtp-stream-id";
 /// Absolute send time (used by REMB bandwidth estimation).
 pub const EXT_ABS_SEND_TIME: &str = "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time";
+/// Transport-wide sequence number (transport-wide congestion control feedback, [`crate::twcc`]).
+pub const EXT_TRANSPORT_CC: &str =
+    "http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01";
 /// RFC 6464 audio level.
 pub const EXT_AUDIO_LEVEL: &str = "urn:ietf:params:rtp-hdrext:ssrc-audio-level";
 /// 3GPP coordination of video orientation.

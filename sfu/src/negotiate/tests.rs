@@ -45,14 +45,14 @@ fn publish_answers_chrome_with_opus_and_vp8() {
     );
     assert_eq!(a.fmtp, "minptime=10;useinbandfec=1");
     assert_eq!((v.codec, v.pt, v.rtx_pt), (Codec::Vp8, 96, Some(97)));
-    assert!(v.nack && v.pli && v.fir && v.remb);
+    // Transport-wide CC (the browser's own send-side estimate runs on our feedback); REMB is
+    // only for peers without it.
+    assert!(v.nack && v.pli && v.fir && v.twcc && !v.remb);
+    assert!(a.twcc && !a.remb);
     assert_eq!(v.ext_id(EXT_ABS_SEND_TIME), Some(2));
     assert_eq!(v.ext_id(EXT_MID), Some(4));
     assert_eq!(v.ext_id(EXT_RID), Some(10));
-    assert!(
-        !v.extmap.iter().any(|(_, u)| u.contains("transport-wide")),
-        "we send no transport-cc feedback, so we do not take its extension"
-    );
+    assert_eq!(v.ext_id(EXT_TRANSPORT_CC), Some(3));
     assert_eq!(a.remote_ssrcs, vec![(1203943516, None)]);
 
     let answer = SessionDescription::parse(&n.answer).unwrap();
@@ -67,7 +67,14 @@ fn publish_answers_chrome_with_opus_and_vp8() {
     assert_eq!(av.candidates()[0].port, 5000);
     assert!(av.end_of_candidates());
     assert!(n.answer.contains("a=extmap-allow-mixed\r\n"));
-    assert!(!n.answer.contains("transport-cc"));
+    assert!(n.answer.contains("a=rtcp-fb:96 transport-cc\r\n"));
+    assert!(!n.answer.contains("goog-remb"));
+    // Without transport-wide CC in the offer, REMB it is.
+    let old = CHROME.replace(" transport-cc", " x-none");
+    let n = negotiate_publish(&old, &params(&ice, &cands)).unwrap();
+    assert!(n.media[1].remb && !n.media[1].twcc);
+    assert!(n.media[1].ext_id(EXT_TRANSPORT_CC).is_none());
+    assert!(n.answer.contains("a=rtcp-fb:96 goog-remb\r\n"));
 }
 
 #[test]

@@ -7,6 +7,8 @@ use std::time::Instant;
 use ferry_proto::StreamId;
 
 use super::Node;
+use crate::adapt::layers::{SUBSTITUTE_SILENCE, SourceLayer};
+use crate::egress::Take;
 use crate::ingest::{IncomingTrack, IngestDrop};
 use crate::munger::{DropReason, SourcePacket};
 use crate::rtcp::{RtcpIter, RtcpPacket};
@@ -28,6 +30,12 @@ impl Node {
             self.out.metrics.rtp_unknown_stream += 1;
             return;
         };
+        // Every packet counts for the publisher's own bandwidth estimate, probes included.
+        if let Some((id, rec)) = s.twcc_rx.as_mut()
+            && let Some(&[a, b]) = h.find_extension(&data[..len], *id)
+        {
+            rec.on_packet(now, u16::from_be_bytes([a, b]));
+        }
         let mid_ok = |t: &IncomingTrack| {
             h.payload_type == t.line.pt || Some(h.payload_type) == t.line.rtx_pt
         };
@@ -67,7 +75,7 @@ impl Node {
             let video = tracks.iter().any(|t| t.line.video);
             if !(ing.src.keyframe_start && (tracks[ti].line.video || !video)) {
                 if let Some(t) = tracks.iter_mut().find(|t| t.line.video) {
-                    t.keyframe_wanted = true;
+                    t.want_keyframe(None);
                 }
                 s.send_keyframe_requests(now, &self.scfg, &mut self.out);
                 return;
@@ -80,23 +88,21 @@ impl Node {
         let Role::Publisher(tracks) = &mut s.role else {
             return;
         };
-        if tracks[ti].keyframe_wanted {
+        if tracks[ti].keyframe_wanted() {
             s.send_keyframe_requests(now, &self.scfg, &mut self.out);
-        }
-        if !ing.forward {
-            return;
         }
         let stream = s.stream.clone();
         let pkt = &data[..ing.len];
         let want_keyframe = self.fan_out(now, &stream, ing.line, pkt, &ing.src);
         self.relay_out(&stream, ing.line, &ing.src, pkt, None);
         if want_keyframe {
-            self.request_keyframe(now, &stream, ing.line);
+            self.request_keyframe(now, &stream, ing.line, Some(ing.src.ssrc));
         }
     }
 
-    /// Forwards one source packet of `stream`'s track `line` to every
-    /// connected local viewer. Returns whether a viewer waits for a keyframe.
+    /// Forwards one source packet of `stream`'s track `line` to every connected local viewer
+    /// that plays its layer. Returns whether a viewer waits for a keyframe of the packet's
+    /// stream (`src.ssrc`).
     pub(super) fn fan_out(
         &mut self,
         now: Instant,
@@ -105,7 +111,34 @@ impl Node {
         pkt: &[u8],
         src: &SourcePacket,
     ) -> bool {
-        self.record(now, stream, line, pkt);
+        // What the source offers: every layer is fanned out here, each viewer takes its own.
+        // Simulcast is what the publisher negotiated (rids), not how many SSRCs came: a
+        // publisher that restarts its encoder sends a new SSRC that replaces the old one.
+        let sessions = &self.sessions;
+        let (simulcast, recorded) = match self.streams.get_mut(stream) {
+            Some(entry) => {
+                let rids = match entry.publisher.and_then(|k| sessions.get(k)?.as_ref()) {
+                    Some(p) => p.media.get(line).map_or(0, |l| l.rids.len()),
+                    None => entry
+                        .relay_in
+                        .as_ref()
+                        .and_then(|r| r.media.get(line))
+                        .map_or(0, |l| l.rids.len()),
+                };
+                let layers = entry.layers_mut(line);
+                layers.on_packet(now, src.ssrc, pkt.len());
+                layers.simulcast = rids > 1;
+                // Recordings (and transcoders) take the top layer.
+                (
+                    layers.simulcast,
+                    !layers.simulcast || layers.top(now) == Some(src.ssrc),
+                )
+            }
+            None => (false, true),
+        };
+        if recorded {
+            self.record(now, stream, line, pkt);
+        }
         let mut want_keyframe = false;
         let mut took_over = Vec::new();
         let Some(entry) = self.streams.get_mut(stream) else {
@@ -125,6 +158,7 @@ impl Node {
             }
         }
         let gop = entry.gop;
+        let layers = entry.layers.get(line);
         // Whether this is a video packet, and whether an overloaded node skipped a viewer.
         let (mut video, mut shed_any) = (false, false);
         for &vk in &entry.viewers {
@@ -145,6 +179,21 @@ impl Node {
             };
             if v.video_paused && t.line.video {
                 continue;
+            }
+            if simulcast {
+                // The viewer's own layer: the one it plays, or the one it switches to at that
+                // layer's next keyframe.
+                let playing = t
+                    .playing()
+                    .filter(|c| layers.and_then(|l| l.get(*c)).is_some_and(|l| live(now, l)));
+                match t.takes(src, playing) {
+                    Take::Forward => {}
+                    Take::Skip => continue,
+                    Take::SkipWantKeyframe => {
+                        want_keyframe = true;
+                        continue;
+                    }
+                }
             }
             if t.line.video {
                 video = true;
@@ -179,10 +228,14 @@ impl Node {
             let take_over = t.line.video || !takes_video;
             let mut buf = self.out.buffer();
             let src_ts = src.ext_ts;
+            let switching = simulcast && t.playing() != Some(src.ssrc);
             match t.forward(now, pkt, src, &mut buf) {
                 Ok(n) => {
                     t.last_src_ts = Some(src_ts);
-                    if v.send_rtp(&mut self.out, buf, n) {
+                    if switching {
+                        self.out.metrics.layer_switches += 1;
+                    }
+                    if v.send_rtp(now, &mut self.out, buf, n) {
                         self.out.metrics.rtp_forwarded += 1;
                         if take_over && self.replacing.contains_key(&vk) {
                             took_over.push(vk);
@@ -233,9 +286,17 @@ impl Node {
         self.note_deadline(key);
     }
 
-    pub(super) fn request_keyframe(&mut self, now: Instant, stream: &StreamId, line: usize) {
+    /// Asks the source of `stream`'s track `line` for a keyframe of its layer `ssrc` (`None`:
+    /// of every layer): its publisher here, or the node it is relayed from.
+    pub(super) fn request_keyframe(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        line: usize,
+        ssrc: Option<u32>,
+    ) {
         let Some(pk) = self.streams.get(stream).and_then(|e| e.publisher) else {
-            self.request_relay_keyframe(now, stream, line);
+            self.request_relay_keyframe(now, stream, line, ssrc);
             return;
         };
         let Some(p) = self.sessions[pk].as_mut() else {
@@ -244,7 +305,7 @@ impl Node {
         if let Role::Publisher(tracks) = &mut p.role
             && let Some(t) = tracks.iter_mut().find(|t| t.index == line)
         {
-            t.keyframe_wanted = true;
+            t.want_keyframe(ssrc);
         }
         p.send_keyframe_requests(now, &self.scfg, &mut self.out);
         self.note_deadline(pk);
@@ -256,7 +317,7 @@ impl Node {
         };
         let stream = s.stream.clone();
         let mut nacks: Vec<(usize, u16)> = Vec::new();
-        let mut keyframes: Vec<usize> = Vec::new();
+        let mut keyframes: Vec<(usize, Option<u32>)> = Vec::new();
         let mut reports = Vec::new();
         for p in RtcpIter::new(data) {
             let p = match p {
@@ -285,15 +346,34 @@ impl Node {
                         }
                     }
                 }
+                (Role::Viewer(_), RtcpPacket::TransportCc { fci, .. }) => {
+                    match s.adapt.handle_twcc(now, fci) {
+                        Ok(()) => self.out.metrics.twcc_feedback_received += 1,
+                        Err(_) => self.out.metrics.rtcp_parse_errors += 1,
+                    }
+                }
+                (Role::Viewer(_), RtcpPacket::Remb(r)) => s.adapt.handle_remb(now, r.bitrate_bps),
+                (Role::Viewer(tracks), RtcpPacket::ReceiverReport(rr)) => {
+                    // The loss on the path to the viewer: the worst of our streams.
+                    let lost = rr
+                        .blocks
+                        .iter()
+                        .filter(|b| tracks.iter().any(|t| t.line.local_ssrc == b.ssrc))
+                        .map(|b| b.fraction_lost)
+                        .max();
+                    if let Some(lost) = lost {
+                        s.adapt.handle_loss_report(now, lost);
+                    }
+                }
                 (Role::Viewer(tracks), RtcpPacket::Pli { media_ssrc, .. }) => {
                     if let Some(t) = tracks.iter().find(|t| t.line.local_ssrc == media_ssrc) {
-                        keyframes.extend(t.source());
+                        keyframes.extend(t.source().map(|l| (l, t.keyframe_layer())));
                     }
                 }
                 (Role::Viewer(tracks), RtcpPacket::Fir(f)) => {
                     for (ssrc, _) in f.entries() {
                         if let Some(t) = tracks.iter().find(|t| t.line.local_ssrc == ssrc) {
-                            keyframes.extend(t.source());
+                            keyframes.extend(t.source().map(|l| (l, t.keyframe_layer())));
                         }
                     }
                 }
@@ -304,11 +384,17 @@ impl Node {
             self.record_sender_report(&stream, sr);
         }
         self.out.metrics.keyframe_requests_received += keyframes.len() as u64;
-        for line in keyframes {
-            self.request_keyframe(now, &stream, line);
+        for (line, ssrc) in keyframes {
+            self.request_keyframe(now, &stream, line, ssrc);
         }
         if !nacks.is_empty() {
-            self.retransmit(key, &stream, &nacks);
+            self.retransmit(now, key, &stream, &nacks);
+        }
+        if self.sessions[key]
+            .as_ref()
+            .is_some_and(|s| s.adapt.needs_allocation())
+        {
+            self.allocate(now, key);
         }
     }
 
@@ -360,7 +446,7 @@ impl Node {
     }
 
     /// Answers a viewer's NACKs from the source's cache.
-    fn retransmit(&mut self, vkey: usize, stream: &StreamId, nacks: &[(usize, u16)]) {
+    fn retransmit(&mut self, now: Instant, vkey: usize, stream: &StreamId, nacks: &[(usize, u16)]) {
         self.out.metrics.nacks_received += nacks.len() as u64;
         for &(ti, seq) in nacks {
             // Look the packet up on the viewer side, copy it from the publisher's cache.
@@ -398,7 +484,7 @@ impl Node {
             self.out.recycle(src);
             match n {
                 Some(n) => {
-                    if v.send_rtp(&mut self.out, buf, n) {
+                    if v.send_rtp(now, &mut self.out, buf, n) {
                         self.out.metrics.retransmissions_sent += 1;
                     }
                 }
@@ -409,6 +495,13 @@ impl Node {
             }
         }
     }
+}
+
+/// Whether the layer a viewer plays still sends: one silent for [`SUBSTITUTE_SILENCE`] is
+/// given up for any layer's keyframe (the publisher stopped it, or restarted its encoder with a
+/// new SSRC), ahead of the allocator's next round.
+fn live(now: Instant, l: &SourceLayer) -> bool {
+    now.saturating_duration_since(l.last_seen) < SUBSTITUTE_SILENCE
 }
 
 /// An overloaded node at a keyframe of track `line`: marks the viewers served for GOP `gop`,

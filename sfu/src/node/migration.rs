@@ -612,7 +612,7 @@ impl Node {
                 };
                 match vt[ti].forward(now, &pkt, &src, &mut buf) {
                     Ok(n) => {
-                        if v.send_rtp(&mut self.out, buf, n) {
+                        if v.send_rtp(now, &mut self.out, buf, n) {
                             self.out.metrics.rtp_forwarded += 1;
                         }
                     }

@@ -596,7 +596,8 @@ impl Node {
         self.recordings.trim();
         // A keyframe starts the first segment at once.
         if let Some(v) = video {
-            self.request_keyframe(now, stream, v.0);
+            let top = self.top_layer(stream, v.0);
+            self.request_keyframe(now, stream, v.0, top);
         }
         Ok(info)
     }
@@ -684,7 +685,8 @@ impl Node {
         let (stream, line) = (r.stream.clone(), r.video.map(|v| v.line));
         Recordings::drain(out, counters, r);
         if let Some(line) = line {
-            self.request_keyframe(now, &stream, line);
+            let top = self.top_layer(&stream, line);
+            self.request_keyframe(now, &stream, line, top);
         }
         Ok(())
     }
@@ -841,7 +843,8 @@ impl Node {
             self.next_timeout = Some(self.next_timeout.map_or(t, |n| n.min(t)));
         }
         if let Some(line) = keyframe {
-            self.request_keyframe(now, stream, line);
+            let top = self.top_layer(stream, line);
+            self.request_keyframe(now, stream, line, top);
         }
     }
 

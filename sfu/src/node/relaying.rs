@@ -343,7 +343,7 @@ impl Node {
         // The second level of the relay tree: nodes subscribed here get it too.
         self.relay_out(&stream, usize::from(h.track), &src, rtp, Some(from));
         if want_keyframe {
-            self.request_keyframe(now, &stream, usize::from(h.track));
+            self.request_keyframe(now, &stream, usize::from(h.track), Some(src.ssrc));
         }
         self.note_relay_deadline(now);
     }
@@ -455,13 +455,14 @@ impl Node {
             Body::Offer(o) => self.handle_offer(now, from, o),
             Body::Nack(n) => self.handle_relay_nack(from, n),
             Body::KeyframeRequest(t) => {
+                let ssrc = (t.ssrc != 0).then_some(t.ssrc);
                 if let Some(stream) = self.relay_stream_of_origin(t.relay_id) {
                     self.out.metrics.keyframe_requests_received += 1;
-                    self.request_keyframe(now, &stream, t.track as usize);
+                    self.request_keyframe(now, &stream, t.track as usize, ssrc);
                 } else if let Some(stream) = self.relay_ids.get(&t.relay_id).cloned() {
                     // A node one level down: the request goes up (throttled as our own).
                     self.out.metrics.keyframe_requests_received += 1;
-                    self.request_relay_keyframe(now, &stream, t.track as usize);
+                    self.request_relay_keyframe(now, &stream, t.track as usize, ssrc);
                 }
             }
             Body::SenderReport(sr) => {
@@ -474,7 +475,7 @@ impl Node {
                 let Some(r) = e.relay_in.as_mut().filter(|r| r.origin == from) else {
                     return;
                 };
-                r.sender_report(now, sr.track as u8, sr.ntp, sr.ext_ts);
+                r.sender_report(now, sr.track as u8, sr.ssrc, sr.ntp, sr.ext_ts);
                 let down: Vec<SocketAddr> = e.relay_out.iter().map(|r| r.addr).collect();
                 for to in down {
                     self.send_control(to, Body::SenderReport(sr.clone()));
@@ -723,7 +724,9 @@ impl Node {
             // A recording wants the stream here as a viewer does, and so does a viewer that
             // migrates in (imported, not attached until it activates).
             let wanted_here = self.recordings.records(&name) || self.importing_viewer(&name);
-            let sr: Vec<(u32, (u64, u64))> = if periodic {
+            // One mapping per stream of each track: simulcast layers have timestamp bases of
+            // their own (ssrc 0 is the top layer's, for subscribers of an older version).
+            let sr: Vec<(u32, u32, (u64, u64))> = if periodic {
                 self.streams
                     .get(&name)
                     .and_then(|e| e.publisher)
@@ -731,7 +734,22 @@ impl Node {
                     .map(|p| match &p.role {
                         Role::Publisher(tracks) => tracks
                             .iter()
-                            .filter_map(|t| t.sr_projection(now).map(|x| (t.index as u32, x)))
+                            .flat_map(|t| {
+                                let track = t.index as u32;
+                                let top = t
+                                    .sr_projection(now, None)
+                                    .map(|x| (track, 0, x))
+                                    .into_iter();
+                                // A single stream's mapping is the top one's.
+                                let layered = t.streams.len() > 1;
+                                let layers = t.streams.iter().filter(move |_| layered).filter_map(
+                                    move |st| {
+                                        t.sr_projection(now, Some(st.ssrc))
+                                            .map(|x| (track, st.ssrc, x))
+                                    },
+                                );
+                                top.chain(layers)
+                            })
                             .collect(),
                         Role::Viewer(_) => Vec::new(),
                     })
@@ -755,7 +773,7 @@ impl Node {
             e.sent_down
                 .retain(|(_, _, at)| now.saturating_duration_since(*at) < relay::SUBSCRIPTION_TTL);
             for r in &e.relay_out {
-                for (track, (ntp, ext_ts)) in &sr {
+                for (track, ssrc, (ntp, ext_ts)) in &sr {
                     sends.push((
                         r.addr,
                         Body::SenderReport(RelaySr {
@@ -763,6 +781,7 @@ impl Node {
                             track: *track,
                             ntp: *ntp,
                             ext_ts: *ext_ts,
+                            ssrc: *ssrc,
                         }),
                     ));
                 }
@@ -864,8 +883,15 @@ impl Node {
         next
     }
 
-    /// A keyframe request for a relayed stream goes to its origin.
-    pub(super) fn request_relay_keyframe(&mut self, now: Instant, stream: &StreamId, line: usize) {
+    /// A keyframe request for a relayed stream's layer `ssrc` (`None`: every layer) goes to
+    /// its origin.
+    pub(super) fn request_relay_keyframe(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        line: usize,
+        ssrc: Option<u32>,
+    ) {
         let throttle = self.config.pli_throttle;
         let Some(r) = self
             .streams
@@ -877,12 +903,14 @@ impl Node {
         let (Some(id), origin) = (r.relay_id, r.origin) else {
             return;
         };
-        if r.keyframe_request_due(now, line as u8, throttle) {
+        let ssrc = ssrc.unwrap_or(0);
+        if r.keyframe_request_due(now, line as u8, ssrc, throttle) {
             self.send_control(
                 origin,
                 Body::KeyframeRequest(RelayTrack {
                     relay_id: id,
                     track: line as u32,
+                    ssrc,
                 }),
             );
         }

@@ -358,12 +358,12 @@ impl Node {
         let mut lines = Vec::new();
         for t in tracks.iter_mut().filter(|t| t.line.video) {
             t.restart_at_keyframe();
-            lines.extend(t.source());
+            lines.extend(t.source().map(|l| (l, t.layer.target)));
         }
         let stream = s.stream.clone();
         if enabled {
-            for line in lines {
-                self.request_keyframe(now, &stream, line);
+            for (line, ssrc) in lines {
+                self.request_keyframe(now, &stream, line, ssrc);
             }
         }
         Ok(())

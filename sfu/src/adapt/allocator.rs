@@ -1,0 +1,295 @@
+//! Sharing one viewer's bandwidth estimate over its tracks: which layer of each track to
+//! forward. Pure: the node calls [`allocate`] with the estimate, what each source offers and
+//! the per-track state it keeps, and applies the targets it gets back.
+//!
+//! The rules (after mediasoup's `DistributeAvailableOutgoingBitrate` and LiveKit's stream
+//! allocator, learnt from, not copied):
+//! - audio is served first and always;
+//! - every video track gets its lowest live layer (a viewer under a starved link still sees
+//!   something), then the budget left is handed out one layer step at a time, round-robin over
+//!   the video tracks in priority order (screen share before camera), while a step fits;
+//! - going down happens at once (the estimate says the link cannot carry it); going up past
+//!   the layer a track plays needs the step to fit with [`AllocConfig::up_headroom`] to spare
+//!   and, after the track went down, [`AllocConfig::up_hold`] of quiet — no flapping between
+//!   two layers when the estimate sits at the boundary; and one layer at a time: a track goes at
+//!   most one layer above the one it plays per allocation;
+//! - when a step up does not fit, the allocation says how much it would take
+//!   ([`Allocation::wanted_bps`]) so the caller can probe for it before switching.
+
+use std::time::{Duration, Instant};
+
+use super::layers::SourceLayer;
+
+/// Allocation settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AllocConfig {
+    /// A step above the layer a track plays must fit this many times over (the switch brings a
+    /// keyframe, and a rate measured over a second is an average).
+    pub up_headroom: f64,
+    /// After a track went down, how long before it may go up again.
+    pub up_hold: Duration,
+}
+
+impl Default for AllocConfig {
+    fn default() -> Self {
+        Self {
+            up_headroom: 1.15,
+            // mediasoup holds a downgraded layer 8-10 s; with probing to confirm the headroom,
+            // a shorter hold does not flap (see `docs/adaptation.md`).
+            up_hold: Duration::from_secs(3),
+        }
+    }
+}
+
+/// What one track of the viewer plays from, for the allocator.
+#[derive(Debug, Clone, Copy)]
+pub struct TrackInput<'a> {
+    /// Video (else audio: always forwarded, served first).
+    pub video: bool,
+    /// Higher goes first (screen share above camera).
+    pub priority: u8,
+    /// The source's live layers, lowest first ([`super::layers::SourceLayers::ranked`]).
+    pub layers: &'a [SourceLayer],
+    /// The SSRC the viewer plays now, if any.
+    pub current: Option<u32>,
+    /// The highest layer index (into `layers`) the viewer accepts (its cap), if any.
+    pub max_layer: Option<usize>,
+    /// The viewer paused this track: nothing is allocated to it.
+    pub paused: bool,
+}
+
+/// The allocator's memory of one track (part of the viewer's snapshot).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrackState {
+    /// The layer (SSRC) to forward; `None`: not chosen yet (a single-stream source needs none).
+    pub target: Option<u32>,
+    /// Until when the track may not go up (it went down lately).
+    pub held_until: Option<Instant>,
+}
+
+/// The outcome of one allocation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Allocation {
+    /// Bits per second the chosen layers carry.
+    pub allocated_bps: u64,
+    /// Some track could play a higher layer if the estimate allowed: the total it would take
+    /// (what to probe for), else `None`.
+    pub wanted_bps: Option<u64>,
+    /// Tracks whose target changed: `(track index, new SSRC, up)`.
+    pub switches: Vec<(usize, u32, bool)>,
+}
+
+/// Shares `estimate_bps` over `tracks`, updating `states` (one per track, same order).
+pub fn allocate(
+    now: Instant,
+    estimate_bps: u64,
+    tracks: &[TrackInput<'_>],
+    states: &mut [TrackState],
+    cfg: &AllocConfig,
+) -> Allocation {
+    let mut out = Allocation::default();
+    let mut budget = estimate_bps as i64;
+    // Audio first: whatever it carries.
+    for t in tracks.iter().filter(|t| !t.video && !t.paused) {
+        let rate = t.layers.iter().map(|l| l.bitrate_bps).max().unwrap_or(0);
+        budget -= rate as i64;
+        out.allocated_bps += rate;
+    }
+    // Video in priority order, then in track order.
+    let mut order: Vec<usize> = (0..tracks.len())
+        .filter(|&i| tracks[i].video && !tracks[i].paused && !tracks[i].layers.is_empty())
+        .collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(tracks[i].priority), i));
+    let top = |t: &TrackInput<'_>| match t.max_layer {
+        Some(m) => m.min(t.layers.len() - 1),
+        None => t.layers.len() - 1,
+    };
+    let current_level = |t: &TrackInput<'_>| {
+        t.current
+            .and_then(|c| t.layers.iter().position(|l| l.ssrc == c))
+    };
+    let mut level: Vec<usize> = vec![0; tracks.len()];
+    for &i in &order {
+        budget -= tracks[i].layers[0].bitrate_bps as i64;
+    }
+    // One step at a time, round-robin, while a step fits.
+    let mut wanted: Option<u64> = None;
+    loop {
+        let mut stepped = false;
+        for &i in &order {
+            let t = &tracks[i];
+            let next = level[i] + 1;
+            if next > top(t) {
+                continue;
+            }
+            let delta = t.layers[next]
+                .bitrate_bps
+                .saturating_sub(t.layers[level[i]].bitrate_bps) as i64;
+            let current = current_level(t);
+            let above_current = current.is_none_or(|c| next > c);
+            // Up one layer past the one it plays per allocation: the next allocation (with the
+            // estimate that layer's traffic produced) decides the step after.
+            if current.is_some_and(|c| next > c + 1) {
+                continue;
+            }
+            let (need, held) = if above_current {
+                let held = states
+                    .get(i)
+                    .and_then(|s| s.held_until)
+                    .is_some_and(|h| now < h);
+                ((delta as f64 * cfg.up_headroom) as i64, held)
+            } else {
+                (delta, false)
+            };
+            if need <= budget && !held {
+                budget -= delta;
+                level[i] = next;
+                stepped = true;
+            } else if wanted.is_none() {
+                // The first step that did not fit, in priority order: what a probe must find.
+                let used = estimate_bps as i64 - budget;
+                wanted = Some((used + need).max(0) as u64);
+            }
+        }
+        if !stepped {
+            break;
+        }
+    }
+    for &i in &order {
+        let t = &tracks[i];
+        let chosen = t.layers[level[i]];
+        out.allocated_bps += chosen.bitrate_bps;
+        let Some(state) = states.get_mut(i) else {
+            continue;
+        };
+        if state.target == Some(chosen.ssrc) {
+            continue;
+        }
+        let was = state
+            .target
+            .and_then(|s| t.layers.iter().position(|l| l.ssrc == s))
+            .or_else(|| current_level(t));
+        let up = was.is_none_or(|w| level[i] > w);
+        if !up {
+            state.held_until = Some(now + cfg.up_hold);
+        }
+        state.target = Some(chosen.ssrc);
+        out.switches.push((i, chosen.ssrc, up));
+    }
+    out.wanted_bps = wanted;
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(ssrc: u32, bps: u64, now: Instant) -> SourceLayer {
+        SourceLayer::measured(ssrc, bps, now)
+    }
+
+    fn video<'a>(layers: &'a [SourceLayer], current: Option<u32>) -> TrackInput<'a> {
+        TrackInput {
+            video: true,
+            priority: 0,
+            layers,
+            current,
+            max_layer: None,
+            paused: false,
+        }
+    }
+
+    #[test]
+    fn audio_first_then_the_highest_layer_that_fits() {
+        let now = Instant::now();
+        let audio = [layer(9, 40_000, now)];
+        let cam = [
+            layer(1, 150_000, now),
+            layer(2, 500_000, now),
+            layer(3, 1_500_000, now),
+        ];
+        let tracks = [
+            TrackInput {
+                video: false,
+                ..video(&audio, Some(9))
+            },
+            video(&cam, None),
+        ];
+        let cfg = AllocConfig::default();
+        let mut st = [TrackState::default(); 2];
+        // 700 k: audio 40 k + the middle layer (500 k); the top would need 1.5 M.
+        let a = allocate(now, 700_000, &tracks, &mut st, &cfg);
+        assert_eq!(st[1].target, Some(2));
+        assert_eq!(a.allocated_bps, 540_000);
+        assert_eq!(a.switches, [(1, 2, true)]);
+        assert_eq!(
+            a.wanted_bps,
+            Some(540_000 + (1_000_000.0 * cfg.up_headroom) as u64),
+            "what a probe must find for the top layer"
+        );
+        // Under the lowest layer's rate the lowest still goes.
+        let a = allocate(now, 100_000, &tracks, &mut st, &cfg);
+        assert_eq!(st[1].target, Some(1));
+        assert_eq!(a.switches, [(1, 1, false)]);
+        assert_eq!(st[1].held_until, Some(now + cfg.up_hold));
+    }
+
+    #[test]
+    fn going_up_waits_for_headroom_and_the_hold_after_going_down() {
+        let t0 = Instant::now();
+        let cam = [layer(1, 150_000, t0), layer(2, 500_000, t0)];
+        let cfg = AllocConfig::default();
+        let mut st = [TrackState::default()];
+        allocate(t0, 1_000_000, &[video(&cam, None)], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(2));
+        // Down at once.
+        allocate(t0, 400_000, &[video(&cam, Some(2))], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(1));
+        // Back up: it fits, but the hold is on.
+        let t1 = t0 + Duration::from_secs(1);
+        let a = allocate(t1, 1_000_000, &[video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(1));
+        assert!(a.switches.is_empty());
+        // Hold over, but the step needs headroom: 150 k + 350 k × 1.15 = 552.5 k.
+        let t2 = t0 + cfg.up_hold;
+        allocate(t2, 540_000, &[video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(1));
+        allocate(t2, 560_000, &[video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(2));
+        // Staying on the layer it plays needs no headroom.
+        allocate(t2, 500_000, &[video(&cam, Some(2))], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(2));
+    }
+
+    #[test]
+    fn the_budget_goes_round_robin_by_priority_and_caps_hold() {
+        let now = Instant::now();
+        let screen = [layer(11, 200_000, now), layer(12, 800_000, now)];
+        let cam = [layer(1, 150_000, now), layer(2, 500_000, now)];
+        let mut screen_t = video(&screen, None);
+        screen_t.priority = 1;
+        let cfg = AllocConfig {
+            up_headroom: 1.0,
+            ..AllocConfig::default()
+        };
+        let mut st = [TrackState::default(); 2];
+        // 1.1 M: both lowest (350 k), then the screen's step (600 k) first: 950 k; the camera's
+        // step (350 k) does not fit any more.
+        let a = allocate(
+            now,
+            1_100_000,
+            &[video(&cam, None), screen_t],
+            &mut st,
+            &cfg,
+        );
+        assert_eq!((st[0].target, st[1].target), (Some(1), Some(12)));
+        assert_eq!(a.wanted_bps, Some(950_000 + 350_000));
+        // A cap at the lowest layer leaves the camera there whatever the estimate.
+        let mut capped = video(&cam, Some(1));
+        capped.max_layer = Some(0);
+        let mut st = [TrackState::default()];
+        let a = allocate(now, 10_000_000, &[capped], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(1));
+        assert_eq!(a.wanted_bps, None, "nothing more to want");
+    }
+}

@@ -1,0 +1,206 @@
+//! What a source track offers its viewers: its RTP streams (simulcast layers), each with the
+//! bitrate it carries now and whether it is live. The node keeps one [`SourceLayers`] per
+//! track of every stream it forwards — published here or relayed in — and updates it from the
+//! packets it fans out, so the allocator sees the same picture on the origin and on a relay.
+
+use std::time::{Duration, Instant};
+
+/// Most streams one track may carry (simulcast layers plus strays), as on the receive side.
+pub const MAX_LAYERS: usize = 8;
+
+/// A layer that sent nothing for this long is paused (the publisher stopped encoding it: its
+/// own bandwidth estimate, dynacast, or it went away).
+pub const LAYER_SILENCE: Duration = Duration::from_millis(1_000);
+
+/// A viewer whose layer sent nothing for this long takes the next keyframe of any layer
+/// (shorter than [`LAYER_SILENCE`]: a frozen picture costs more than an early switch).
+pub const SUBSTITUTE_SILENCE: Duration = Duration::from_millis(300);
+
+/// How often the bitrate windows close.
+pub const RATE_WINDOW: Duration = Duration::from_millis(500);
+
+/// One RTP stream of a source track.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceLayer {
+    /// Its media SSRC.
+    pub ssrc: u32,
+    /// Its bitrate (bit/s): a smoothed rate over the last windows.
+    pub bitrate_bps: u64,
+    /// The highest smoothed bitrate it had (a paused layer is ranked by what it carried).
+    pub peak_bps: u64,
+    /// When its last packet came.
+    pub last_seen: Instant,
+    /// Bytes in the current window.
+    window_bytes: u64,
+}
+
+impl SourceLayer {
+    /// A layer measured at `bitrate_bps`, last seen at `now` (for a caller that measures rates
+    /// itself: a simulation, a benchmark).
+    pub fn measured(ssrc: u32, bitrate_bps: u64, now: Instant) -> Self {
+        Self {
+            ssrc,
+            bitrate_bps,
+            peak_bps: bitrate_bps,
+            last_seen: now,
+            window_bytes: 0,
+        }
+    }
+}
+
+/// The layers of one source track.
+#[derive(Debug, Clone, Default)]
+pub struct SourceLayers {
+    layers: Vec<SourceLayer>,
+    window_start: Option<Instant>,
+    /// The publisher negotiated simulcast for it (more than one rid): viewers choose among its
+    /// streams. Otherwise its streams follow one another (an encoder restart's new SSRC).
+    pub simulcast: bool,
+}
+
+impl SourceLayers {
+    /// Counts one packet of `len` bytes of stream `ssrc`.
+    pub fn on_packet(&mut self, now: Instant, ssrc: u32, len: usize) {
+        self.window_start.get_or_insert(now);
+        if let Some(l) = self.layers.iter_mut().find(|l| l.ssrc == ssrc) {
+            l.window_bytes += len as u64;
+            l.last_seen = now;
+            return;
+        }
+        if self.layers.len() >= MAX_LAYERS {
+            // Strays beyond the limit: forget the longest silent one.
+            let Some(oldest) = (0..self.layers.len()).min_by_key(|&i| self.layers[i].last_seen)
+            else {
+                return;
+            };
+            self.layers.swap_remove(oldest);
+        }
+        self.layers.push(SourceLayer {
+            ssrc,
+            bitrate_bps: 0,
+            peak_bps: 0,
+            last_seen: now,
+            window_bytes: len as u64,
+        });
+    }
+
+    /// Closes the bitrate window if it is [`RATE_WINDOW`] old; returns whether it did.
+    pub fn tick(&mut self, now: Instant) -> bool {
+        let Some(start) = self.window_start else {
+            return false;
+        };
+        let elapsed = now.saturating_duration_since(start);
+        if elapsed < RATE_WINDOW {
+            return false;
+        }
+        let secs = elapsed.as_secs_f64();
+        for l in &mut self.layers {
+            let rate = (l.window_bytes as f64 * 8.0 / secs) as u64;
+            l.window_bytes = 0;
+            // Smoothed over ~2 windows: a keyframe doubles one window's rate, and the ranking
+            // of layers must not follow it.
+            l.bitrate_bps = if l.bitrate_bps == 0 {
+                rate
+            } else {
+                (l.bitrate_bps + rate) / 2
+            };
+            l.peak_bps = l.peak_bps.max(l.bitrate_bps);
+        }
+        self.window_start = Some(now);
+        true
+    }
+
+    /// When the window closes.
+    pub fn next_tick(&self) -> Option<Instant> {
+        self.window_start.map(|t| t + RATE_WINDOW)
+    }
+
+    /// How many streams the track carries (live or not).
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Whether it carried nothing yet.
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    /// Streams that sent something within [`LAYER_SILENCE`].
+    pub fn live(&self, now: Instant) -> impl Iterator<Item = &SourceLayer> {
+        self.layers
+            .iter()
+            .filter(move |l| now.saturating_duration_since(l.last_seen) < LAYER_SILENCE)
+    }
+
+    /// A stream by SSRC.
+    pub fn get(&self, ssrc: u32) -> Option<&SourceLayer> {
+        self.layers.iter().find(|l| l.ssrc == ssrc)
+    }
+
+    /// The live layers from the lowest to the highest, by what they carry (a layer not yet
+    /// measured ranks last among equals: it just started, and layers start from the top).
+    pub fn ranked(&self, now: Instant) -> Vec<SourceLayer> {
+        let mut v: Vec<SourceLayer> = self.live(now).copied().collect();
+        v.sort_by_key(|l| (l.peak_bps.max(l.bitrate_bps), l.ssrc));
+        v
+    }
+
+    /// The live layer with the highest bitrate (what recordings and transcoders take).
+    pub fn top(&self, now: Instant) -> Option<u32> {
+        self.live(now)
+            .max_by_key(|l| (l.peak_bps.max(l.bitrate_bps), l.ssrc))
+            .map(|l| l.ssrc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_are_ranked_by_what_they_carry_and_paused_ones_drop_out() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = SourceLayers::default();
+        // 100 ms of three layers at 100 k, 400 k and 1.2 Mbit/s (packets every 10 ms).
+        for i in 0..50u64 {
+            let now = t0 + ms(i * 10);
+            s.on_packet(now, 3, 1500);
+            s.on_packet(now, 1, 125);
+            s.on_packet(now, 2, 500);
+        }
+        assert!(s.tick(t0 + ms(500)));
+        let ranked: Vec<(u32, u64)> = s
+            .ranked(t0 + ms(500))
+            .iter()
+            .map(|l| (l.ssrc, l.bitrate_bps))
+            .collect();
+        assert_eq!(
+            ranked,
+            [(1, 100_000), (2, 400_000), (3, 1_200_000)],
+            "low to high"
+        );
+        assert_eq!(s.top(t0 + ms(500)), Some(3));
+        // The top layer pauses: after LAYER_SILENCE it is not offered.
+        for i in 50..200u64 {
+            let now = t0 + ms(i * 10);
+            s.on_packet(now, 1, 125);
+            s.on_packet(now, 2, 500);
+        }
+        let later = t0 + ms(2_000);
+        assert_eq!(s.top(later), Some(2));
+        assert_eq!(s.ranked(later).len(), 2);
+        assert!(s.get(3).is_some(), "remembered for when it comes back");
+    }
+
+    #[test]
+    fn strays_beyond_the_limit_replace_the_longest_silent() {
+        let t0 = Instant::now();
+        let mut s = SourceLayers::default();
+        for ssrc in 0..MAX_LAYERS as u32 + 3 {
+            s.on_packet(t0 + Duration::from_millis(u64::from(ssrc)), ssrc, 100);
+        }
+        assert_eq!(s.len(), MAX_LAYERS);
+        assert!(s.get(0).is_none() && s.get(MAX_LAYERS as u32 + 2).is_some());
+    }
+}

@@ -1,0 +1,247 @@
+//! End to end with headless Chromium: every viewer gets the layer its own link carries.
+//!
+//! Page A publishes a 960×540 fake camera in three simulcast encodings (q 240×135, h 480×270,
+//! f 960×540) over WHIP to a real `ferry node`. Viewer B plays it from the host; viewer C from a
+//! network namespace whose link the test shapes with `tc … tbf` to a few hundred kbit/s (the
+//! kernel here has no netem). The node estimates each viewer's link from its transport-wide CC
+//! feedback and forwards each the layer that fits: C plays a lower layer smoothly (≥ 12 fps
+//! decoded, ≤ 1 freeze over a 12 s window, its bitrate within the limit) while B keeps the top
+//! layer; once the shaping is lifted, C climbs back to the top layer within 15 s. For VP8 and
+//! for H.264.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use ferry_tests::netns::Netns;
+use ferry_tests::{Browser, Collector, FerryNode, Reports, http, num};
+use serde_json::Value;
+
+const SETUP: Duration = Duration::from_secs(60);
+/// How long the shaped viewer may take to settle on a layer that fits.
+const SETTLE: Duration = Duration::from_secs(40);
+const WINDOW: Duration = Duration::from_secs(12);
+/// The acceptance's bound on the climb back once the link is free.
+const CLIMB: Duration = Duration::from_secs(15);
+/// The shaped viewer's link.
+const LIMIT_KBIT: u64 = 400;
+
+fn height(r: &Value) -> f64 {
+    num(r, "/inbound/video/frameHeight")
+}
+
+/// The height of the publisher's top encoding now (its encoder may scale it down when the
+/// machine is busy: the top layer is what it sends, not what was asked).
+fn top_height(reports: &Reports) -> f64 {
+    reports
+        .get("A")
+        .map_or(0.0, |a| num(a, "/outboundLayers/f/frameHeight"))
+}
+
+fn show(reports: &Reports, id: &str) -> String {
+    reports.get(id).map_or("no report".into(), |r| {
+        format!(
+            "{id}: conn={} video={} outbound layers={}",
+            r["connectionState"], r["inbound"]["video"], r["outboundLayers"]
+        )
+    })
+}
+
+/// The node's view of a session (its adaptation), by the stream and the viewer's WHEP
+/// Location (whose last path segment is the session id).
+fn view_of(node: &FerryNode, reports: &Reports, id: &str) -> Result<Value> {
+    let location = reports
+        .get(id)
+        .and_then(|r| r["whep"]["location"].as_str())
+        .with_context(|| format!("{id} has no session"))?;
+    let session = location.rsplit('/').next().unwrap_or_default();
+    let r = http(
+        &format!("{}/v1/sessions/{session}", node.http),
+        "GET",
+        &[],
+        b"",
+    )?;
+    ensure!(
+        r.status == 200,
+        "GET /v1/sessions/{session}: {} {}",
+        r.status,
+        r.body
+    );
+    Ok(serde_json::from_str(&r.body)?)
+}
+
+async fn run(codec: &str, mime: &str) -> Result<()> {
+    let ns = Netns::create()?;
+    let node = FerryNode::spawn_at(&ns.host_ip, &[])?;
+    let collector = Collector::start_at(&ns.host_ip)?;
+    let stream = format!("adaptive-{codec}");
+    let whip = format!("{}/whip/{stream}", node.http);
+    let whep = format!("{}/whep/{stream}", node.http);
+    let token = node.token.as_str();
+    // The pages come from the namespace's host address: not a secure context by itself, and
+    // the publisher needs one for its camera.
+    let secure = format!(
+        "--unsafely-treat-insecure-origin-as-secure={}",
+        collector.url("")
+    );
+    let flags = [secure.as_str()];
+    let publish = collector.page_url(
+        "publish.html",
+        &[
+            ("whip", &whip),
+            ("codec", codec),
+            ("audio", "1"),
+            ("id", "A"),
+            ("token", token),
+            ("simulcast", "1"),
+            ("width", "960"),
+            ("height", "540"),
+        ],
+    );
+    let _a = Browser::open_with(&publish, &flags)?;
+    collector
+        .wait_until(SETUP, |r| {
+            r.get("A").is_some_and(|a| {
+                a["connectionState"] == "connected" && num(a, "/outbound/video/framesEncoded") > 0.0
+            })
+        })
+        .await?;
+    let view = |id| {
+        collector.page_url(
+            "view.html",
+            &[("whep", &whep), ("id", id), ("token", token)],
+        )
+    };
+    let _b = Browser::open_with(&view("B"), &flags)?;
+    ns.limit_to_peer(LIMIT_KBIT, 200)?;
+    let _c = Browser::open_in(&ns, &view("C"), &flags)?;
+
+    // Settled: B plays the top layer, C one below it.
+    let settled = collector
+        .wait_until(SETTLE + SETUP, |r| {
+            let top = top_height(r);
+            let (b, c) = (
+                r.get("B").map_or(0.0, height),
+                r.get("C").map_or(0.0, height),
+            );
+            top > 0.0 && b == top && c > 0.0 && c < top
+        })
+        .await
+        .with_context(|| {
+            let r = collector.reports();
+            format!(
+                "no settling\n  {}\n  {}\n  {}",
+                show(&r, "A"),
+                show(&r, "B"),
+                show(&r, "C")
+            )
+        })?;
+    // Held for a while (no flapping back up into the shaped link).
+    let start = collector
+        .wait_until(WINDOW, |r| {
+            r.get("C").is_some_and(|c| {
+                num(c, "/inbound/video/framesDecoded")
+                    > num(&settled["C"], "/inbound/video/framesDecoded") + 30.0
+            })
+        })
+        .await?;
+    let t0 = Instant::now();
+    tokio::time::sleep(WINDOW).await;
+    let end = collector.reports();
+    let secs = t0.elapsed().as_secs_f64();
+    let (s, e) = (&start["C"], &end["C"]);
+    let delta = |key: &str| num(e, key) - num(s, key);
+    let fps = delta("/inbound/video/framesDecoded") / secs;
+    let freezes = delta("/inbound/video/freezeCount");
+    let kbps = (delta("/inbound/video/bytesReceived") + delta("/inbound/audio/bytesReceived"))
+        * 8.0
+        / secs
+        / 1000.0;
+    let top = top_height(&end);
+    let c_view = view_of(&node, &end, "C")?;
+    let b_view = view_of(&node, &end, "B")?;
+    eprintln!(
+        "{codec}: shaped viewer C over {secs:.1} s: {fps:.1} fps, {freezes} freezes ({:.0} ms), \
+         {kbps:.0} kbit/s (limit {LIMIT_KBIT}), lost {}, nacks {}, plis {}, height {} of {top}; \
+         B height {}\n  C: {}\n  B: {}",
+        delta("/inbound/video/totalFreezesDuration") * 1000.0,
+        delta("/inbound/video/packetsLost"),
+        delta("/inbound/video/nackCount"),
+        delta("/inbound/video/pliCount"),
+        height(e),
+        height(&end["B"]),
+        c_view["adaptation"],
+        b_view["adaptation"]
+    );
+    ensure!(
+        e["inbound"]["video"]["codec"] == mime,
+        "C plays {}",
+        e["inbound"]["video"]["codec"]
+    );
+    ensure!(
+        fps >= 12.0,
+        "C decoded {fps:.1} fps (need ≥ 12): {}",
+        show(&end, "C")
+    );
+    ensure!(
+        freezes <= 1.0,
+        "C froze {freezes} times: {}",
+        show(&end, "C")
+    );
+    ensure!(
+        kbps <= LIMIT_KBIT as f64,
+        "C received {kbps:.0} kbit/s over a {LIMIT_KBIT} kbit/s link"
+    );
+    ensure!(
+        height(e) > 0.0 && height(e) < top,
+        "C plays {} of {top}: not a lower layer",
+        height(e)
+    );
+    ensure!(
+        height(&end["B"]) == top,
+        "B plays {} of {top}: not the top layer",
+        height(&end["B"])
+    );
+    // The node says so too: C's estimate is below what B's is, C's target below the top.
+    let estimate = |v: &Value| v["adaptation"]["estimate_bps"].as_f64().unwrap_or(0.0);
+    ensure!(
+        estimate(&c_view) < LIMIT_KBIT as f64 * 1000.0 * 1.3,
+        "C's estimate {} over a {LIMIT_KBIT} kbit/s link",
+        estimate(&c_view)
+    );
+    ensure!(
+        c_view["adaptation"]["feedback"] == "transport-cc",
+        "C's estimate comes from {}",
+        c_view["adaptation"]["feedback"]
+    );
+
+    // The link is free again: C climbs back to the top layer.
+    ns.unlimit()?;
+    let lifted = Instant::now();
+    collector
+        .wait_until(CLIMB, |r| {
+            let top = top_height(r);
+            top > 0.0 && r.get("C").map_or(0.0, height) == top
+        })
+        .await
+        .with_context(|| {
+            let r = collector.reports();
+            let view = view_of(&node, &r, "C").map(|v| v["adaptation"].to_string());
+            format!(
+                "C did not climb back within {CLIMB:?}: {}\n  node: {view:?}",
+                show(&r, "C")
+            )
+        })?;
+    eprintln!(
+        "{codec}: C back on the top layer {:?} after the limit was lifted",
+        lifted.elapsed()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shaped_viewer_plays_a_lower_simulcast_layer_and_climbs_back_vp8_then_h264() -> Result<()>
+{
+    run("vp8", "video/VP8").await?;
+    run("h264", "video/H264").await?;
+    Ok(())
+}
