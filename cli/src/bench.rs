@@ -61,6 +61,11 @@ pub enum BenchCommand {
     /// The fan-out of `forward` through Janus 1.1's streaming plugin (the Debian `janus`
     /// package), in a network namespace of its own.
     Janus(crate::bench_janus::JanusArgs),
+    /// Viewers on simulated links (capacity drawn from a spread, stepped down and up): time to
+    /// settle after a drop and to climb after the capacity returns, link use, loss, layer flaps;
+    /// beside it the same links with every viewer pinned to the top layer (adaptation off) as
+    /// the baseline.
+    Adaptive(crate::bench_adaptive::AdaptiveArgs),
     /// The raw-UDP fan-out baseline (started by `forward`).
     #[command(hide = true)]
     Relay {
@@ -131,6 +136,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Ha(args) => crate::bench_ha::ha(args).await,
         BenchCommand::Turn(args) => turn(args),
         BenchCommand::Janus(args) => crate::bench_janus::janus(args).await,
+        BenchCommand::Adaptive(args) => crate::bench_adaptive::adaptive(args),
         BenchCommand::Relay { udp } => relay(udp).await,
     }
 }

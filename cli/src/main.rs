@@ -13,6 +13,7 @@ use ferry_sfu::http::IceServer;
 mod access;
 mod alloc;
 mod bench;
+mod bench_adaptive;
 mod bench_etcd;
 mod bench_ha;
 mod bench_hot;

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod av1;
+pub mod dims;
 pub mod layers;
 pub mod vp9;
 
@@ -17,6 +18,10 @@ pub enum Codec {
     Vp8,
     /// H.264 video, packetization-mode 1 (RFC 6184).
     H264,
+    /// VP9 video (RFC 9628), profile 0; spatial and temporal layers (SVC) in one stream.
+    Vp9,
+    /// AV1 video (the AV1 RTP specification); layers described by the dependency descriptor.
+    Av1,
 }
 
 impl Codec {
@@ -26,6 +31,8 @@ impl Codec {
             Codec::Opus => "opus",
             Codec::Vp8 => "VP8",
             Codec::H264 => "H264",
+            Codec::Vp9 => "VP9",
+            Codec::Av1 => "AV1",
         }
     }
 
@@ -37,6 +44,10 @@ impl Codec {
             Some(Codec::Vp8)
         } else if name.eq_ignore_ascii_case("h264") {
             Some(Codec::H264)
+        } else if name.eq_ignore_ascii_case("vp9") {
+            Some(Codec::Vp9)
+        } else if name.eq_ignore_ascii_case("av1") {
+            Some(Codec::Av1)
         } else {
             None
         }
@@ -46,7 +57,7 @@ impl Codec {
     pub fn clock_rate(self) -> u32 {
         match self {
             Codec::Opus => 48_000,
-            Codec::Vp8 | Codec::H264 => 90_000,
+            Codec::Vp8 | Codec::H264 | Codec::Vp9 | Codec::Av1 => 90_000,
         }
     }
 
@@ -61,6 +72,8 @@ impl Codec {
             Codec::Opus => 1,
             Codec::Vp8 => 2,
             Codec::H264 => 3,
+            Codec::Vp9 => 4,
+            Codec::Av1 => 5,
         }
     }
 
@@ -70,6 +83,8 @@ impl Codec {
             1 => Some(Codec::Opus),
             2 => Some(Codec::Vp8),
             3 => Some(Codec::H264),
+            4 => Some(Codec::Vp9),
+            5 => Some(Codec::Av1),
             _ => None,
         }
     }
@@ -81,7 +96,15 @@ impl Codec {
             Codec::Opus => true,
             Codec::Vp8 => vp8_is_keyframe_start(payload),
             Codec::H264 => h264_is_keyframe_start(payload),
+            Codec::Vp9 => vp9_is_keyframe_start(payload),
+            Codec::Av1 => av1_is_keyframe_start(payload),
         }
+    }
+
+    /// Whether the codec carries spatial/temporal layers inside one stream that a viewer can
+    /// be given a part of (VP9 and AV1 SVC; VP8 temporal layers are found per packet).
+    pub fn is_scalable(self) -> bool {
+        matches!(self, Codec::Vp9 | Codec::Av1)
     }
 }
 
@@ -184,6 +207,23 @@ pub fn vp8_rewrite(payload: &mut [u8], pic_delta: u16, tl0_delta: u8) {
     }
 }
 
+/// The first packet of a VP9 keyframe: the start of the base spatial layer's frame of a picture
+/// that is not inter-predicted (RFC 9628: B set, P clear, and no spatial id or spatial id 0).
+fn vp9_is_keyframe_start(p: &[u8]) -> bool {
+    let Ok(d) = vp9::Vp9Descriptor::parse(p) else {
+        return false;
+    };
+    d.start_of_frame && d.is_keyframe() && d.spatial() == 0
+}
+
+/// The first packet of an AV1 keyframe: its aggregation header starts a coded video sequence
+/// (N) and its first OBU element is not a continuation (Z clear) — what a sender sets on the
+/// first packet of a keyframe that carries the sequence header.
+fn av1_is_keyframe_start(p: &[u8]) -> bool {
+    p.first()
+        .is_some_and(|agg| agg & 0x08 != 0 && agg & 0x80 == 0)
+}
+
 const NAL_IDR: u8 = 5;
 const NAL_SPS: u8 = 7;
 const NAL_STAP_A: u8 = 24;
@@ -218,6 +258,8 @@ fn h264_is_keyframe_start(p: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests_av1;
+#[cfg(test)]
+mod tests_dims;
 #[cfg(test)]
 mod tests_layers;
 

@@ -244,7 +244,8 @@ impl Peer {
                 let pts = match video {
                     Codec::Vp8 => Some((offer::PT_VP8, offer::PT_VP8_RTX)),
                     Codec::H264 => Some((offer::PT_H264, offer::PT_H264_RTX)),
-                    Codec::Opus => None,
+                    // The test peer publishes VP8 or H.264 only.
+                    Codec::Opus | Codec::Vp9 | Codec::Av1 => None,
                 };
                 if let (Some((pt, rtx)), Some(sim)) = (pts, simulcast) {
                     // One stream per layer, none declared (no a=ssrc), as Chrome.

@@ -101,7 +101,8 @@ async fn main() -> Result<()> {
                     w.write_all(&f.data)?;
                 }
             }
-            Codec::Opus => continue,
+            // The SDK's viewer assembles Opus, VP8 and H.264 only (it does not offer the others).
+            Codec::Opus | Codec::Vp9 | Codec::Av1 => continue,
         }
         written += 1;
         keyframes += u64::from(f.keyframe);

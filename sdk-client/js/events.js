@@ -41,16 +41,31 @@ export function turnDrainRelays(data) {
 }
 
 /**
+ * An `active` event's encodings (dynacast: `{"encodings": [{"mid", "rid", "active"}, …]}`), the
+ * well-formed ones; empty when it is not one.
+ */
+export function activeEncodings(data) {
+  const list = parse(data)?.encodings;
+  if (!Array.isArray(list)) return [];
+  return list
+    .filter((e) => text(e?.rid) !== null && typeof e.active === 'boolean')
+    .map((e) => ({ mid: text(e.mid), rid: e.rid, active: e.active }));
+}
+
+/**
  * Follows the events at `location`: `migrate`, `ticket` and `end` become machine inputs passed to
- * `feed`, `turn-drain` calls `onTurnDrain` with the draining relays' URIs; the first `error` closes the stream (no EventSource auto-reconnect) and calls `onError`.
- * `onOpen` is called when the stream is up.
+ * `feed`, `turn-drain` calls `onTurnDrain` with the draining relays' URIs, `active` (a
+ * publisher's dynacast) calls `onActive` with the encodings; the first `error` closes the stream
+ * (no EventSource auto-reconnect) and calls `onError`. `onOpen` is called when the stream is up.
  */
 export class Subscription {
   /**
    * @param {string} location the session's URL
-   * @param {{ feed: (input: object) => void, onError: () => void, onOpen?: () => void, onTurnDrain?: (relays: string[]) => void }} handlers
+   * @param {{ feed: (input: object) => void, onError: () => void, onOpen?: () => void,
+   *   onTurnDrain?: (relays: string[]) => void,
+   *   onActive?: (encodings: { mid: string|null, rid: string, active: boolean }[]) => void }} handlers
    */
-  constructor(location, { feed, onError, onOpen, onTurnDrain }) {
+  constructor(location, { feed, onError, onOpen, onTurnDrain, onActive }) {
     this.location = location;
     this.closed = false;
     const url = `${location}/events`;
@@ -71,6 +86,10 @@ export class Subscription {
     on('turn-drain', (e) => {
       const relays = turnDrainRelays(e.data);
       if (relays.length) onTurnDrain?.(relays);
+    });
+    on('active', (e) => {
+      const encodings = activeEncodings(e.data);
+      if (encodings.length) onActive?.(encodings);
     });
     on('end', (e) => {
       const reason = parse(e.data)?.reason;

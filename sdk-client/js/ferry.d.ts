@@ -78,16 +78,54 @@ export interface SessionOptions {
   user?: string;
 }
 
+/** One simulcast encoding: the browser's parameters, with a rid (`[A-Za-z0-9_-]{1,16}`). */
+export interface SimulcastEncoding extends RTCRtpEncodingParameters {
+  rid: string;
+}
+
+/** What `simulcast: true` sends: rids q (¼ size, ≤ 150 kbit/s), h (½, ≤ 500 kbit/s), f (full, ≤ 1.5 Mbit/s). */
+export const SIMULCAST: ReadonlyArray<Readonly<SimulcastEncoding>>;
+
 /** Options of {@link FerryClient.publish}. */
 export interface PublishOptions extends SessionOptions {
   /** The video codec to prefer. */
   codec?: 'vp8' | 'h264';
+  /**
+   * Send the video in several encodings (`true`: {@link SIMULCAST}; or two or more of your own,
+   * lowest first by convention, each with a distinct rid). The node forwards each viewer the one
+   * its link and caps allow, and says which ones no viewer can use (dynacast): the SDK turns
+   * those off (`active: false`) so the browser stops encoding them, and back on when wanted.
+   */
+  simulcast?: boolean | SimulcastEncoding[];
 }
+
+/**
+ * A player's caps ({@link Session.setQuality}): the node never sends it more, whatever its link
+ * carries. All absent is automatic (the node's estimate decides).
+ */
+export interface Quality {
+  /** The highest picture (pixels): the highest simulcast layer at most this high, else the lowest (1–16384). */
+  maxHeight?: number;
+  /** The widest picture (pixels), likewise (1–16384). */
+  maxWidth?: number;
+  /** Frames per second (1–240; where the source has temporal layers). */
+  maxFps?: number;
+  /** Bit/s the node may send it (10000–1000000000). */
+  maxBitrate?: number;
+}
+
+/**
+ * Caps as the node takes them: the fields given (null/undefined ones left out); `null` is `{}`.
+ * Throws a TypeError (unknown field, not an integer) or a RangeError (outside the node's range).
+ */
+export function normalizeQuality(caps: Quality | null | undefined): Quality;
 
 /** Options of {@link FerryClient.play}. */
 export interface PlayOptions extends SessionOptions {
   /** A video element kept showing {@link Session.stream} (and played again after each swap). */
   video?: HTMLVideoElement;
+  /** Caps from the start ({@link Session.setQuality}), sent to the node with the first answer. */
+  quality?: Quality | null;
 }
 
 /** `state`: the state changed. */
@@ -138,8 +176,18 @@ export interface DegradedEvent {
 }
 
 /**
+ * `dynacast` (publish, simulcast): the node said which encodings some consumer can use; the SDK
+ * set the others inactive (the browser stops encoding them) and these active.
+ */
+export interface DynacastEvent {
+  event: 'dynacast';
+  encodings: { mid: string | null; rid: string; active: boolean }[];
+}
+
+/**
  * `error`: something went wrong. The machine's codes: `ticket-rejected`, `post-failed`,
  * `restart-failed`, `migration-timeout`, `gave-up`; the driver's: `set-video-failed`,
+ * `set-quality-failed` (caps sent again after a move were refused or not answered),
  * `turn-unavailable` (no relays from the gateway), `relay-move-failed` (a move off a draining
  * relay did not work; the old path goes on while it can).
  */
@@ -184,7 +232,14 @@ export interface Digest {
   /** Play: packets lost on the way in; publish: as the server reports them. */
   packetsLost: number | null;
   freezeCount: number | null;
+  /** Video as the machine wants it (false while degraded). */
   videoEnabled: boolean;
+  /** Play: the app paused video ({@link Session.pauseVideo}). */
+  videoPaused: boolean;
+  /** Play: the caps asked for last (`{}`: automatic), null if never. */
+  quality: Quality | null;
+  /** Publish: the rids the node said no consumer can use (dynacast), turned off. */
+  inactiveEncodings: string[];
   /** The last `migrated` event. */
   migrated: MigratedEvent | null;
   migrations: number;
@@ -204,6 +259,7 @@ export interface SessionEvents {
   reconnected: ReconnectedEvent;
   degraded: DegradedEvent;
   'relay-moved': RelayMovedEvent;
+  dynacast: DynacastEvent;
   stats: StatsEvent;
   error: ErrorEvent;
 }
@@ -225,6 +281,23 @@ export interface Session {
   off<E extends keyof SessionEvents>(event: E, fn: (payload: SessionEvents[E]) => void): this;
   /** A digest of the session and its media now. */
   stats(): Promise<Digest>;
+  /**
+   * Play: caps what the node sends this viewer (`{}`/`null`: automatic again). `POST` to the
+   * session's layer URL (the answer's `Link` rel `urn:ietf:params:whep:ext:core:layer`, else
+   * `{location}/layer`); sent again to the node serving the session after every move or
+   * recovery. Resolves once the node took them; rejects with an Error whose `status` is the
+   * HTTP status (0: no answer), or at once with a TypeError/RangeError on a bad value or a
+   * publisher.
+   */
+  setQuality(caps: Quality | null): Promise<void>;
+  /** Play: the caps asked for last (`{}`: automatic), null if never. */
+  readonly quality: Quality | null;
+  /** Play: the node stops forwarding video (audio goes on), kept across moves; `POST {location}/video`. */
+  pauseVideo(): Promise<void>;
+  /** Play: video again, from the next keyframe. */
+  resumeVideo(): Promise<void>;
+  /** Play: whether the app paused video. */
+  readonly videoPaused: boolean;
   /** Ends the session (DELETE) and forgets its ticket; settles once the DELETE was answered or failed. */
   close(): Promise<void>;
   /** The session's events so far (not `stats`), oldest first, the last 200: also those from

@@ -6,12 +6,23 @@
 import { Machine } from './fsm.js';
 import { Subscription, probeNode } from './events.js';
 import { joinRoom } from './room.js';
-import { POST_TIMEOUT, Transport, describe, fetchWithin, randomKeySeed, relayAddress, videoMime } from './transport.js';
+import {
+  POST_TIMEOUT,
+  Transport,
+  describe,
+  fetchWithin,
+  randomKeySeed,
+  relayAddress,
+  simulcastEncodings,
+  videoMime,
+} from './transport.js';
 
 /** The state machine and its defaults, for apps and tests that drive it themselves. */
 export { DEFAULT_CONFIG, Machine } from './fsm.js';
 /** A joined room ({@link FerryClient#join}). */
 export { Room } from './room.js';
+/** The encodings `publish(…, { simulcast: true })` sends. */
+export { SIMULCAST } from './transport.js';
 
 /** Events kept in a session's `history`. */
 const HISTORY = 200;
@@ -27,6 +38,9 @@ const PATH_WAIT = 2000;
 const RELAY_MOVE_WAIT = 5000;
 /** Longest wait before following the events again after the stream dropped (node alive). */
 const RESUBSCRIBE_CAP = 5000;
+
+/** Locations a player remembers having sent its caps to (a few moves' worth). */
+const QUALITY_SENT = 8;
 
 /** Ticket keys a session of this page holds: a second session of the same stream must not
  *  resume (and so take over) the first one's identity. */
@@ -67,7 +81,10 @@ export class FerryClient {
    * rejects with the reason if it fails or closes before.
    * @param {string} stream
    * @param {MediaStream} mediaStream
-   * @param {{ codec?: 'vp8'|'h264', resume?: boolean, config?: object, iceServers?: RTCIceServer[], endpoint?: string, turn?: boolean, relayOnly?: boolean, user?: string }} [opts]
+   * @param {{ codec?: 'vp8'|'h264', simulcast?: boolean|RTCRtpEncodingParameters[], resume?: boolean, config?: object, iceServers?: RTCIceServer[], endpoint?: string, turn?: boolean, relayOnly?: boolean, user?: string }} [opts]
+   *   `simulcast`: send the video in several encodings (`true`: {@link SIMULCAST}, or your own,
+   *   each with a rid); the node forwards each viewer the one its link and caps allow, and tells
+   *   the SDK which ones no viewer can use (dynacast) so that the browser stops encoding them
    * @returns {Promise<object>} the session
    */
   publish(stream, mediaStream, opts = {}) {
@@ -77,7 +94,8 @@ export class FerryClient {
         throw new TypeError('publish: mediaStream must be a MediaStream with tracks');
       }
       if (opts.codec != null) videoMime(opts.codec);
-      return new Driver(this.#settings(), 'publish', stream, { ...opts, mediaStream }).start();
+      const encodings = simulcastEncodings(opts.simulcast);
+      return new Driver(this.#settings(), 'publish', stream, { ...opts, mediaStream, encodings }).start();
     } catch (err) {
       return Promise.reject(err);
     }
@@ -87,13 +105,15 @@ export class FerryClient {
    * Plays `stream` (WHEP). Resolves once the session is first connected; rejects with the reason
    * if it fails or closes before.
    * @param {string} stream
-   * @param {{ video?: HTMLVideoElement, resume?: boolean, config?: object, iceServers?: RTCIceServer[], endpoint?: string, turn?: boolean, relayOnly?: boolean, user?: string }} [opts]
+   * @param {{ video?: HTMLVideoElement, quality?: object, resume?: boolean, config?: object, iceServers?: RTCIceServer[], endpoint?: string, turn?: boolean, relayOnly?: boolean, user?: string }} [opts]
+   *   `quality`: caps from the start, as {@link Session#setQuality} (sent with the first answer)
    * @returns {Promise<object>} the session
    */
   play(stream, opts = {}) {
     try {
       checkName(stream);
-      return new Driver(this.#settings(), 'play', stream, opts).start();
+      const quality = opts.quality === undefined ? null : normalizeQuality(opts.quality);
+      return new Driver(this.#settings(), 'play', stream, { ...opts, quality }).start();
     } catch (err) {
       return Promise.reject(err);
     }
@@ -125,6 +145,36 @@ export class FerryClient {
 
 function checkName(stream) {
   if (typeof stream !== 'string' || stream === '') throw new TypeError('the stream name must be a non-empty string');
+}
+
+/** The caps a player may ask for, with the node's ranges (`sfu/src/adapt/prefs.rs`). */
+const QUALITY_FIELDS = {
+  maxHeight: [1, 16_384],
+  maxWidth: [1, 16_384],
+  maxFps: [1, 240],
+  maxBitrate: [10_000, 1_000_000_000],
+};
+
+/**
+ * A player's caps as the node takes them (`POST {session}/layer`): the fields given (absent,
+ * null and undefined ones left out); `null`/`undefined` is `{}`, automatic. Throws a TypeError
+ * (unknown field, not an integer) or RangeError (outside the node's range) otherwise.
+ * @param {object|null|undefined} caps
+ * @returns {{ maxHeight?: number, maxWidth?: number, maxFps?: number, maxBitrate?: number }}
+ */
+export function normalizeQuality(caps) {
+  if (caps == null) return {};
+  if (typeof caps !== 'object' || Array.isArray(caps)) throw new TypeError('setQuality takes an object or null');
+  const out = {};
+  for (const [key, value] of Object.entries(caps)) {
+    const range = QUALITY_FIELDS[key];
+    if (!range) throw new TypeError(`setQuality: unknown field ${key} (use ${Object.keys(QUALITY_FIELDS).join(', ')})`);
+    if (value == null) continue;
+    if (!Number.isSafeInteger(value)) throw new TypeError(`setQuality: ${key} must be an integer, not ${value}`);
+    if (value < range[0] || value > range[1]) throw new RangeError(`setQuality: ${key} must be ${range[0]}..${range[1]}`);
+    out[key] = value;
+  }
+  return out;
 }
 
 /**
@@ -176,7 +226,8 @@ class Session {
   }
 
   /**
-   * Listens to `state`, `migrated`, `reconnecting`, `reconnected`, `degraded`, `stats`, `error`.
+   * Listens to `state`, `migrated`, `reconnecting`, `reconnected`, `degraded`, `stats`, `error`,
+   * `relay-moved`, and (publish, simulcast) `dynacast`.
    * @param {string} event
    * @param {(payload: object) => void} fn
    * @returns {this}
@@ -197,6 +248,65 @@ class Session {
   off(event, fn) {
     this.#d.listeners.get(event)?.delete(fn);
     return this;
+  }
+
+  /**
+   * Play: caps what the node sends this viewer, whatever its link carries — `maxHeight`,
+   * `maxWidth` (pixels: the highest simulcast layer within them, the lowest if none is),
+   * `maxFps`, `maxBitrate` (bit/s); `{}` or `null` leaves it to the node's estimate again. The
+   * caps stay with the session: the SDK sends them again to the node serving it after every
+   * move or recovery. Resolves once the node took them (204); rejects with an Error (`status`:
+   * the HTTP status, 0 without an answer) if it did not — they are kept and sent again after
+   * the next move — or at once on a bad value (TypeError, RangeError) or a publisher.
+   * @param {{ maxHeight?: number, maxWidth?: number, maxFps?: number, maxBitrate?: number }|null} caps
+   * @returns {Promise<void>}
+   */
+  setQuality(caps) {
+    try {
+      this.#d.onlyPlay('setQuality');
+      return this.#d.setQuality(normalizeQuality(caps));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** @returns {object|null} play: the caps asked for last (`{}`: automatic), null if never */
+  get quality() {
+    const q = this.#d.quality;
+    return q === null ? null : { ...q };
+  }
+
+  /**
+   * Play: the node stops forwarding video to this viewer (audio goes on) until
+   * {@link Session#resumeVideo}; kept across moves and recoveries. Resolves once the node
+   * answered; rejects as {@link Session#setQuality} does.
+   * @returns {Promise<void>}
+   */
+  pauseVideo() {
+    return this.#setPaused(true);
+  }
+
+  /**
+   * Play: video again after {@link Session#pauseVideo} (from the next keyframe; while the
+   * network keeps the session degraded, once it recovers).
+   * @returns {Promise<void>}
+   */
+  resumeVideo() {
+    return this.#setPaused(false);
+  }
+
+  /** @returns {boolean} play: whether the app paused video */
+  get videoPaused() {
+    return this.#d.appPaused;
+  }
+
+  #setPaused(paused) {
+    try {
+      this.#d.onlyPlay(paused ? 'pauseVideo' : 'resumeVideo');
+      return this.#d.setAppPaused(paused);
+    } catch (err) {
+      return Promise.reject(err);
+    }
   }
 
   /** @returns {Promise<object>} a digest of the session and its media now */
@@ -239,9 +349,30 @@ class Driver {
     this.pumping = false;
     this.ended = false;
     this.settled = false;
+    /** Video on as far as the machine is concerned (off while degraded). */
     this.videoEnabled = true;
-    /** Play: where video was last switched (a new node must hear it again). */
-    this.videoLocation = null;
+    /** Play: the app paused video (`pauseVideo`). */
+    this.appPaused = false;
+    /**
+     * Play, paused by the app: video is asked for while an ICE restart waits for its first
+     * frame (the machine takes a restart as done at a frame, and the session carries its
+     * pause to the node it moves to).
+     */
+    this.holdVideo = false;
+    /** Play: what the node serving the session was last told about video (`{ location, enabled }`). */
+    this.videoSent = null;
+    /** Play: the caps (`setQuality`), null until the app set any. */
+    this.quality = opts.quality ?? null;
+    /** Play: session URLs that have the current caps (a new one must hear them). */
+    this.qualitySentTo = new Set();
+    /** Caps POSTs run one at a time, each with the caps of its time. */
+    this.qualityChain = Promise.resolve();
+    /** Play: each session URL's caps URL, from its answer's `Link` (else `{location}/layer`). */
+    this.layerUrls = new Map();
+    /** Publish: dynacast, rid → whether the node says some consumer can use that encoding. */
+    this.dynacast = new Map();
+    /** The transport and session URL that dynacast state is about. */
+    this.dynacastKey = null;
     this.lastMigrated = null;
     this.migrations = 0;
     this.reconnects = 0;
@@ -306,7 +437,11 @@ class Driver {
           report(err);
         }
       }
-      if (this.kind === 'play' && !this.videoEnabled && !this.ended) this.sendPlayVideo();
+      if (this.kind === 'play' && !this.ended) {
+        this.syncVideo()?.catch((err) => this.fail('set-video-failed', err.status, err.message));
+        const location = this.machine.location;
+        if (this.quality !== null && location != null) this.resendQuality(location);
+      }
     } finally {
       this.pumping = false;
     }
@@ -395,6 +530,7 @@ class Driver {
     const t = new Transport(id, this.kind, {
       mediaStream: this.opts.mediaStream,
       codec: this.opts.codec,
+      encodings: this.opts.encodings,
       iceServers: this.iceServers(relays),
       relayOnly: this.opts.relayOnly === true,
       onConnected: () => this.feed({ type: 'connected', transport: id }),
@@ -405,7 +541,9 @@ class Driver {
       },
     });
     this.transports.set(id, t);
-    if (this.kind === 'publish' && !this.videoEnabled) t.setVideoActive(false).catch(report);
+    // Every encoding of a new transport is on: its node has not seen them yet, and one never sent
+    // would never be asked for (dynacast speaks of the encodings it has seen).
+    if (this.kind === 'publish' && !this.videoEnabled) t.setEncodings(false).catch(report);
     return t;
   }
 
@@ -441,6 +579,10 @@ class Driver {
     if (t.closed || this.ended) return;
     if (r.location) {
       const { location, session, node, ticket: next } = r;
+      if (r.layer) this.rememberLayerUrl(location, r.layer);
+      // A new session on a node (a first one, a reconnect, a recovery) gets the caps before its
+      // media flows: the node would otherwise start it on what its estimate allows.
+      if (this.kind === 'play' && this.quality !== null) this.resendQuality(location);
       this.feed({ type: 'answered', transport: id, location, session, node, ticket: next });
       // Connected before the machine heard the answer: say it again now that it listens.
       if (t.connected) this.feed({ type: 'connected', transport: id });
@@ -463,6 +605,8 @@ class Driver {
       this.feed({ type: 'restart-failed', transport: id, status: r.status, reason: r.reason });
       return;
     }
+    // A player is through at its next frame: one whose app paused video asks for it until then.
+    if (this.kind === 'play' && this.appPaused) this.holdVideo = true;
     this.feed({ type: 'restart-answered', transport: id });
     // A player is through at its next frame (a degraded one, without video, when the path
     // works: the machine decides); a publisher once ICE works on the new path.
@@ -484,7 +628,8 @@ class Driver {
     this.framesFlowed = (t?.frames ?? 0) > 0;
     if (!t) return;
     if (this.kind === 'publish') {
-      if (!this.videoEnabled) t.setVideoActive(false).catch(report);
+      this.dynacastFollow();
+      t.setEncodings(this.videoEnabled, this.dynacast).catch(report);
       return;
     }
     const tracks = t.tracks();
@@ -507,6 +652,9 @@ class Driver {
   subscribe(location) {
     this.subscription?.close();
     clearTimeout(this.resubscribeTimer);
+    if (this.kind === 'publish' && this.dynacastFollow()) {
+      this.current?.setEncodings(this.videoEnabled, this.dynacast).catch(report);
+    }
     const sub = new Subscription(location, {
       feed: (input) => this.feed(input),
       onOpen: () => {
@@ -514,8 +662,40 @@ class Driver {
       },
       onError: () => this.eventsDropped(sub).catch(report),
       onTurnDrain: (relays) => this.relaysDrained(relays).catch(report),
+      onActive: (encodings) => this.activeEncodings(encodings),
     });
     this.subscription = sub;
+  }
+
+  /**
+   * Dynacast state is about one transport (its encoders) on one node: another one starts with
+   * every encoding on, for its node to see them all. Returns whether the state was dropped.
+   */
+  dynacastFollow() {
+    const key = `${this.current?.id ?? ''}@${this.machine.location ?? ''}`;
+    if (key === this.dynacastKey) return false;
+    this.dynacastKey = key;
+    if (this.dynacast.size === 0) return false;
+    this.dynacast.clear();
+    return true;
+  }
+
+  /**
+   * Publish: the node says which simulcast encodings some consumer can use (`active`); the
+   * browser stops encoding the others and starts again those wanted back. Emits `dynacast`.
+   * @param {{ mid: string|null, rid: string, active: boolean }[]} encodings
+   */
+  activeEncodings(encodings) {
+    if (this.kind !== 'publish' || this.ended) return;
+    this.dynacastFollow();
+    let changed = false;
+    for (const e of encodings) {
+      if ((this.dynacast.get(e.rid) ?? true) === e.active) continue;
+      this.dynacast.set(e.rid, e.active);
+      changed = true;
+    }
+    if (changed) this.current?.setEncodings(this.videoEnabled, this.dynacast).catch(report);
+    this.emit('dynacast', { event: 'dynacast', encodings });
   }
 
   /**
@@ -603,32 +783,88 @@ class Driver {
     this.videoEnabled = enabled;
     if (enabled) this.lastFrameAt = performance.now();
     if (this.kind === 'publish') {
-      for (const t of this.transports.values()) t.setVideoActive(enabled).catch(report);
+      for (const t of this.transports.values()) {
+        t.setEncodings(enabled, t === this.current ? this.dynacast : undefined).catch(report);
+      }
     } else {
-      this.videoLocation = null;
-      this.sendPlayVideo();
+      this.syncVideo()?.catch((err) => this.fail('set-video-failed', err.status, err.message));
     }
   }
 
-  /** Play: tells the node serving the session to forward video or not (again after a move). */
-  sendPlayVideo() {
+  /** A POST of `body` as JSON to `url`; rejects with an Error (`status`: 0 without an answer). */
+  async postJson(url, body) {
+    let response;
+    let text;
+    try {
+      ({ response, body: text } = await fetchWithin(
+        url,
+        { method: 'POST', headers: { 'Content-Type': 'application/json', ...this.settings.auth }, body: JSON.stringify(body) },
+        POST_TIMEOUT,
+      ));
+    } catch (err) {
+      throw Object.assign(new Error(describe(err)), { status: 0 });
+    }
+    if (!response.ok) throw Object.assign(new Error(`${response.status} ${text}`.trim()), { status: response.status });
+  }
+
+  /**
+   * Play: tells the node serving the session to forward video or not when it does not know yet
+   * (the machine or the app changed their minds, or the session moved and its new node may
+   * think otherwise). Returns the POST's promise, or null when nothing was due.
+   */
+  syncVideo() {
     const location = this.machine.location;
-    if (location == null || location === this.videoLocation) return;
-    this.videoLocation = location;
-    const enabled = this.videoEnabled;
-    const init = {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json', ...this.settings.auth },
-      body: JSON.stringify({ enabled }),
-    };
-    fetchWithin(`${location}/video`, init, POST_TIMEOUT)
-      .then(
-        ({ response, body }) => {
-          if (!response.ok) this.fail('set-video-failed', response.status, body);
-        },
-        (err) => this.fail('set-video-failed', 0, describe(err)),
-      )
-      .catch(report);
+    if (this.kind !== 'play' || location == null || this.ended) return null;
+    const enabled = this.videoEnabled && (!this.appPaused || this.holdVideo);
+    const sent = this.videoSent;
+    // A new node: a fresh session forwards video, a moved one keeps what it was told.
+    const due = sent?.location === location ? sent.enabled !== enabled : !enabled || sent?.enabled === false;
+    if (!due) return null;
+    this.videoSent = { location, enabled };
+    return this.postJson(`${location}/video`, { enabled });
+  }
+
+  setAppPaused(paused) {
+    this.appPaused = paused;
+    if (!paused) this.holdVideo = false;
+    return this.syncVideo() ?? Promise.resolve();
+  }
+
+  onlyPlay(what) {
+    if (this.kind !== 'play') throw new TypeError(`${what} is for players (play sessions)`);
+    if (this.ended) throw new Error(`${what}: the session has ended`);
+  }
+
+  /** Play: new caps, sent to the node serving the session now (and to any it moves to). */
+  setQuality(caps) {
+    this.quality = caps;
+    this.qualitySentTo.clear();
+    const location = this.machine.location;
+    if (location == null || this.ended) return Promise.resolve();
+    return this.sendQuality(location);
+  }
+
+  /** Play: the caps to the session at `location`, after any POST of caps still running. */
+  sendQuality(location) {
+    this.qualitySentTo.add(location);
+    while (this.qualitySentTo.size > QUALITY_SENT) this.qualitySentTo.delete(this.qualitySentTo.values().next().value);
+    const run = this.qualityChain.then(() => {
+      const url = this.layerUrls.get(location) ?? `${location}/layer`;
+      return this.postJson(url, this.quality ?? {});
+    });
+    this.qualityChain = run.catch(() => {});
+    return run;
+  }
+
+  /** Play: the caps to a session that has not had them; a failure is an `error` event. */
+  resendQuality(location) {
+    if (this.qualitySentTo.has(location)) return;
+    this.sendQuality(location).catch((err) => this.fail('set-quality-failed', err.status, err.message));
+  }
+
+  rememberLayerUrl(location, url) {
+    this.layerUrls.set(location, url);
+    while (this.layerUrls.size > QUALITY_SENT) this.layerUrls.delete(this.layerUrls.keys().next().value);
   }
 
   storeTicket(ticket) {
@@ -657,6 +893,8 @@ class Driver {
     } else if (name === 'state' && payload.state === 'connected') {
       this.lastFrameAt = performance.now();
     }
+    // A switch that waited for a frame is over.
+    if (name === 'state' && payload.state !== 'migrating' && payload.state !== 'reconnecting') this.holdVideo = false;
     this.emit(name, payload);
     if (name !== 'state') return;
     if ((payload.state === 'connected' || payload.state === 'degraded') && !this.settled) {
@@ -803,6 +1041,9 @@ class Driver {
       packetsLost: s ? s.lost : null,
       freezeCount: s?.freezeCount ?? null,
       videoEnabled: this.videoEnabled,
+      videoPaused: this.appPaused,
+      quality: this.quality === null ? null : { ...this.quality },
+      inactiveEncodings: [...this.dynacast].filter(([, on]) => !on).map(([rid]) => rid),
       migrated: this.lastMigrated,
       migrations: this.migrations,
       reconnects: this.reconnects,

@@ -36,6 +36,62 @@ export function relayAddress(uri) {
   return `${m[2].toLowerCase()}:${port}`;
 }
 
+/**
+ * The target of the first link in a `Link` header (RFC 8288; the browser joins several headers
+ * with ", ") whose `rel` names `rel`, resolved against `base`; null when there is none. Quoted
+ * parameters may hold commas (`events="migrate,ticket,end"`), so links are matched, not split.
+ */
+export function linkTarget(header, rel, base) {
+  if (!header) return null;
+  const link = /<([^>]*)>((?:\s*;\s*[^;,=\s]+(?:\s*=\s*(?:"[^"]*"|[^;,\s]*))?)*)/g;
+  for (const m of String(header).matchAll(link)) {
+    const r = /;\s*rel\s*=\s*(?:"([^"]*)"|([^;,\s]+))/i.exec(m[2]);
+    const rels = (r?.[1] ?? r?.[2] ?? '').toLowerCase().split(/\s+/);
+    if (!rels.includes(rel.toLowerCase())) continue;
+    try {
+      return new URL(m[1], base).href;
+    } catch {
+      return null;
+    }
+  }
+  return null;
+}
+
+/** WHEP's video layer selection extension: where a viewer's caps go (`Link` rel). */
+export const LAYER_REL = 'urn:ietf:params:whep:ext:core:layer';
+
+/**
+ * The simulcast encodings `publish({ simulcast: true })` sends: a quarter, half and full size
+ * picture (rids q, h, f), with the bitrate caps an SFU's publisher commonly uses.
+ */
+export const SIMULCAST = Object.freeze([
+  Object.freeze({ rid: 'q', scaleResolutionDownBy: 4, maxBitrate: 150_000 }),
+  Object.freeze({ rid: 'h', scaleResolutionDownBy: 2, maxBitrate: 500_000 }),
+  Object.freeze({ rid: 'f', scaleResolutionDownBy: 1, maxBitrate: 1_500_000 }),
+]);
+
+/**
+ * The video encodings of a `simulcast` option: `true` → {@link SIMULCAST}, an array → copies of
+ * its encodings (two or more, each with a distinct rid of 1–16 letters, digits, `-` or `_`),
+ * `false`/absent → null (one encoding). Throws a TypeError on anything else.
+ */
+export function simulcastEncodings(option) {
+  if (option == null || option === false) return null;
+  const list = option === true ? SIMULCAST : option;
+  if (!Array.isArray(list) || list.length < 2) {
+    throw new TypeError('simulcast must be true or an array of two or more encodings');
+  }
+  const rids = new Set();
+  for (const e of list) {
+    const rid = e?.rid;
+    if (typeof rid !== 'string' || !/^[A-Za-z0-9_-]{1,16}$/.test(rid) || rids.has(rid)) {
+      throw new TypeError(`simulcast: every encoding needs a distinct rid ([A-Za-z0-9_-]{1,16}), not ${JSON.stringify(rid)}`);
+    }
+    rids.add(rid);
+  }
+  return list.map((e) => ({ ...e }));
+}
+
 /** A random prefix for idempotency keys (the SDK appends a counter). */
 export function randomKeySeed() {
   // randomUUID needs a secure context; plain http to another host is not one.
@@ -125,10 +181,11 @@ export class Transport {
   /**
    * @param {number} id the machine's transport number
    * @param {'publish'|'play'} kind
-   * @param {{ mediaStream?: MediaStream, codec?: string, iceServers?: RTCIceServer[],
-   *   relayOnly?: boolean, onConnected: () => void, onIceLost: () => void }} opts
+   * @param {{ mediaStream?: MediaStream, codec?: string, encodings?: RTCRtpEncodingParameters[]|null,
+   *   iceServers?: RTCIceServer[], relayOnly?: boolean, onConnected: () => void,
+   *   onIceLost: () => void }} opts `encodings`: the video track's simulcast encodings (publish)
    */
-  constructor(id, kind, { mediaStream, codec, iceServers, relayOnly, onConnected, onIceLost }) {
+  constructor(id, kind, { mediaStream, codec, encodings, iceServers, relayOnly, onConnected, onIceLost }) {
     this.id = id;
     this.kind = kind;
     this.closed = false;
@@ -139,6 +196,8 @@ export class Transport {
     this.requests = new Set();
     /** Signalling steps run one at a time. */
     this.chain = Promise.resolve();
+    /** So do changes of the video sender's parameters (each reads them, then sets them). */
+    this.paramsChain = Promise.resolve();
     /** Frames decoded so far (play), as last fed to the machine. */
     this.frames = 0;
     this.polling = false;
@@ -159,7 +218,9 @@ export class Transport {
     try {
       if (kind === 'publish') {
         for (const track of mediaStream.getTracks()) {
-          const t = this.pc.addTransceiver(track, { direction: 'sendonly', streams: [mediaStream] });
+          const init = { direction: 'sendonly', streams: [mediaStream] };
+          if (track.kind === 'video' && encodings?.length) init.sendEncodings = encodings.map((e) => ({ ...e }));
+          const t = this.pc.addTransceiver(track, init);
           if (track.kind === 'video' && codec) preferVideoCodec(t, codec);
         }
       } else {
@@ -185,7 +246,8 @@ export class Transport {
 
   /**
    * POSTs this transport's offer to `url`. Resolves with `{ status: 201, location, session, node,
-   * ticket }` once the answer is applied, else `{ status, reason }` (status 0: no response).
+   * ticket, layer }` once the answer is applied (`layer`: the viewer's caps URL from the answer's
+   * `Link`, null without one), else `{ status, reason }` (status 0: no response).
    */
   async post(url, headers) {
     let sdp;
@@ -225,6 +287,7 @@ export class Transport {
       session: response.headers.get('Ferry-Session') ?? lastSegment(location),
       node: response.headers.get('Ferry-Node'),
       ticket: response.headers.get('Ferry-Ticket'),
+      layer: linkTarget(response.headers.get('Link'), LAYER_REL, location),
     };
   }
 
@@ -415,14 +478,34 @@ export class Transport {
     return out;
   }
 
-  /** Publish: sends video or not (every encoding of the video sender). */
-  async setVideoActive(active) {
+  /**
+   * Publish: which encodings of the video sender the browser sends. None while `enabled` is
+   * false (degraded); else each one but those `inactive` (a Map rid → false: dynacast, what no
+   * viewer of the node can use) names. Changes run one after another, each on the parameters as
+   * the one before left them; what is asked last wins.
+   * @param {boolean} enabled
+   * @param {Map<string, boolean>} [active]
+   */
+  setEncodings(enabled, active = new Map()) {
+    const run = this.paramsChain.then(() => this.applyEncodings(enabled, active));
+    this.paramsChain = run.catch(() => {});
+    return run;
+  }
+
+  async applyEncodings(enabled, active) {
     const video = this.video();
     if (!video || this.closed) return;
     const params = video.sender.getParameters();
     if (!params.encodings?.length) return;
-    for (const e of params.encodings) e.active = active;
-    await video.sender.setParameters(params);
+    let changed = false;
+    for (const e of params.encodings) {
+      const want = enabled && (e.rid == null || active.get(e.rid) !== false);
+      if (e.active !== want) {
+        e.active = want;
+        changed = true;
+      }
+    }
+    if (changed) await video.sender.setParameters(params);
   }
 
   /** Receiver tracks (play), audio then video. */

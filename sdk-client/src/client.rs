@@ -59,6 +59,68 @@ pub enum SdkError {
     /// The room's WebSocket could not be opened or closed before a command was answered.
     #[error("room connection lost: {0}")]
     Disconnected(String),
+    /// The node serving the session refused a request about it, or did not answer (`status` 0).
+    #[error("the node answered {status}: {message}")]
+    Rejected {
+        /// The HTTP status (0 when no response came).
+        status: u16,
+        /// The node's reason, or why there was no answer.
+        message: String,
+    },
+}
+
+/// A viewer's caps ([`Session::set_quality`]): the node never sends it more, whatever its link
+/// carries. All `None` ([`Quality::default`]) is automatic: the node's estimate decides. The
+/// JSON body of `POST {session}/layer` (camelCase, absent fields left out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Quality {
+    /// The highest picture (pixels): the highest simulcast layer at most this high, else the
+    /// lowest (1–16384).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_height: Option<u32>,
+    /// The widest picture (pixels), likewise (1–16384).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_width: Option<u32>,
+    /// Frames per second (1–240; where the source has temporal layers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_fps: Option<u32>,
+    /// Bit/s the node may send the viewer (10 000–1 000 000 000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_bitrate: Option<u64>,
+}
+
+impl Quality {
+    /// Checks the node's ranges (a value outside them would be refused with a 400).
+    pub fn validate(&self) -> Result<(), SdkError> {
+        let bad = |what: &str| Err(SdkError::Invalid(format!("quality: {what}")));
+        if self.max_height.is_some_and(|h| !(1..=16_384).contains(&h)) {
+            return bad("max_height must be 1..=16384");
+        }
+        if self.max_width.is_some_and(|w| !(1..=16_384).contains(&w)) {
+            return bad("max_width must be 1..=16384");
+        }
+        if self.max_fps.is_some_and(|f| !(1..=240).contains(&f)) {
+            return bad("max_fps must be 1..=240");
+        }
+        if self
+            .max_bitrate
+            .is_some_and(|b| !(10_000..=1_000_000_000).contains(&b))
+        {
+            return bad("max_bitrate must be 10000..=1000000000 bit/s");
+        }
+        Ok(())
+    }
+
+    /// Whether no cap is set.
+    pub fn is_automatic(&self) -> bool {
+        *self == Quality::default()
+    }
+
+    /// The request body.
+    pub(crate) fn body(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned())
+    }
 }
 
 /// How a session's media is made.
@@ -453,6 +515,31 @@ impl Session {
         std::mem::take(&mut self.shared().keyframe_wanted)
     }
 
+    /// Play: caps what the node sends this viewer ([`Quality`]; `Quality::default()` leaves it
+    /// to the node's estimate again): `POST` to the session's layer URL (the answer's `Link`
+    /// with rel `urn:ietf:params:whep:ext:core:layer`, else `{location}/layer`). The caps stay
+    /// with the session: the SDK sends them again to the node serving it after every move or
+    /// recovery (a failure then is an [`Event::Error`] with code `set-quality-failed`). Returns
+    /// once the node took them; [`SdkError::Rejected`] if it refused or did not answer (they are
+    /// kept, and sent again after the next move), [`SdkError::Invalid`] for a value outside the
+    /// node's ranges or a publisher.
+    pub async fn set_quality(&self, quality: Quality) -> Result<(), SdkError> {
+        if self.kind != Kind::Play {
+            return Err(SdkError::Invalid("only a player has caps".into()));
+        }
+        quality.validate()?;
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::SetQuality(quality, tx))
+            .map_err(|_| SdkError::Closed)?;
+        rx.await.map_err(|_| SdkError::Closed)?
+    }
+
+    /// Play: the caps asked for last (`None` if never).
+    pub fn quality(&self) -> Option<Quality> {
+        self.shared().quality
+    }
+
     /// A snapshot: state, node, counters of the current transport.
     pub async fn stats(&self) -> Result<Stats, SdkError> {
         let (tx, rx) = oneshot::channel();
@@ -547,6 +634,42 @@ mod tests {
         store_ticket(&path, None);
         assert_eq!(load_ticket(&path), None);
         store_ticket(&path, None);
+    }
+
+    #[test]
+    fn caps_are_checked_and_written_as_the_node_reads_them() {
+        assert_eq!(Quality::default().body(), "{}");
+        assert!(Quality::default().is_automatic());
+        let q = Quality {
+            max_height: Some(180),
+            max_bitrate: Some(300_000),
+            ..Quality::default()
+        };
+        assert_eq!(q.body(), r#"{"maxHeight":180,"maxBitrate":300000}"#);
+        assert!(q.validate().is_ok() && !q.is_automatic());
+        for bad in [
+            Quality {
+                max_height: Some(0),
+                ..Quality::default()
+            },
+            Quality {
+                max_width: Some(20_000),
+                ..Quality::default()
+            },
+            Quality {
+                max_fps: Some(241),
+                ..Quality::default()
+            },
+            Quality {
+                max_bitrate: Some(9_999),
+                ..Quality::default()
+            },
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(SdkError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
     }
 
     #[tokio::test]

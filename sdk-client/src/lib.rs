@@ -14,6 +14,9 @@
 //! being drained (the node's `turn-drain` event) is left for another by an ICE restart, make
 //! before break ([`Event::RelayMoved`]).
 //!
+//! A player can cap what the node sends it ([`Session::set_quality`], a [`Quality`]); the caps
+//! follow the session to every node it moves to.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), ferry_sdk::SdkError> {
 //! use std::time::Duration;
@@ -48,7 +51,9 @@ mod relay_move;
 mod room;
 mod signalling;
 
-pub use client::{Events, FerryClient, Media, PlayOptions, PublishOptions, SdkError, Session};
+pub use client::{
+    Events, FerryClient, Media, PlayOptions, PublishOptions, Quality, SdkError, Session,
+};
 pub use driver::Stats;
 pub use ferry_rtc::codec;
 pub use ferry_rtc::media;

@@ -18,7 +18,12 @@ pub(crate) struct Created {
     pub session: String,
     pub node: Option<String>,
     pub ticket: Option<String>,
+    /// A viewer's caps URL, from the answer's `Link` (WHEP's layer extension).
+    pub layer: Option<String>,
 }
+
+/// The `Link` relation of WHEP's video layer selection extension: where a viewer's caps go.
+pub(crate) const LAYER_REL: &str = "urn:ietf:params:whep:ext:core:layer";
 
 /// Timeout of a signalling request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -111,6 +116,13 @@ pub(crate) fn post_offer(req: &PostRequest) -> Result<Created, Refusal> {
         let session = header("ferry-session");
         let node = header("ferry-node");
         let ticket = header("ferry-ticket");
+        let links: Vec<String> = resp
+            .headers()
+            .get_all("link")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect();
         let body = resp.body_mut().read_to_string().unwrap_or_default();
         if status != 201 {
             return Err((status, body.trim().to_owned()));
@@ -119,12 +131,17 @@ pub(crate) fn post_offer(req: &PostRequest) -> Result<Created, Refusal> {
         let session = session
             .or_else(|| location.rsplit('/').next().map(str::to_owned))
             .unwrap_or_default();
+        let layer = links
+            .iter()
+            .find_map(|l| link_target(l, LAYER_REL))
+            .map(|target| resolve(&location, &target));
         return Ok(Created {
             answer: body,
             location,
             session,
             node,
             ticket,
+            layer,
         });
     }
     Err((508, format!("too many redirects from {}", req.url)))
@@ -162,6 +179,56 @@ pub(crate) fn set_video(location: &str, enabled: bool) -> u16 {
         .header("Content-Type", "application/json")
         .send(format!("{{\"enabled\":{enabled}}}").as_str())
         .map_or(0, |r| r.status().as_u16())
+}
+
+/// A viewer's caps (`body`, JSON) to its node's layer URL: `Ok` on a 2xx, else the status (0
+/// without an answer) and the node's reason.
+pub(crate) fn set_layer(url: &str, body: &str) -> Result<(), Refusal> {
+    let mut resp = agent(REQUEST_TIMEOUT)
+        .post(url)
+        .header("Content-Type", "application/json")
+        .send(body)
+        .map_err(|e| (0, e.to_string()))?;
+    let status = resp.status().as_u16();
+    if resp.status().is_success() {
+        return Ok(());
+    }
+    let reason = resp.body_mut().read_to_string().unwrap_or_default();
+    Err((status, reason.trim().to_owned()))
+}
+
+/// The target of the first link in one `Link` header value (RFC 8288: links separated by
+/// commas, which quoted parameters may hold too) whose `rel` names `rel`, as written.
+pub(crate) fn link_target(header: &str, rel: &str) -> Option<String> {
+    let mut rest = header;
+    while let Some(start) = rest.find('<') {
+        let end = start + rest[start..].find('>')?;
+        let target = &rest[start + 1..end];
+        // The parameters run to the next comma outside quotes.
+        let after = &rest[end + 1..];
+        let mut quoted = false;
+        let stop = after
+            .char_indices()
+            .find(|&(_, c)| {
+                if c == '"' {
+                    quoted = !quoted;
+                }
+                c == ',' && !quoted
+            })
+            .map_or(after.len(), |(i, _)| i);
+        let params = &after[..stop];
+        let rels = params.split(';').find_map(|p| {
+            let (k, v) = p.split_once('=')?;
+            k.trim()
+                .eq_ignore_ascii_case("rel")
+                .then(|| v.trim().trim_matches('"').to_owned())
+        });
+        if rels.is_some_and(|r| r.split_whitespace().any(|r| r.eq_ignore_ascii_case(rel))) {
+            return Some(target.to_owned());
+        }
+        rest = &after[stop..];
+    }
+    None
 }
 
 /// Whether the node serving `location` answers its health check.
@@ -295,6 +362,31 @@ mod tests {
         assert_eq!(input("migrate", "{}"), None);
         assert_eq!(session_event("other", "{}"), None);
         assert_eq!(input("ticket", "not json"), None);
+    }
+
+    #[test]
+    fn the_layer_link_is_found_among_others() {
+        let events = "</whep/cam/s1/events>; rel=\"urn:ietf:params:whep:ext:core:server-sent-events\"; events=\"migrate,ticket,end\"";
+        let both = format!("{events}, <http://n:1/whep/cam/s1/layer>; rel=\"{LAYER_REL}\"");
+        assert_eq!(
+            link_target(&both, LAYER_REL).as_deref(),
+            Some("http://n:1/whep/cam/s1/layer")
+        );
+        assert_eq!(
+            link_target(&format!("<layer>; rel={LAYER_REL}"), LAYER_REL).as_deref(),
+            Some("layer")
+        );
+        assert_eq!(link_target(events, LAYER_REL), None);
+        assert_eq!(
+            link_target("<turn:h:3478>; rel=\"ice-server\"", LAYER_REL),
+            None
+        );
+        assert_eq!(link_target("garbage", LAYER_REL), None);
+        assert_eq!(
+            resolve("http://n:1/whep/cam/s1", "layer"),
+            "http://n:1/whep/cam/layer",
+            "relative targets resolve against the session URL (as a browser does)"
+        );
     }
 
     #[test]

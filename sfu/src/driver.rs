@@ -42,6 +42,7 @@ enum Command {
     Create(Box<CreateRequest>, Reply<SessionAnswer>),
     Ticket(SessionId, Reply<Option<(String, u64)>>),
     SetVideo(SessionId, bool, Reply<()>),
+    SetPreferences(SessionId, crate::adapt::prefs::Preferences, Reply<()>),
     Patch(SessionId, String, Option<String>, Reply<PatchOutcome>),
     Delete(SessionId, Reply<()>),
     Sessions(Reply<Vec<SessionInfo>>),
@@ -279,6 +280,16 @@ impl NodeHandle {
     /// Turns video to viewer `session` off or on (degraded mode).
     pub async fn set_video(&self, session: SessionId, enabled: bool) -> Result<(), SignalError> {
         self.call(|r| Command::SetVideo(session, enabled, r)).await
+    }
+
+    /// Caps a viewer's layers (`POST {session}/layer`).
+    pub async fn set_preferences(
+        &self,
+        session: SessionId,
+        prefs: crate::adapt::prefs::Preferences,
+    ) -> Result<(), SignalError> {
+        self.call(|r| Command::SetPreferences(session, prefs, r))
+            .await
     }
 
     /// A `migrate` event of `session` that nobody heard here (its client reconnects late).
@@ -639,6 +650,9 @@ fn command(cores: &Cores, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
         }
         Command::SetVideo(id, enabled, r) => {
             let _ = r.send(cores.drive(of_session(&id), |n| n.set_video(now, &id, enabled)));
+        }
+        Command::SetPreferences(id, prefs, r) => {
+            let _ = r.send(cores.drive(of_session(&id), |n| n.set_preferences(now, &id, prefs)));
         }
         Command::Patch(id, frag, if_match, r) => {
             let result = cores.drive(of_session(&id), |n| {

@@ -6,9 +6,10 @@
 
 use std::time::Instant;
 
-use ferry_proto::state::media::OutgoingStreamState;
+use ferry_proto::state::media::{OutgoingStreamState, SvcSelectorState};
 
 use crate::adapt::allocator::TrackState;
+use crate::codec::layers::{LayerInfo, LayerSelector, LayerSelectorSnapshot, Selection, SvcMode};
 use crate::codec::{self, Codec};
 use crate::munger::{DropReason, Munged, Munger, Retransmit, SourcePacket};
 use crate::negotiate::MediaLine;
@@ -40,8 +41,14 @@ pub struct OutgoingTrack {
     pub served_gop: u64,
     /// The last GOP it was served in (those that waited longest go first).
     pub last_served_gop: u64,
-    /// Which layer of a simulcast source it plays ([`crate::adapt::allocator`]).
+    /// Which layer of a simulcast source it plays ([`crate::adapt::allocator`]); for a
+    /// scalable (SVC) source, `target` is the spatial layer's index.
     pub layer: TrackState,
+    /// The layers it gets of a scalable source (VP9/AV1 SVC, VP8 temporal layers); made at the
+    /// first layered packet.
+    pub svc: Option<LayerSelector>,
+    /// The highest temporal layer it takes (its frame-rate cap), if any.
+    pub temporal_cap: Option<u8>,
 }
 
 /// Whether a packet of a simulcast source is for a viewer's track ([`OutgoingTrack::takes`]).
@@ -78,7 +85,60 @@ impl OutgoingTrack {
             served_gop: 0,
             last_served_gop: 0,
             layer: TrackState::default(),
+            svc: None,
+            temporal_cap: None,
         }
+    }
+
+    /// The layers of a scalable source the packet belongs to decide its fate: forward (with
+    /// the marker bit to write) or drop. The selector starts at the allocator's spatial target
+    /// (the top until one is chosen) and the temporal cap.
+    pub fn select_layer(&mut self, info: &LayerInfo) -> Selection {
+        let (spatial, temporal) = (
+            self.layer.target.map_or(u8::MAX, |s| s.min(255) as u8),
+            self.temporal_cap.unwrap_or(u8::MAX),
+        );
+        let codec = self.line.codec;
+        let sel = self.svc.get_or_insert_with(|| {
+            // K-SVC (L3T3_KEY, what browsers send) forwards one spatial layer between key
+            // pictures; VP8 has no spatial layers.
+            let mut s = LayerSelector::new(if codec == Codec::Vp8 {
+                SvcMode::Full
+            } else {
+                SvcMode::KSvc
+            });
+            s.set_target(spatial, temporal);
+            s
+        });
+        sel.select(info)
+    }
+
+    /// Sets the scalable source's layers to reach (at the points the stream allows).
+    pub fn set_svc_target(&mut self, spatial: u8, temporal: u8) {
+        if let Some(s) = self.svc.as_mut() {
+            s.set_target(spatial, temporal);
+        }
+    }
+
+    /// Whether the layers it is to reach of a scalable source wait for a keyframe.
+    pub fn svc_needs_keyframe(&self) -> bool {
+        self.svc.as_ref().is_some_and(LayerSelector::needs_keyframe)
+    }
+
+    /// A packet of its source it does not get (a layer above its own): the outgoing sequence
+    /// goes on without it. Writes into `out` the padding packet that fills a number it leaves
+    /// empty, if any (returns its length).
+    pub fn skip(&mut self, src: &SourcePacket, out: &mut Vec<u8>) -> Option<usize> {
+        let hole = self.munger.drop_packet(src)?;
+        Some(self.write_hole(hole, out))
+    }
+
+    /// A padding-only packet on the media stream with outgoing number `seq` (a receiver takes
+    /// it as that number, carrying nothing).
+    fn write_hole(&mut self, seq: u64, out: &mut Vec<u8>) -> usize {
+        let ts = self.munger.last_out_ts() as u32;
+        rtp::write_padding_packet(out, self.line.pt, self.line.local_ssrc, seq as u16, ts, 1);
+        out.len()
     }
 
     /// The source stream (layer) it plays now.
@@ -160,6 +220,19 @@ impl OutgoingTrack {
         src: &SourcePacket,
         out: &mut Vec<u8>,
     ) -> Result<usize, DropReason> {
+        self.forward_marked(now, pkt, src, None, out)
+    }
+
+    /// [`OutgoingTrack::forward`], with the RTP marker set or cleared (`Some`): the last
+    /// packet of the highest spatial layer a viewer gets of a picture ends it.
+    pub fn forward_marked(
+        &mut self,
+        now: Instant,
+        pkt: &[u8],
+        src: &SourcePacket,
+        marker: Option<bool>,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, DropReason> {
         let (ssrc, ext_seq, ts, vp8_pic_delta, vp8_tl0_delta) = match self.munger.process(now, src)
         {
             Munged::Forward {
@@ -175,6 +248,9 @@ impl OutgoingTrack {
         out.extend_from_slice(pkt);
         if !self.rewrite(out, ssrc, ext_seq as u16, ts, vp8_pic_delta, vp8_tl0_delta) {
             return Err(DropReason::Late);
+        }
+        if let (Some(m), Ok(mut p)) = (marker, RtpPacketMut::new(out)) {
+            p.set_marker(m);
         }
         self.packets_sent += 1;
         let payload = RtpHeader::parse(pkt).map_or(0, |h| h.payload_range.len());
@@ -199,6 +275,12 @@ impl OutgoingTrack {
     /// Which earlier packet an outgoing sequence number from a NACK was.
     pub fn lookup_nack(&self, seq: u16) -> Option<Retransmit> {
         self.munger.reverse(self.munger.extend_out_seq(seq))
+    }
+
+    /// A NACKed number that carried nothing (its packet was of a layer the viewer does not
+    /// get): the padding packet that fills it, into `out`.
+    pub fn retransmit_hole(&mut self, r: &Retransmit, out: &mut Vec<u8>) -> usize {
+        self.write_hole(r.out_ext_seq, out)
     }
 
     /// Rebuilds a packet for retransmission into `out` from the cached
@@ -278,6 +360,8 @@ impl OutgoingTrack {
             retransmitted: self.retransmitted,
             index: self.index as u32,
             target_ssrc: self.layer.target,
+            svc: self.svc.as_ref().map(|v| svc_to_state(&v.snapshot())),
+            temporal_cap: self.temporal_cap.map(u32::from),
             held_for_ms: self
                 .layer
                 .held_until
@@ -310,6 +394,42 @@ impl OutgoingTrack {
                     .held_for_ms
                     .map(|ms| now + std::time::Duration::from_millis(ms)),
             },
+            svc: s
+                .svc
+                .as_ref()
+                .map(|v| LayerSelector::restore(svc_from_state(v))),
+            temporal_cap: s.temporal_cap.map(|t| t.min(255) as u8),
         }
+    }
+}
+
+/// A layer selector's state as the snapshot carries it.
+fn svc_to_state(s: &LayerSelectorSnapshot) -> SvcSelectorState {
+    SvcSelectorState {
+        ksvc: s.mode == SvcMode::KSvc,
+        target_spatial: u32::from(s.target.0),
+        target_temporal: u32::from(s.target.1),
+        current: s.current.map(|(sp, t)| (u32::from(sp) << 8) | u32::from(t)),
+        max_spatial_seen: u32::from(s.max_spatial_seen),
+        max_temporal_seen: u32::from(s.max_temporal_seen),
+        last_picture: s.last_picture.map(u32::from),
+        dd_structure: s.dd_structure,
+        dd_target: s.dd_target.map(u32::from),
+        dd_chains_intact: s.dd_chains_intact,
+    }
+}
+
+fn svc_from_state(s: &SvcSelectorState) -> LayerSelectorSnapshot {
+    let byte = |v: u32| v.min(255) as u8;
+    LayerSelectorSnapshot {
+        mode: if s.ksvc { SvcMode::KSvc } else { SvcMode::Full },
+        target: (byte(s.target_spatial), byte(s.target_temporal)),
+        current: s.current.map(|c| (byte((c >> 8) & 0xff), byte(c & 0xff))),
+        max_spatial_seen: byte(s.max_spatial_seen),
+        max_temporal_seen: byte(s.max_temporal_seen),
+        last_picture: s.last_picture.map(|p| (p & 0xffff) as u16),
+        dd_structure: s.dd_structure,
+        dd_target: s.dd_target.map(byte),
+        dd_chains_intact: s.dd_chains_intact,
     }
 }

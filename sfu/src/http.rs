@@ -163,6 +163,7 @@ pub fn router(
         .route("/whip/{stream}/{session}/events", get(session_events))
         .route("/whep/{stream}/{session}/events", get(session_events))
         .route("/whep/{stream}/{session}/video", post(set_video))
+        .route("/whep/{stream}/{session}/layer", post(set_layer))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/v1/sessions", get(sessions))
@@ -418,6 +419,14 @@ async fn create(
                     "<{location}/events>; rel=\"urn:ietf:params:whep:ext:core:server-sent-events\"; events=\"migrate,ticket,end\""
                 ),
             );
+            // A viewer's caps on the layers it gets (WHEP's video layer selection extension).
+            if kind == SessionKind::View {
+                append(
+                    h,
+                    header::LINK,
+                    &format!("<{location}/layer>; rel=\"urn:ietf:params:whep:ext:core:layer\""),
+                );
+            }
             r
         }
         Err(e) => signal_error(e),
@@ -706,6 +715,34 @@ async fn set_video(
         return signal_error(SignalError::SessionNotFound(session));
     };
     match st.node.set_video(id, v.enabled).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => signal_error(e),
+    }
+}
+
+/// `POST /whep/{stream}/{session}/layer` (WHEP's video layer selection extension, with
+/// Ferry's fields): `{"maxHeight"?, "maxWidth"?, "maxFps"?, "maxBitrate"?}` caps what the
+/// viewer gets whatever its link carries; `{}` leaves it to the estimate again. 204.
+async fn set_layer(
+    State(st): State<AppState>,
+    Path((_stream, session)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !content_type_is(&headers, "application/json") {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json",
+        );
+    }
+    let prefs = match crate::adapt::prefs::Preferences::parse(&body) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let Ok(id) = SessionId::new(session.clone()) else {
+        return signal_error(SignalError::SessionNotFound(session));
+    };
+    match st.node.set_preferences(id, prefs).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => signal_error(e),
     }

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 
 use ferry_proto::state::media::{MungerState, SeqSegment};
 
+mod layered;
+
+use layered::{Carried, LayeredMap};
+
 /// Segments of sequence mapping kept for answering NACKs.
 const MAX_SEGMENTS: usize = 8;
 
@@ -78,6 +82,9 @@ pub struct Retransmit {
     pub vp8_pic_delta: u16,
     /// VP8 TL0PICIDX delta in force for the packet.
     pub vp8_tl0_delta: u8,
+    /// The outgoing number carried nothing (its source packet was dropped from the layers the
+    /// viewer gets): answer with a padding packet of that number.
+    pub hole: bool,
 }
 
 /// Maps one source track onto one subscriber's outgoing stream.
@@ -96,6 +103,9 @@ pub struct Munger {
     vp8_pic_delta: u16,
     vp8_tl0_delta: u8,
     vp8_last: Option<(u16, Option<u8>)>,
+    /// Numbering while packets of the source are dropped (layers the viewer does not get);
+    /// `None` while it gets every packet.
+    layered: Option<Box<LayeredMap>>,
 }
 
 impl Munger {
@@ -118,6 +128,7 @@ impl Munger {
             vp8_pic_delta: 0,
             vp8_tl0_delta: 0,
             vp8_last: None,
+            layered: None,
         }
     }
 
@@ -197,7 +208,22 @@ impl Munger {
         if p.ext_seq < seg.src_start {
             return Munged::Drop(DropReason::Late);
         }
-        let ext_seq = seg.out_start + (p.ext_seq - seg.src_start);
+        let mut pic_delta = self.vp8_pic_delta;
+        let ext_seq = match self.layered.as_mut() {
+            Some(map) => match map.forward(p.ext_seq, p.vp8.map(|v| v.0)) {
+                Some((out, delta)) => {
+                    pic_delta = delta;
+                    out
+                }
+                // Before the map took over: numbered by the segment, as it was then.
+                None if p.ext_seq <= map.start_src => seg.out_start + (p.ext_seq - seg.src_start),
+                None => return Munged::Drop(DropReason::Late),
+            },
+            None => seg.out_start + (p.ext_seq - seg.src_start),
+        };
+        if let Some(map) = self.layered.as_ref() {
+            self.vp8_pic_delta = map.pic_delta();
+        }
         let ts_ext = p.ext_ts.wrapping_add(self.ts_delta);
         if ext_seq > self.last_out_seq {
             self.last_out_seq = ext_seq;
@@ -206,7 +232,7 @@ impl Munger {
             self.last_forward = Some(now);
             if let Some((pic, tl0)) = p.vp8 {
                 self.vp8_last = Some((
-                    pic.wrapping_add(self.vp8_pic_delta) & 0x7fff,
+                    pic.wrapping_add(pic_delta) & 0x7fff,
                     tl0.map(|t| t.wrapping_add(self.vp8_tl0_delta)),
                 ));
             }
@@ -215,9 +241,37 @@ impl Munger {
             ssrc: self.out_ssrc,
             ext_seq,
             ts: ts_ext as u32,
-            vp8_pic_delta: self.vp8_pic_delta,
+            vp8_pic_delta: pic_delta,
             vp8_tl0_delta: self.vp8_tl0_delta,
         }
+    }
+
+    /// A packet of the source the viewer does not get (a layer above the one it plays). Its
+    /// number is not used: the outgoing sequence goes on without a gap. Returns an outgoing
+    /// number that stays empty because of it (one reserved while the packet was missing):
+    /// send a padding packet with that number.
+    pub fn drop_packet(&mut self, p: &SourcePacket) -> Option<u64> {
+        if !self.started || self.waiting_keyframe || self.src_ssrc != Some(p.ssrc) {
+            return None;
+        }
+        let (last_src, last_out, delta) =
+            (self.last_src_seq, self.last_out_seq, self.vp8_pic_delta);
+        let last_pic = self
+            .vp8_last
+            .map(|(out_pic, _)| out_pic.wrapping_sub(delta) & 0x7fff);
+        if self.layered.is_none()
+            && let Some(seg) = self.segments.last_mut()
+        {
+            seg.layered_from_out = Some(last_out + 1);
+        }
+        let map = self
+            .layered
+            .get_or_insert_with(|| Box::new(LayeredMap::new(last_src, last_out, delta, last_pic)));
+        let hole = map.drop_packet(p.ext_seq, p.vp8.map(|v| v.0));
+        self.last_src_seq = self.last_src_seq.max(map.highest());
+        self.last_out_seq = self.last_out_seq.max(map.last_out());
+        self.vp8_pic_delta = map.pic_delta();
+        hole
     }
 
     fn start_segment(&mut self, now: Instant, p: &SourcePacket) {
@@ -254,10 +308,13 @@ impl Munger {
             ts_delta: self.ts_delta,
             vp8_pic_delta: u32::from(self.vp8_pic_delta),
             vp8_tl0_delta: u32::from(self.vp8_tl0_delta),
+            layered_from_out: None,
         });
         if self.segments.len() > MAX_SEGMENTS {
             self.segments.remove(0);
         }
+        // A new source numbers its packets afresh: the segment maps them until one is dropped.
+        self.layered = None;
         self.started = true;
         self.waiting_keyframe = false;
         self.last_src_seq = p.ext_seq;
@@ -277,7 +334,7 @@ impl Munger {
         }
         let i = self.segments.iter().rposition(|s| s.out_start <= out_ext)?;
         let s = &self.segments[i];
-        Some(Retransmit {
+        let mut r = Retransmit {
             src_ssrc: s.src_ssrc,
             src_ext_seq: s.src_start + (out_ext - s.out_start),
             out_ssrc: self.out_ssrc,
@@ -285,7 +342,24 @@ impl Munger {
             ts_delta: s.ts_delta,
             vp8_pic_delta: (s.vp8_pic_delta & 0x7fff) as u16,
             vp8_tl0_delta: s.vp8_tl0_delta as u8,
-        })
+            hole: false,
+        };
+        // Numbers handed out while packets were dropped are mapped by the window alone (the
+        // segment's arithmetic no longer holds there); once the window is gone, not at all.
+        if s.layered_from_out.is_some_and(|f| out_ext >= f) {
+            let map = self
+                .layered
+                .as_ref()
+                .filter(|_| i + 1 == self.segments.len())?;
+            match map.reverse(out_ext)? {
+                Carried::Packet { src, pic_delta } => {
+                    r.src_ext_seq = src;
+                    r.vp8_pic_delta = pic_delta;
+                }
+                Carried::Hole => r.hole = true,
+            }
+        }
+        Some(r)
     }
 
     /// Exports the munger.
@@ -307,12 +381,13 @@ impl Munger {
             vp8_last_pic: self.vp8_last.map(|(p, _)| u32::from(p)),
             vp8_last_tl0: self.vp8_last.and_then(|(_, t)| t).map(u32::from),
             last_src_seq: self.last_src_seq,
+            layered: self.layered.is_some(),
         }
     }
 
     /// Rebuilds a munger at `now`.
     pub fn restore(s: &MungerState, now: Instant) -> Self {
-        Self {
+        let mut m = Self {
             out_ssrc: s.out_ssrc,
             started: s.started,
             waiting_keyframe: s.waiting_keyframe,
@@ -337,7 +412,26 @@ impl Munger {
             vp8_last: s
                 .vp8_last_pic
                 .map(|p| ((p & 0x7fff) as u16, s.vp8_last_tl0.map(|t| t as u8))),
+            layered: None,
+        };
+        // Packets were being dropped: the last segment's arithmetic no longer holds past the
+        // last packet numbered, so what comes next starts a segment of its own there.
+        if s.layered && m.started {
+            let src_ssrc = m.src_ssrc.unwrap_or_default();
+            m.segments.push(SeqSegment {
+                src_ssrc,
+                src_start: m.last_src_seq + 1,
+                out_start: m.last_out_seq + 1,
+                ts_delta: m.ts_delta,
+                vp8_pic_delta: u32::from(m.vp8_pic_delta),
+                vp8_tl0_delta: u32::from(m.vp8_tl0_delta),
+                layered_from_out: None,
+            });
+            if m.segments.len() > MAX_SEGMENTS {
+                m.segments.remove(0);
+            }
         }
+        m
     }
 }
 
@@ -445,6 +539,52 @@ mod tests {
             r.snapshot(t0 + Duration::from_secs(5)).segments,
             snap.segments
         );
+    }
+
+    #[test]
+    fn dropped_layers_leave_no_gap_and_nacks_map_around_them() {
+        let t0 = Instant::now();
+        let mut m = Munger::new(7, 0, 0);
+        let vp8 = |seq: u64, pic: u16, key: bool| {
+            let mut p = pkt(1, seq, seq * 100, key);
+            p.vp8 = Some((pic, Some(0)));
+            p
+        };
+        // Pictures 10 (key, 2 packets), 11 (dropped), 12, 13 (dropped), 14.
+        let (a, _) = fwd(m.process(t0, &vp8(100, 10, true)));
+        fwd(m.process(t0, &vp8(101, 10, false)));
+        assert_eq!(m.drop_packet(&vp8(102, 11, false)), None);
+        let r = m.process(t0, &vp8(103, 12, false));
+        let Munged::Forward {
+            ext_seq,
+            vp8_pic_delta,
+            ..
+        } = r
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!(ext_seq, a + 2, "no gap for the dropped packet");
+        assert_eq!((12 + vp8_pic_delta) & 0x7fff, 11, "picture ids continue");
+        assert_eq!(m.drop_packet(&vp8(104, 13, false)), None);
+        // 105 lost on the way in; 106 forwarded reserves a number for it.
+        let (c, _) = fwd(m.process(t0, &vp8(106, 14, false)));
+        assert_eq!(c, a + 4);
+        // 105 comes (repaired) and belongs to picture 13: dropped, its number is a hole.
+        assert_eq!(m.drop_packet(&vp8(105, 13, false)), Some(a + 3));
+        let hole = m.reverse(a + 3).unwrap();
+        assert!(hole.hole);
+        let back = m.reverse(a + 2).unwrap();
+        assert_eq!((back.src_ext_seq, back.hole), (103, false));
+        assert_eq!(m.reverse(a + 1).unwrap().src_ext_seq, 101);
+        // Restored elsewhere: the next packet follows on, numbered from a segment of its own.
+        let mut r = Munger::restore(&m.snapshot(t0), t0);
+        let (d, _) = fwd(r.process(t0, &vp8(107, 14, false)));
+        assert_eq!(d, c + 1);
+        // A switch to another source leaves the old layered numbers unmappable, not wrong.
+        m.switch_source();
+        fwd(m.process(t0, &pkt(2, 5000, 0, true)));
+        assert_eq!(m.reverse(a + 2), None);
+        assert_eq!(m.reverse(a + 1).unwrap().src_ext_seq, 101);
     }
 
     proptest! {

@@ -2,7 +2,7 @@
 //! session runs with and the SDP answer that tells the peer so.
 //!
 //! We answer with only what we support (Opus, VP8, H.264 packetization-mode
-//! 1, NACK/RTX, PLI/FIR, REMB towards publishers), ICE-lite with host
+//! 1, VP9 and AV1 profile 0, NACK/RTX, PLI/FIR, transport-wide CC or REMB), ICE-lite with host
 //! candidates, BUNDLE and rtcp-mux required, and reject what we cannot do
 //! with a reason the HTTP layer returns as 400/422.
 
@@ -18,8 +18,8 @@ use crate::sdp::{Direction, MediaKind, MediaView, SessionDescription, Setup};
 use crate::signal::{SessionKind, SignalError};
 
 pub use ferry_rtc::sdp::extmap::{
-    EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_MID, EXT_RID, EXT_RRID, EXT_TRANSPORT_CC,
-    EXT_VIDEO_ORIENTATION,
+    EXT_ABS_SEND_TIME, EXT_AUDIO_LEVEL, EXT_DEPENDENCY_DESCRIPTOR, EXT_MID, EXT_RID, EXT_RRID,
+    EXT_TRANSPORT_CC, EXT_VIDEO_ORIENTATION,
 };
 
 const PUBLISH_EXTS: &[&str] = &[
@@ -30,12 +30,14 @@ const PUBLISH_EXTS: &[&str] = &[
     EXT_AUDIO_LEVEL,
     EXT_VIDEO_ORIENTATION,
     EXT_TRANSPORT_CC,
+    EXT_DEPENDENCY_DESCRIPTOR,
 ];
 const VIEW_EXTS: &[&str] = &[
     EXT_ABS_SEND_TIME,
     EXT_AUDIO_LEVEL,
     EXT_VIDEO_ORIENTATION,
     EXT_TRANSPORT_CC,
+    EXT_DEPENDENCY_DESCRIPTOR,
 ];
 
 /// The parameters of one m-line as negotiated.
@@ -295,7 +297,7 @@ pub fn negotiate_publish(offer: &str, p: &AnswerParams<'_>) -> Result<Negotiated
             .find_map(|m| why_unsupported(&m).map(|w| format!("m={}: {w}", m.kind.as_str())));
         return Err(unsupported(match why {
             Some(why) => format!("offer sends no supported media: {why}"),
-            None => "offer sends no supported media (Ferry takes opus, VP8 and H264 packetization-mode=1 on sendonly/sendrecv m-lines)".into(),
+            None => "offer sends no supported media (Ferry takes opus, VP8, H264 packetization-mode=1, VP9 and AV1 profile 0 on sendonly/sendrecv m-lines)".into(),
         }));
     }
     let answer = write_answer(&sdp, &media, &t, p, SessionKind::Publish);
@@ -418,6 +420,20 @@ fn why_unsupported(m: &MediaView<'_>) -> Option<String> {
                     ),
                 })
             }
+            Codec::Vp9 => {
+                let profile = m.fmtp(pt).and_then(|f| f.param("profile-id").map(str::to_owned));
+                Some(format!(
+                    "payload type {pt} is VP9 profile-id={}; Ferry takes profile 0",
+                    profile.unwrap_or_default()
+                ))
+            }
+            Codec::Av1 => {
+                let profile = m.fmtp(pt).and_then(|f| f.param("profile").map(str::to_owned));
+                Some(format!(
+                    "payload type {pt} is AV1 profile={}; Ferry takes profile 0 (Main)",
+                    profile.unwrap_or_default()
+                ))
+            }
             Codec::Vp8 => None,
         }
     })
@@ -438,6 +454,18 @@ fn codec_of(m: &MediaView<'_>, pt: u8) -> Option<Codec> {
             (fmtp.param("packetization-mode") == Some("1")).then_some(codec)
         }
         Codec::Vp8 => Some(codec),
+        // Profile 0 (8-bit 4:2:0) only: a viewer must decode what the publisher sends, and
+        // every WebRTC browser decodes profile 0.
+        Codec::Vp9 => m
+            .fmtp(pt)
+            .and_then(|f| f.param("profile-id").map(str::to_owned))
+            .is_none_or(|p| p == "0")
+            .then_some(codec),
+        Codec::Av1 => m
+            .fmtp(pt)
+            .and_then(|f| f.param("profile").map(str::to_owned))
+            .is_none_or(|p| p == "0")
+            .then_some(codec),
     }
 }
 

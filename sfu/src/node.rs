@@ -107,6 +107,10 @@ pub struct NodeConfig {
     /// Nodes a published stream is relayed to directly; the next subscriber is sent on to one
     /// of them, which relays it on (a tree of depth 2). 0: no limit.
     pub relay_fanout: usize,
+    /// Per-viewer adaptation ([`crate::adapt`]): each viewer gets the simulcast layers its link
+    /// carries. Off, every viewer gets each track's top layer whatever its link (what the node
+    /// did before; a benchmark's baseline).
+    pub adaptive: bool,
 }
 
 /// Default [`NodeConfig::relay_fanout`]: 32 relay links out of the origin (32 × 4 Mbit/s of a
@@ -138,6 +142,7 @@ impl NodeConfig {
             edge: None,
             overload: overload::OverloadConfig::default(),
             relay_fanout: RELAY_FANOUT,
+            adaptive: true,
         }
     }
 }
@@ -167,6 +172,11 @@ struct StreamEntry {
     next_rotation: Option<Instant>,
     /// What each track (by publisher m-line) offers: its layers and their rates.
     layers: Vec<crate::adapt::layers::SourceLayers>,
+    /// Dynacast: the simulcast encodings of a local publisher and whether it was told to send
+    /// them ([`Node::dynacast`]).
+    encodings: Vec<crate::adapt::layers::Encoding>,
+    /// Per track (by m-line): the dependency descriptor structure in force (AV1).
+    dd: Vec<Option<crate::codec::layers::Av1DdTracker>>,
 }
 
 impl StreamEntry {
@@ -180,6 +190,85 @@ impl StreamEntry {
         }
         let last = self.layers.len() - 1;
         &mut self.layers[line.min(last)]
+    }
+
+    /// The layers of a scalable stream's packet `pkt` of track `line`: VP9 from its payload
+    /// descriptor, AV1 from its dependency descriptor (extension id `dd_ext`), VP8 when its
+    /// payload descriptor carries temporal layers; `None` for a stream without layers.
+    fn layer_info(
+        &mut self,
+        line: usize,
+        codec: crate::codec::Codec,
+        dd_ext: Option<u8>,
+        pkt: &[u8],
+    ) -> Option<crate::codec::layers::LayerInfo> {
+        use crate::codec::{Codec, layers};
+        let h = crate::rtp::RtpHeader::parse(pkt).ok()?;
+        let payload = h.payload(pkt);
+        match codec {
+            Codec::Vp8 => {
+                crate::codec::vp8_descriptor(payload)?.temporal?;
+                layers::vp8_layer_info(payload, h.marker)
+            }
+            Codec::Vp9 => layers::vp9_layer_info(payload, h.marker),
+            Codec::Av1 => {
+                let ext = h.find_extension(pkt, dd_ext?)?;
+                if self.dd.len() <= line {
+                    self.dd.resize_with(line.min(63) + 1, || None);
+                }
+                let last = self.dd.len() - 1;
+                let tracker = self.dd[line.min(last)].get_or_insert_with(layers::Av1DdTracker::new);
+                tracker.read(ext, h.marker).ok().map(|(_, info)| info)
+            }
+            Codec::Opus | Codec::H264 => None,
+        }
+    }
+
+    /// Notes the picture sizes a keyframe of stream `ssrc` of track `line` says (VP8's frame
+    /// header, H.264's SPS, VP9's scalability structure, AV1's dependency descriptor).
+    fn note_sizes(&mut self, line: usize, codec: crate::codec::Codec, ssrc: u32, pkt: &[u8]) {
+        use crate::codec::{Codec, dims};
+        let Ok(h) = crate::rtp::RtpHeader::parse(pkt) else {
+            return;
+        };
+        let payload = h.payload(pkt);
+        let sizes = match codec {
+            Codec::Vp8 => dims::vp8_size(payload).map(|s| (s, None)),
+            Codec::H264 => dims::h264_size(payload).map(|s| (s, None)),
+            Codec::Vp9 => dims::vp9_size(payload).and_then(|l| {
+                let top = l.iter().last().map(|(_, s)| s)?;
+                Some((top, Some(l)))
+            }),
+            Codec::Av1 => {
+                let structure = self
+                    .dd
+                    .get(line)
+                    .and_then(Option::as_ref)
+                    .and_then(|t| t.structure());
+                let layers = structure.and_then(dims::dd_sizes);
+                match (layers, dims::av1_size(payload)) {
+                    (Some(l), top) => l
+                        .iter()
+                        .last()
+                        .map(|(_, s)| s)
+                        .or(top)
+                        .map(|t| (t, Some(l))),
+                    (None, Some(top)) => Some((top, None)),
+                    (None, None) => None,
+                }
+            }
+            Codec::Opus => None,
+        };
+        let Some((top, per_layer)) = sizes else {
+            return;
+        };
+        let layers = self.layers_mut(line);
+        layers.set_size(ssrc, top);
+        if let Some(l) = per_layer {
+            for (sid, size) in l.iter() {
+                layers.set_spatial_size(ssrc, sid, size);
+            }
+        }
     }
 
     fn unused(&self) -> bool {

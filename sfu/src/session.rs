@@ -58,6 +58,9 @@ pub enum Event {
     Connected(SessionId),
     /// The session ended.
     Closed(SessionId, CloseReason),
+    /// Dynacast: which of a publisher's simulcast encodings some consumer can use now, as
+    /// `(mid, rid, active)`; an SDK publisher stops encoding the inactive ones.
+    Layers(SessionId, Vec<(String, String, bool)>),
 }
 
 /// Why a session ended.

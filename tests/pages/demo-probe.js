@@ -18,11 +18,18 @@
 //   clicked (what the last `move-viewer-*` command clicked: { session, mode, target, label }),
 //   log (the page's last 30 log lines),
 //   plot (after a `snapshot` command: { t, png }, the plot as a PNG data URL; null before),
+//   adaptPlot (after `snapshot-adapt`: { t, png }, the node's-view plot), adaptation
+//   (`ferryDemo.adaptation`: the node's view of the viewer, last poll: { node, session, estimateBps,
+//   allocatedBps, congestion, preferences, height, width, heightFromNode, layers, layerHeights,
+//   playing, target,
+//   points }), quality ({ bitrate, height }: the Play panel's selects; last: `ferryDemo.quality`),
 //   room (the room panel: { status, participants: [{ id, name, mic, hand, me }], chat: [text] }).
 // Commands: `move-viewer-edge`, `move-viewer-ice-restart`, `move-viewer-reconnect` (in the
 // cluster panel's row of the viewer's session: pick the mode, click the first "move to" button;
 // an error when there is no such row or button), `record` (click "record stream"), `transcode`
-// (click "transcode 360p"), `snapshot`
+// (click "transcode 360p"), `quality-auto`, `quality-height-180`, `quality-height-360`,
+// `quality-bitrate-300000`, `quality-bitrate-1000000` (set the Play panel's select(s) like a user),
+// `snapshot-adapt` (take the node's-view plot's PNG), `snapshot`
 // (take the plot's PNG), `room-join` (the room panel's Join, room `demo-room`, name `Page`),
 // `room-mute`, `room-hand` (its buttons), `room-chat` (sends "hello from the page").
 import { params, startReporting } from './report.js';
@@ -35,6 +42,17 @@ const session = (s) => (s ? { id: s.id, node: s.node, state: s.state } : null);
 
 let clicked = null;
 let plot = null;
+let adaptPlot = null;
+
+/** Sets the Play panel's caps select `id` to `value` (and the other to automatic when `only`). */
+const pick = (values) => async () => {
+  for (const [id, value] of Object.entries(values)) {
+    const select = document.getElementById(id);
+    if (![...(select?.options ?? [])].some((o) => o.value === value)) throw new Error(`#${id} offers no ${value}`);
+    select.value = value;
+    select.dispatchEvent(new Event('change', { bubbles: true }));
+  }
+};
 
 /** Picks `mode` in the viewer session's row of the cluster panel and clicks its move button. */
 const moveViewer = (mode) => async () => {
@@ -117,6 +135,13 @@ addEventListener('load', () => {
         clicked,
         log: demo?.log.slice(-30) ?? [],
         plot,
+        adaptPlot,
+        adaptation: demo?.adaptation ?? null,
+        quality: {
+          bitrate: document.getElementById('quality-bitrate')?.value ?? null,
+          height: document.getElementById('quality-height')?.value ?? null,
+          last: demo?.quality ?? null,
+        },
         room: {
           status: text('#room-status'),
           participants: [...document.querySelectorAll('#participants tr[data-participant]')].map((row) => ({
@@ -154,6 +179,15 @@ addEventListener('load', () => {
       'room-chat': async () => {
         document.getElementById('chat-text').value = 'hello from the page';
         document.getElementById('chat-form').requestSubmit();
+      },
+      'quality-auto': pick({ 'quality-bitrate': '', 'quality-height': '' }),
+      'quality-height-180': pick({ 'quality-height': '180' }),
+      'quality-height-360': pick({ 'quality-height': '360' }),
+      'quality-bitrate-300000': pick({ 'quality-bitrate': '300000' }),
+      'quality-bitrate-1000000': pick({ 'quality-bitrate': '1000000' }),
+      'snapshot-adapt': async () => {
+        if (typeof window.ferryDemo?.adaptPlotPng !== 'function') throw new Error('the page has no ferryDemo.adaptPlotPng');
+        adaptPlot = { t: Math.round(performance.now()), png: window.ferryDemo.adaptPlotPng() };
       },
       snapshot: async () => {
         if (typeof window.ferryDemo?.plotPng !== 'function') throw new Error('the page has no ferryDemo.plotPng');

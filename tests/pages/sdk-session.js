@@ -25,7 +25,7 @@ export class Watch {
     for (const e of session.history) {
       this.log.push({ t: Math.round(e.at), wall: Math.round(performance.timeOrigin + e.at), ...e });
     }
-    for (const name of ['state', 'migrated', 'reconnecting', 'reconnected', 'degraded', 'relay-moved', 'error']) {
+    for (const name of ['state', 'migrated', 'reconnecting', 'reconnected', 'degraded', 'relay-moved', 'dynacast', 'error']) {
       session.on(name, (e) => {
         this.log.push({ t: Math.round(performance.now()), wall: Date.now(), ...e });
         if (this.log.length > 200) this.log.shift();
@@ -79,7 +79,10 @@ export class Watch {
       sdk: this.log,
       migrated: this.log.filter((e) => e.event === 'migrated'),
       reconnected: this.log.filter((e) => e.event === 'reconnected'),
+      dynacast: this.log.filter((e) => e.event === 'dynacast'),
       sdkErrors: this.log.filter((e) => e.event === 'error'),
+      quality: this.session.quality ?? null,
+      videoPaused: this.session.videoPaused ?? null,
       totals,
       ...current,
     };

@@ -7,7 +7,8 @@
 //! feedback and forwards each the layer that fits: C plays a lower layer smoothly (≥ 12 fps
 //! decoded, ≤ 1 freeze over a 12 s window, its bitrate within the limit) while B keeps the top
 //! layer; once the shaping is lifted, C climbs back to the top layer within 15 s. For VP8 and
-//! for H.264.
+//! H.264 simulcast, and for VP9 SVC (`L3T3_KEY`: one stream of three spatial and three temporal
+//! layers, of which the node forwards each viewer its own).
 
 use std::time::{Duration, Instant};
 
@@ -29,12 +30,18 @@ fn height(r: &Value) -> f64 {
     num(r, "/inbound/video/frameHeight")
 }
 
-/// The height of the publisher's top encoding now (its encoder may scale it down when the
-/// machine is busy: the top layer is what it sends, not what was asked).
+/// The height of the publisher's top layer now (its encoder may scale it down when the
+/// machine is busy: the top layer is what it sends, not what was asked): simulcast's `f`
+/// encoding, or an SVC stream's top spatial layer.
 fn top_height(reports: &Reports) -> f64 {
-    reports
-        .get("A")
-        .map_or(0.0, |a| num(a, "/outboundLayers/f/frameHeight"))
+    reports.get("A").map_or(0.0, |a| {
+        let f = num(a, "/outboundLayers/f/frameHeight");
+        if f > 0.0 {
+            f
+        } else {
+            num(a, "/outbound/video/frameHeight")
+        }
+    })
 }
 
 fn show(reports: &Reports, id: &str) -> String {
@@ -69,7 +76,8 @@ fn view_of(node: &FerryNode, reports: &Reports, id: &str) -> Result<Value> {
     Ok(serde_json::from_str(&r.body)?)
 }
 
-async fn run(codec: &str, mime: &str) -> Result<()> {
+/// `layering`: the publisher's query pair, `("simulcast", "1")` or `("scalability", MODE)`.
+async fn run(codec: &str, mime: &str, layering: (&str, &str)) -> Result<()> {
     let ns = Netns::create()?;
     let node = FerryNode::spawn_at(&ns.host_ip, &[])?;
     let collector = Collector::start_at(&ns.host_ip)?;
@@ -92,7 +100,7 @@ async fn run(codec: &str, mime: &str) -> Result<()> {
             ("audio", "1"),
             ("id", "A"),
             ("token", token),
-            ("simulcast", "1"),
+            layering,
             ("width", "960"),
             ("height", "540"),
         ],
@@ -241,7 +249,14 @@ async fn run(codec: &str, mime: &str) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shaped_viewer_plays_a_lower_simulcast_layer_and_climbs_back_vp8_then_h264() -> Result<()>
 {
-    run("vp8", "video/VP8").await?;
-    run("h264", "video/H264").await?;
+    run("vp8", "video/VP8", ("simulcast", "1")).await?;
+    run("h264", "video/H264", ("simulcast", "1")).await?;
     Ok(())
+}
+
+/// The same with one VP9 SVC stream (three spatial, three temporal layers, K-SVC): the node
+/// forwards the shaped viewer its lower spatial layer only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_vp9() -> Result<()> {
+    run("vp9", "video/VP9", ("scalability", "L3T3_KEY")).await
 }

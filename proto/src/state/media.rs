@@ -82,6 +82,10 @@ pub struct SeqSegment {
     /// VP8 TL0PICIDX delta of the segment.
     #[prost(uint32, tag = "6")]
     pub vp8_tl0_delta: u32,
+    /// From this outgoing number on, packets of the segment were numbered around dropped ones
+    /// (layers the viewer did not get): not by the segment's arithmetic.
+    #[prost(uint64, optional, tag = "7")]
+    pub layered_from_out: Option<u64>,
 }
 
 /// A subscriber's munger: maps the source's (SSRC, seq, ts) onto one
@@ -130,6 +134,10 @@ pub struct MungerState {
     /// Highest source extended sequence number forwarded in the current segment.
     #[prost(uint64, tag = "14")]
     pub last_src_seq: u64,
+    /// Packets of the source were being dropped (layers the viewer does not get): the next
+    /// packet starts a segment of its own after `last_src_seq`.
+    #[prost(bool, tag = "15")]
+    pub layered: bool,
 }
 
 /// The last sender report received on a stream (its NTP↔RTP mapping).
@@ -244,4 +252,45 @@ pub struct OutgoingStreamState {
     /// How much longer it may not go up a layer (it went down lately), in ms.
     #[prost(uint64, optional, tag = "9")]
     pub held_for_ms: Option<u64>,
+    /// The layers it gets of a scalable (SVC) source.
+    #[prost(message, optional, tag = "10")]
+    pub svc: Option<SvcSelectorState>,
+    /// The highest temporal layer it takes (its frame-rate cap).
+    #[prost(uint32, optional, tag = "11")]
+    pub temporal_cap: Option<u32>,
+}
+
+/// A viewer's layer selector for a scalable source (`ferry_rtc::codec::layers`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SvcSelectorState {
+    /// K-SVC (one spatial layer between key pictures), else full SVC.
+    #[prost(bool, tag = "1")]
+    pub ksvc: bool,
+    /// Target spatial layer.
+    #[prost(uint32, tag = "2")]
+    pub target_spatial: u32,
+    /// Target temporal layer.
+    #[prost(uint32, tag = "3")]
+    pub target_temporal: u32,
+    /// Layers forwarded now: spatial << 8 | temporal.
+    #[prost(uint32, optional, tag = "4")]
+    pub current: Option<u32>,
+    /// Highest spatial layer the stream showed.
+    #[prost(uint32, tag = "5")]
+    pub max_spatial_seen: u32,
+    /// Highest temporal layer the stream showed.
+    #[prost(uint32, tag = "6")]
+    pub max_temporal_seen: u32,
+    /// Last picture id seen.
+    #[prost(uint32, optional, tag = "7")]
+    pub last_picture: Option<u32>,
+    /// Dependency descriptor: the structure in force (its fingerprint).
+    #[prost(uint32, optional, tag = "8")]
+    pub dd_structure: Option<u32>,
+    /// Dependency descriptor: the chosen decode target.
+    #[prost(uint32, optional, tag = "9")]
+    pub dd_target: Option<u32>,
+    /// Dependency descriptor: chains intact (bitmask).
+    #[prost(uint32, tag = "10")]
+    pub dd_chains_intact: u32,
 }

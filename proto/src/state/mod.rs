@@ -229,6 +229,18 @@ pub struct ViewerAdaptState {
     /// Bytes of those.
     #[prost(uint64, tag = "5")]
     pub probe_bytes: u64,
+    /// The viewer's cap on the picture height (pixels).
+    #[prost(uint32, optional, tag = "6")]
+    pub max_height: Option<u32>,
+    /// Its cap on the picture width (pixels).
+    #[prost(uint32, optional, tag = "7")]
+    pub max_width: Option<u32>,
+    /// Its cap on the frame rate.
+    #[prost(uint32, optional, tag = "8")]
+    pub max_fps: Option<u32>,
+    /// Its cap on the rate it is sent (bit/s).
+    #[prost(uint64, optional, tag = "9")]
+    pub max_bitrate: Option<u64>,
 }
 
 /// A change to a session's state after its snapshot was taken, streamed to

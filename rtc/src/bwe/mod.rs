@@ -209,6 +209,8 @@ pub struct BandwidthEstimator {
     estimate: u64,
     congestion: Congestion,
     scratch: Vec<Acked>,
+    /// Until then, overuse does not decrease the estimate (a switch up's keyframe burst).
+    burst_until: Option<Instant>,
 }
 
 impl BandwidthEstimator {
@@ -232,9 +234,21 @@ impl BandwidthEstimator {
             estimate: 0,
             congestion: Congestion::Normal,
             scratch: Vec::new(),
+            burst_until: None,
         };
         bwe.refresh();
         bwe
+    }
+
+    /// The sender is about to send a burst above the estimate it was given on purpose (the
+    /// allocator switched a viewer up a layer a probe showed room for, and the new layer
+    /// starts with a keyframe): the queue that burst builds is not taken as congestion for an
+    /// RTT plus `hold`. The decrease is measured against the acknowledged rate, which still
+    /// shows the old layer: without this, every switch up would undo itself. Overuse that
+    /// lasts decreases once the hold is over.
+    pub fn expect_burst(&mut self, now: Instant, hold: Duration) {
+        let until = now.checked_add(self.rtt_or_default() + hold.min(MAX_CONFIG_DURATION));
+        self.burst_until = until.max(self.burst_until);
     }
 
     fn limits(&self) -> ProbeLimits {
@@ -364,6 +378,9 @@ impl BandwidthEstimator {
             return;
         }
         if usage == Usage::Overusing {
+            if self.burst_until.is_some_and(|t| now < t) {
+                return;
+            }
             if self.prober.guards(now, self.rtt_or_default()) {
                 // The probe's own queue (the probe was failed above); see
                 // `Prober::guards`. Overuse that persists decreases after.

@@ -492,6 +492,8 @@ impl FrameAssembler {
                 data.extend_from_slice(&first.payload);
                 true
             }
+            // Ferry's own peers assemble only what they send.
+            Codec::Vp9 | Codec::Av1 => return None,
             Codec::Vp8 => {
                 if !first.kind.may_start || pkts().skip(1).any(|p| p.kind.may_start) {
                     return None;
@@ -613,6 +615,7 @@ mod tests {
                     Codec::Vp8 => vp8_frame(i, key, len),
                     Codec::H264 => h264_au(i, key, len),
                     Codec::Opus => (0..60 + i % 40).map(|b| (b + i) as u8).collect(),
+                    Codec::Vp9 | Codec::Av1 => unreachable!("not packetized here"),
                 };
                 packetize(codec, &data, i as u16, 1000, &mut out).unwrap();
                 Sent {

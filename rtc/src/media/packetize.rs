@@ -22,6 +22,10 @@ pub enum PacketizeError {
     /// The payload budget cannot hold the codec's headers and one byte of data.
     #[error("payload budget of {0} bytes is too small")]
     BudgetTooSmall(usize),
+    /// A codec this packetizer does not carry (VP9 and AV1 are forwarded by the node, not
+    /// sent by Ferry's own peers).
+    #[error("{0} frames cannot be packetized here")]
+    UnsupportedCodec(&'static str),
     /// An H.264 access unit without a start code or with only empty NAL units.
     #[error("no NAL unit in the access unit")]
     NoNalUnits,
@@ -117,6 +121,7 @@ pub fn packetize(
         Codec::Vp8 => packetize_vp8(frame, picture_id, max_payload, out),
         Codec::H264 => packetize_h264(frame, max_payload, out),
         Codec::Opus => packetize_opus(frame, max_payload, out),
+        Codec::Vp9 | Codec::Av1 => Err(PacketizeError::UnsupportedCodec(codec.encoding_name())),
     }
 }
 

@@ -51,6 +51,7 @@ impl Kind {
             Codec::Opus => Kind::BAD,
             Codec::Vp8 => Self::vp8(p).unwrap_or(Kind::BAD),
             Codec::H264 => Self::h264(p).unwrap_or(Kind::BAD),
+            Codec::Vp9 | Codec::Av1 => Kind::BAD,
         }
     }
 

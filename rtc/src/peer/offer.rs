@@ -241,7 +241,7 @@ impl OfferPlan {
                     }
                     let _ = write!(s, "a=fmtp:{pt} minptime=10;useinbandfec=1\r\n");
                 }
-                Codec::Vp8 | Codec::H264 => {
+                Codec::Vp8 | Codec::H264 | Codec::Vp9 | Codec::Av1 => {
                     let _ = write!(s, "a=rtpmap:{pt} {}/90000\r\n", codec.encoding_name());
                     let fbs = ["goog-remb", "transport-cc", "ccm fir", "nack", "nack pli"];
                     for fb in fbs.into_iter().filter(|&fb| twcc || fb != "transport-cc") {
@@ -352,7 +352,10 @@ pub(super) fn lines_for_offer(offer: &str, rtx: bool) -> Result<Vec<OfferLine>, 
             .filter(|_| media)
             .filter_map(|pt| {
                 let codec = Codec::from_encoding_name(&m.rtpmap(pt)?.encoding)?;
-                (codec.is_video() == video).then(|| (codec, pt, m.rtx_for(pt).filter(|_| rtx)))
+                // The peer plays what it can assemble: Opus, VP8 and H.264.
+                let playable = matches!(codec, Codec::Opus | Codec::Vp8 | Codec::H264);
+                (playable && codec.is_video() == video)
+                    .then(|| (codec, pt, m.rtx_for(pt).filter(|_| rtx)))
             })
             .collect();
         lines.push(OfferLine {

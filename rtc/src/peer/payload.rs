@@ -86,6 +86,7 @@ pub fn read_stamp(codec: Codec, payload: &[u8]) -> Option<Stamp> {
                     0
                 }
         }
+        Codec::Vp9 | Codec::Av1 => return None,
         Codec::H264 => match payload.first()? & 0x1f {
             NAL_STAP_A => return stap_a_sei(payload),
             NAL_FU_A => 2,
@@ -123,6 +124,10 @@ pub fn is_frame_start(codec: Codec, payload: &[u8]) -> bool {
                 .is_some_and(|fu| fu & 0x80 != 0 && fu & 0x1f != NAL_IDR),
             _ => false,
         },
+        Codec::Vp9 => crate::codec::vp9::Vp9Descriptor::parse(payload)
+            .is_ok_and(|d| d.start_of_frame && d.spatial() == 0),
+        // The first OBU element is not the continuation of a fragment.
+        Codec::Av1 => payload.first().is_some_and(|agg| agg & 0x80 == 0),
     }
 }
 
@@ -150,6 +155,8 @@ pub(super) fn packetize(codec: Codec, f: &FrameSpec, max_payload: usize) -> Vec<
         }
         Codec::Vp8 => vp8(f, max_payload),
         Codec::H264 => h264(f, max_payload),
+        // The synthetic source publishes VP8 or H.264 (`PeerRole::Publisher`).
+        Codec::Vp9 | Codec::Av1 => Vec::new(),
     }
 }
 

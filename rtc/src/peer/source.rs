@@ -87,7 +87,8 @@ impl RtpSource {
             let pt = match video {
                 Codec::Vp8 => Some(PT_VP8),
                 Codec::H264 => Some(PT_H264),
-                Codec::Opus => None,
+                // Publishes VP8 or H.264 only: no video for the others.
+                Codec::Opus | Codec::Vp9 | Codec::Av1 => None,
             };
             if let Some(pt) = pt {
                 let ext = Extensions {

@@ -11,6 +11,10 @@ pub const EXT_ABS_SEND_TIME: &str = "http://www.webrtc.org/experiments/rtp-hdrex
 /// Transport-wide sequence number (transport-wide congestion control feedback, [`crate::twcc`]).
 pub const EXT_TRANSPORT_CC: &str =
     "http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01";
+/// AV1's dependency descriptor (the AV1 RTP specification, appendix A): the layers of each
+/// frame, read by the node to give a viewer some of them ([`crate::codec::av1`]).
+pub const EXT_DEPENDENCY_DESCRIPTOR: &str =
+    "https://aomediacodec.github.io/av1-rtp-spec/#dependency-descriptor-rtp-header-extension";
 /// RFC 6464 audio level.
 pub const EXT_AUDIO_LEVEL: &str = "urn:ietf:params:rtp-hdrext:ssrc-audio-level";
 /// 3GPP coordination of video orientation.

@@ -5,7 +5,9 @@
 import { test, beforeEach, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { FerryClient } from '../ferry.js';
+import { FerryClient, SIMULCAST, normalizeQuality } from '../ferry.js';
+import { activeEncodings } from '../events.js';
+import { linkTarget } from '../transport.js';
 
 // ---- fakes -------------------------------------------------------------------------------------
 
@@ -61,17 +63,20 @@ class FakePC extends EventTarget {
     const t = {
       mid: String(this.transceivers.length),
       direction: init.direction,
+      init,
       receiver: {
         track: new FakeTrack(kind),
         getStats: async () => new Map([['in', { type: 'inbound-rtp', kind, framesDecoded: pc.framesDecoded }]]),
       },
       sender: {
         track: typeof trackOrKind === 'string' ? null : trackOrKind,
-        params: { encodings: [{ active: true }] },
+        params: { encodings: init.sendEncodings?.map((e) => ({ active: true, ...e })) ?? [{ active: true }] },
+        sets: 0,
         getParameters() {
           return structuredClone(this.params);
         },
         async setParameters(p) {
+          this.sets += 1;
           this.params = p;
         },
       },
@@ -170,7 +175,7 @@ let route = () => new Response('no route', { status: 500 });
 let reported = [];
 
 function respond(status, body = '', headers = {}, url = undefined) {
-  const r = new Response(body, { status, headers });
+  const r = new Response(status === 204 ? null : body, { status, headers });
   if (url) Object.defineProperty(r, 'url', { value: url });
   return r;
 }
@@ -596,6 +601,239 @@ test('relay only: one relay at a time, and the next backup after the path is los
   assert.ok(requests.some((q) => q.method === 'PATCH'), 'an ICE restart');
   assert.deepEqual(pc.config.iceServers.map((s) => s.urls[0]), ['turn:10.0.0.8:3478?transport=udp']);
   assert.equal(posts().filter((r) => r.url.endsWith('/v1/turn/credentials')).length, 1, 'from the cached list');
+  route = () => respond(200);
+  await session.close();
+});
+
+// ---- caps, pause, dynacast ------------------------------------------------------------------
+
+const LAYER_REL = 'urn:ietf:params:whep:ext:core:layer';
+
+/** A 201 as a node sends it to a viewer: the events and the layer `Link`s (two headers). */
+const createdWithLinks = (node, session, ticket, layerPath = 'layer') => (req) => {
+  const location = `http://${node}/whep/cam/${session}`;
+  return respond(
+    201,
+    ANSWER,
+    [
+      ['Location', location],
+      ['Ferry-Session', session],
+      ['Ferry-Node', node],
+      ['Ferry-Ticket', ticket],
+      ['Link', `<${location}/events>; rel="urn:ietf:params:whep:ext:core:server-sent-events"; events="migrate,ticket,end"`],
+      ['Link', `<${location}/${layerPath}>; rel="${LAYER_REL}"`],
+    ],
+    `http://${node}${new URL(req.url).pathname}`,
+  );
+};
+
+test('Link headers: the layer rel is found among several, commas in quoted parameters included', () => {
+  const header =
+    '<turn:10.0.0.1:3478>; rel="ice-server"; username="u,1", ' +
+    '</whep/cam/s1/events>; rel="urn:ietf:params:whep:ext:core:server-sent-events"; events="migrate,ticket,end", ' +
+    `<layer>; rel=${LAYER_REL}`;
+  assert.equal(linkTarget(header, LAYER_REL, 'http://n:1/whep/cam/s1/'), 'http://n:1/whep/cam/s1/layer');
+  assert.equal(
+    linkTarget(header, 'urn:ietf:params:whep:ext:core:server-sent-events', 'http://n:1/x'),
+    'http://n:1/whep/cam/s1/events',
+  );
+  assert.equal(linkTarget(header, 'other', 'http://n:1/'), null);
+  assert.equal(linkTarget(null, LAYER_REL, 'http://n:1/'), null);
+});
+
+test('caps are checked against the node\'s ranges before anything is sent', () => {
+  assert.deepEqual(normalizeQuality(null), {});
+  assert.deepEqual(normalizeQuality({ maxHeight: 180, maxBitrate: undefined, maxFps: null }), { maxHeight: 180 });
+  assert.throws(() => normalizeQuality({ maxHeigth: 180 }), TypeError);
+  assert.throws(() => normalizeQuality({ maxHeight: 0 }), RangeError);
+  assert.throws(() => normalizeQuality({ maxHeight: 180.5 }), TypeError);
+  assert.throws(() => normalizeQuality({ maxBitrate: 9_999 }), RangeError);
+  assert.throws(() => normalizeQuality({ maxFps: '30' }), TypeError);
+  assert.throws(() => normalizeQuality([1]), TypeError);
+  assert.deepEqual(activeEncodings('{"encodings":[{"mid":"1","rid":"f","active":false},{"rid":3},{"rid":"q","active":"no"}]}'), [
+    { mid: '1', rid: 'f', active: false },
+  ]);
+  assert.deepEqual(activeEncodings('not json'), []);
+});
+
+test('setQuality: caps to the layer URL of the answer, refusals reject, and a reconnect migration gets them before its media', async () => {
+  let layerStatus = 204;
+  let answer = createdWithLinks('node-a', 's1', 't1', 'caps');
+  route = (req) => (req.url.includes('/caps') || req.url.endsWith('/layer') ? respond(layerStatus, layerStatus === 204 ? '' : 'bad layer request: nope') : answer(req));
+  const client = new FerryClient({ baseUrl: 'http://gw', token: 'secret' });
+  const playing = client.play('cam');
+  await until(() => FakePC.all[0]?.remoteDescription, 'the answer');
+  FakePC.all[0].set('connected', 'connected');
+  const session = await within(playing, 'connected');
+  assert.equal(session.quality, null);
+  assert.equal(requests.filter((r) => r.url.includes('/caps')).length, 0, 'no caps until the app sets some');
+
+  await session.setQuality({ maxHeight: 180, maxBitrate: 300_000 });
+  const caps = () => requests.filter((r) => r.url.includes('/caps') || r.url.endsWith('/layer'));
+  const [first] = caps();
+  assert.equal(first.url, 'http://node-a/whep/cam/s1/caps', 'the URL the Link named');
+  assert.equal(first.method, 'POST');
+  assert.equal(first.headers['Content-Type'], 'application/json');
+  assert.equal(first.headers.Authorization, 'Bearer secret');
+  assert.deepEqual(JSON.parse(first.body), { maxHeight: 180, maxBitrate: 300_000 });
+  assert.deepEqual(session.quality, { maxHeight: 180, maxBitrate: 300_000 });
+  assert.deepEqual((await session.stats()).quality, { maxHeight: 180, maxBitrate: 300_000 });
+
+  // Bad values never leave; a refusal rejects with the status; publishers have no caps.
+  await assert.rejects(session.setQuality({ maxHeight: -1 }), RangeError);
+  layerStatus = 400;
+  await assert.rejects(session.setQuality({ maxHeight: 360 }), (err) => err.status === 400 && /bad layer request/.test(err.message));
+  layerStatus = 204;
+  await session.setQuality({ maxHeight: 180 });
+  assert.equal(caps().length, 3);
+
+  // A reconnect migration: a new session on node-b, told the caps as soon as it answered (before
+  // the new transport's first frame), and not again once it carries the media.
+  answer = createdWithLinks('node-b', 's1', 't2');
+  const migrated = new Promise((resolve) => session.on('migrated', resolve));
+  FakeEventSource.all.at(-1).send('migrate', {
+    mode: 'reconnect', from: 'node-a', target: 'node-b', location: 'http://node-b/whep/cam', ticket: 'mig', epoch: 2,
+  });
+  await until(() => caps().length === 4, 'the caps to node-b');
+  assert.equal(caps()[3].url, 'http://node-b/whep/cam/s1/layer');
+  assert.deepEqual(JSON.parse(caps()[3].body), { maxHeight: 180 });
+  assert.equal(session.pc, FakePC.all[0], 'sent before the switch');
+  FakePC.all[1].framesDecoded = 1;
+  await within(migrated, 'migrated');
+  await sleep(30);
+  assert.equal(caps().length, 4, 'once per node');
+
+  // An edge migration: the session's URL changes, the caps follow (the node would carry them,
+  // but the SDK cannot know the move kept them).
+  FakeEventSource.all.at(-1).send('migrate', {
+    mode: 'edge', from: 'node-b', target: 'node-c', location: 'http://node-c/whep/cam/s1', epoch: 3,
+  });
+  await until(() => caps().length === 5, 'the caps to node-c');
+  assert.equal(caps()[4].url, 'http://node-c/whep/cam/s1/layer');
+
+  // Automatic again: {} (also after the next move).
+  await session.setQuality(null);
+  assert.deepEqual(JSON.parse(caps()[5].body), {});
+  assert.deepEqual(session.quality, {});
+
+  const publishing = client.publish('cam2', new FakeMediaStream([new FakeTrack('video')]));
+  await until(() => FakePC.all.at(-1).remoteDescription && FakePC.all.length === 3, 'the publisher\'s answer');
+  FakePC.all.at(-1).set('connected', 'connected');
+  const publisher = await within(publishing, 'the publisher');
+  await assert.rejects(publisher.setQuality({ maxHeight: 180 }), TypeError);
+  await assert.rejects(publisher.pauseVideo(), TypeError);
+  route = () => respond(200);
+  await publisher.close();
+  await session.close();
+  await assert.rejects(session.setQuality({}), /ended/);
+});
+
+test('play({ quality }): the first session gets its caps with its answer', async () => {
+  route = (req) => (req.url.endsWith('/layer') ? respond(204) : created('node-a', 's3', 't1')(req));
+  const client = new FerryClient({ baseUrl: 'http://gw' });
+  const playing = client.play('cam', { quality: { maxWidth: 320 } });
+  await until(() => requests.some((r) => r.url.endsWith('/layer')), 'the caps');
+  const caps = requests.find((r) => r.url.endsWith('/layer'));
+  assert.equal(caps.url, 'http://node-a/whep/cam/s3/layer', 'without a Link: {location}/layer');
+  assert.deepEqual(JSON.parse(caps.body), { maxWidth: 320 });
+  FakePC.all[0].set('connected', 'connected');
+  await within(playing, 'connected');
+  assert.equal(requests.filter((r) => r.url.endsWith('/layer')).length, 1);
+  await assert.rejects(client.play('cam', { quality: { maxWidth: 0 } }), RangeError);
+});
+
+test('pauseVideo: the node stops video, kept across an ICE-restart migration (video asked for until its first frame)', async () => {
+  route = (req) => {
+    if (req.url.endsWith('/video')) return respond(204);
+    if (req.method === 'PATCH') {
+      return respond(200, 'a=ice-ufrag:nu\r\na=ice-pwd:npwd\r\na=candidate:1 1 udp 1 10.0.0.2 5000 typ host\r\n');
+    }
+    return created('node-a', 's4', 't1')(req);
+  };
+  const client = new FerryClient({ baseUrl: 'http://gw' });
+  const playing = client.play('cam');
+  await until(() => FakePC.all[0]?.remoteDescription, 'the answer');
+  const pc = FakePC.all[0];
+  pc.set('connected', 'connected');
+  const session = await within(playing, 'connected');
+  pc.framesDecoded = 10;
+  await sleep(50);
+  const video = () => requests.filter((r) => r.url.endsWith('/video')).map((r) => [r.url, JSON.parse(r.body).enabled]);
+  await session.pauseVideo();
+  assert.equal(session.videoPaused, true);
+  assert.deepEqual(video(), [['http://node-a/whep/cam/s4/video', false]]);
+  await session.pauseVideo();
+  assert.equal(video().length, 1, 'nothing new to say');
+
+  // The session moves by an ICE restart with its pause: the machine waits for a frame, so video
+  // is asked for at the target until one came, then paused again.
+  const migrated = new Promise((resolve) => session.on('migrated', resolve));
+  pc.pair = { id: 'CP2', address: '10.0.0.2', port: 5000, responses: 1 };
+  FakeEventSource.all.at(-1).send('migrate', {
+    mode: 'ice-restart', from: 'node-a', target: 'node-b', location: 'http://node-b/whep/cam/s4', epoch: 2,
+  });
+  await until(() => video().length === 2, 'video asked for at the target');
+  assert.deepEqual(video()[1], ['http://node-b/whep/cam/s4/video', true]);
+  pc.framesDecoded = 11;
+  await within(migrated, 'migrated');
+  await until(() => video().length === 3, 'paused again');
+  assert.deepEqual(video()[2], ['http://node-b/whep/cam/s4/video', false]);
+  assert.equal(session.state, 'connected');
+
+  await session.resumeVideo();
+  assert.deepEqual(video()[3], ['http://node-b/whep/cam/s4/video', true]);
+  assert.equal((await session.stats()).videoPaused, false);
+  route = () => respond(200);
+  await session.close();
+});
+
+test('dynacast: a simulcast publisher stops encoding what the node says nobody uses, and starts again', async () => {
+  route = (req) => respond(201, ANSWER, { Location: 'http://node-a/whip/cam/p1', 'Ferry-Node': 'node-a' }, 'http://node-a/whip/cam');
+  const media = new FakeMediaStream([new FakeTrack('audio'), new FakeTrack('video')]);
+  const client = new FerryClient({ baseUrl: 'http://gw' });
+  await assert.rejects(client.publish('cam', media, { simulcast: [{ rid: 'a' }, { rid: 'a' }] }), TypeError);
+  const publishing = client.publish('cam', media, { simulcast: true, config: { badSamples: 1 } });
+  await until(() => FakePC.all[0]?.remoteDescription, 'the answer');
+  const pc = FakePC.all[0];
+  const sender = pc.transceivers.find((t) => t.receiver.track.kind === 'video').sender;
+  assert.deepEqual(pc.transceivers.find((t) => t.receiver.track.kind === 'video').init.sendEncodings.map((e) => [e.rid, e.scaleResolutionDownBy]), [
+    ['q', 4],
+    ['h', 2],
+    ['f', 1],
+  ]);
+  assert.deepEqual(pc.transceivers.find((t) => t.receiver.track.kind === 'audio').init.sendEncodings, undefined);
+  assert.equal(SIMULCAST.length, 3);
+  pc.set('connected', 'connected');
+  const session = await within(publishing, 'connected');
+  const active = () => Object.fromEntries(sender.params.encodings.map((e) => [e.rid, e.active]));
+  const events = [];
+  session.on('dynacast', (e) => events.push(e));
+  const es = FakeEventSource.all.at(-1);
+  es.send('active', { encodings: [{ mid: '1', rid: 'q', active: true }, { mid: '1', rid: 'h', active: true }, { mid: '1', rid: 'f', active: false }] });
+  await until(() => active().f === false, 'f off');
+  assert.deepEqual(active(), { q: true, h: true, f: false });
+  assert.equal(events.length, 1);
+  assert.deepEqual(events[0].encodings.map((e) => [e.rid, e.active]), [['q', true], ['h', true], ['f', false]]);
+  assert.deepEqual((await session.stats()).inactiveEncodings, ['f']);
+  const sets = sender.sets;
+  es.send('active', { encodings: [{ mid: '1', rid: 'f', active: false }] });
+  await sleep(20);
+  assert.equal(sender.sets, sets, 'no change, no setParameters');
+  es.send('active', { encodings: [{ mid: '1', rid: 'f', active: true }] });
+  await until(() => active().f === true, 'f back on');
+
+  // Degraded: everything off; back: what dynacast wants.
+  es.send('active', { encodings: [{ mid: '1', rid: 'f', active: false }] });
+  await until(() => active().f === false, 'f off again');
+  pc.outgoing = 10_000;
+  await until(() => session.state === 'degraded', 'degraded', 4000);
+  await until(() => Object.values(active()).every((a) => a === false), 'all off');
+
+  // An edge move to another node: every encoding on again (that node has not seen f: it could
+  // never ask for it back) — once video is back.
+  es.send('migrate', { mode: 'edge', from: 'node-a', target: 'node-b', location: 'http://node-b/whip/cam/p1', epoch: 2 });
+  await until(() => FakeEventSource.all.at(-1).url === 'http://node-b/whip/cam/p1/events', 'following node-b');
+  assert.deepEqual((await session.stats()).inactiveEncodings, []);
   route = () => respond(200);
   await session.close();
 });

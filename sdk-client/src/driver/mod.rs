@@ -18,6 +18,7 @@ use crate::fsm::{Command, Endpoint, Event, Input, Kind, LossCause, Machine, Stat
 use crate::relay::{Gathered, IceServer, Relay, RelayError, RelaySetup, RelayStats};
 use crate::signalling::{self, Created, PostRequest, Refusal, SessionEvent};
 
+mod quality;
 mod relay;
 mod transport;
 
@@ -62,6 +63,13 @@ pub(crate) enum Msg {
     Detach(oneshot::Sender<()>),
     /// Benchmarks: start a new window for the current transport's largest arrival gap.
     ResetGaps,
+    /// Play: new caps, answered once the node serving the session took them.
+    SetQuality(
+        crate::client::Quality,
+        oneshot::Sender<Result<(), crate::client::SdkError>>,
+    ),
+    /// Caps sent again after a move were not taken.
+    QualityFailed(crate::client::SdkError),
 }
 
 /// A snapshot of a session.
@@ -102,6 +110,8 @@ pub(crate) struct Shared {
     pub keyframe_wanted: bool,
     /// Why the session could not use a relay (`relay_only`: why it could not connect).
     pub relay_error: Option<RelayError>,
+    /// Play: the caps asked for last.
+    pub quality: Option<crate::client::Quality>,
 }
 
 /// How the session's media is made.
@@ -160,6 +170,8 @@ pub(crate) struct Driver {
     relay_cache: Option<(Vec<IceServer>, Instant)>,
     /// Who relay credentials are asked for.
     relay_user: String,
+    /// Play: the caps, and which session URLs have them.
+    caps: quality::Caps,
 }
 
 fn is_down(state: State) -> bool {
@@ -188,6 +200,7 @@ impl Driver {
             parameter_sets: crate::h264::ParameterSets::default(),
             relay_cache: None,
             relay_user: String::new(),
+            caps: quality::Caps::default(),
         }
     }
 
@@ -204,6 +217,7 @@ impl Driver {
                 return;
             }
             self.commands().await;
+            self.sync_quality();
             self.flush();
             if is_down(self.s.machine.state()) {
                 if let Some(done) = self.closing.take() {
@@ -236,6 +250,9 @@ impl Driver {
             }
             Msg::Close(r) | Msg::Detach(r) => {
                 let _ = r.send(());
+            }
+            Msg::SetQuality(_, r) => {
+                let _ = r.send(Err(crate::client::SdkError::Closed));
             }
             _ => {}
         }
@@ -362,6 +379,8 @@ impl Driver {
                     tr.peer.reset_arrival_gaps();
                 }
             }
+            Msg::SetQuality(q, r) => self.set_quality(q, r),
+            Msg::QualityFailed(e) => self.quality_failed(e),
         }
     }
 
@@ -542,11 +561,13 @@ impl Driver {
 
     fn posted(&mut self, t: u32, result: Result<Created, Refusal>) {
         let now = Instant::now();
+        let mut layer = None;
         let input = match result {
             Ok(c) => match self.transports.get_mut(&t) {
                 Some(tr) => match tr.peer.apply_answer(now, &c.answer) {
                     Ok(()) => {
                         tr.answered = true;
+                        layer = Some((c.location.clone(), c.layer));
                         Input::Answered {
                             transport: t,
                             location: c.location,
@@ -569,6 +590,10 @@ impl Driver {
                 reason,
             },
         };
+        // A new session on its node: the caps before its media flows.
+        if let Some((location, url)) = layer {
+            self.quality_answered(&location, url);
+        }
         self.input(input);
     }
 

@@ -19,6 +19,19 @@ pub const SUBSTITUTE_SILENCE: Duration = Duration::from_millis(300);
 /// How often the bitrate windows close.
 pub const RATE_WINDOW: Duration = Duration::from_millis(500);
 
+/// Dynacast's view of one simulcast encoding of a local publisher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Encoding {
+    /// The publisher's m-line.
+    pub line: usize,
+    /// The encoding's SSRC.
+    pub ssrc: u32,
+    /// What the publisher was last told: send it.
+    pub active: bool,
+    /// When some consumer could last use it.
+    pub needed_at: Instant,
+}
+
 /// One RTP stream of a source track.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SourceLayer {
@@ -30,9 +43,22 @@ pub struct SourceLayer {
     pub peak_bps: u64,
     /// When its last packet came.
     pub last_seen: Instant,
+    /// Its picture size (width, height), read from its last keyframe.
+    pub size: Option<(u16, u16)>,
+    /// Scalable (SVC) stream: the rate of each spatial layer's own frames (bit/s) and their
+    /// sizes; how many spatial layers it showed (0: not scalable).
+    pub spatial_bps: [u64; MAX_SPATIAL],
+    /// Picture sizes per spatial layer, where the stream says them.
+    pub spatial_size: [Option<(u16, u16)>; MAX_SPATIAL],
+    /// Spatial layers seen.
+    pub spatial_layers: u8,
     /// Bytes in the current window.
     window_bytes: u64,
+    spatial_bytes: [u64; MAX_SPATIAL],
 }
+
+/// Spatial layers of a scalable stream that are told apart.
+pub const MAX_SPATIAL: usize = 4;
 
 impl SourceLayer {
     /// A layer measured at `bitrate_bps`, last seen at `now` (for a caller that measures rates
@@ -43,7 +69,12 @@ impl SourceLayer {
             bitrate_bps,
             peak_bps: bitrate_bps,
             last_seen: now,
+            size: None,
+            spatial_bps: [0; MAX_SPATIAL],
+            spatial_size: [None; MAX_SPATIAL],
+            spatial_layers: 0,
             window_bytes: 0,
+            spatial_bytes: [0; MAX_SPATIAL],
         }
     }
 }
@@ -75,13 +106,34 @@ impl SourceLayers {
             };
             self.layers.swap_remove(oldest);
         }
-        self.layers.push(SourceLayer {
-            ssrc,
-            bitrate_bps: 0,
-            peak_bps: 0,
-            last_seen: now,
-            window_bytes: len as u64,
-        });
+        let mut l = SourceLayer::measured(ssrc, 0, now);
+        l.window_bytes = len as u64;
+        self.layers.push(l);
+    }
+
+    /// Counts `len` bytes of stream `ssrc` as spatial layer `spatial`'s (a scalable stream;
+    /// after [`SourceLayers::on_packet`] for the same packet).
+    pub fn on_spatial(&mut self, ssrc: u32, spatial: u8, len: usize) {
+        let s = usize::from(spatial).min(MAX_SPATIAL - 1);
+        if let Some(l) = self.layers.iter_mut().find(|l| l.ssrc == ssrc) {
+            l.spatial_bytes[s] += len as u64;
+            l.spatial_layers = l.spatial_layers.max(s as u8 + 1);
+        }
+    }
+
+    /// Notes the picture size of spatial layer `spatial` of stream `ssrc`.
+    pub fn set_spatial_size(&mut self, ssrc: u32, spatial: u8, size: (u16, u16)) {
+        let s = usize::from(spatial).min(MAX_SPATIAL - 1);
+        if let Some(l) = self.layers.iter_mut().find(|l| l.ssrc == ssrc) {
+            l.spatial_size[s] = Some(size);
+        }
+    }
+
+    /// Notes the picture size of stream `ssrc` (read from a keyframe of it).
+    pub fn set_size(&mut self, ssrc: u32, size: (u16, u16)) {
+        if let Some(l) = self.layers.iter_mut().find(|l| l.ssrc == ssrc) {
+            l.size = Some(size);
+        }
     }
 
     /// Closes the bitrate window if it is [`RATE_WINDOW`] old; returns whether it did.
@@ -97,6 +149,15 @@ impl SourceLayers {
         for l in &mut self.layers {
             let rate = (l.window_bytes as f64 * 8.0 / secs) as u64;
             l.window_bytes = 0;
+            for i in 0..MAX_SPATIAL {
+                let r = (l.spatial_bytes[i] as f64 * 8.0 / secs) as u64;
+                l.spatial_bytes[i] = 0;
+                l.spatial_bps[i] = if l.spatial_bps[i] == 0 {
+                    r
+                } else {
+                    (l.spatial_bps[i] + r) / 2
+                };
+            }
             // Smoothed over ~2 windows: a keyframe doubles one window's rate, and the ranking
             // of layers must not follow it.
             l.bitrate_bps = if l.bitrate_bps == 0 {
@@ -143,6 +204,29 @@ impl SourceLayers {
         let mut v: Vec<SourceLayer> = self.live(now).copied().collect();
         v.sort_by_key(|l| (l.peak_bps.max(l.bitrate_bps), l.ssrc));
         v
+    }
+
+    /// Every layer it has carried, live or paused, lowest first by the most it carried.
+    pub fn known(&self) -> Vec<SourceLayer> {
+        let mut v = self.layers.clone();
+        v.sort_by_key(|l| (l.peak_bps.max(l.bitrate_bps), l.ssrc));
+        v
+    }
+
+    /// A scalable stream's spatial layers as the allocator's layers, lowest first: `ssrc` is
+    /// the spatial layer's index, the rate its own frames' (K-SVC forwards one spatial layer
+    /// between key pictures), the size where the stream says it.
+    pub fn spatial(&self, now: Instant) -> Vec<SourceLayer> {
+        let Some(l) = self.live(now).max_by_key(|l| l.spatial_layers) else {
+            return Vec::new();
+        };
+        (0..usize::from(l.spatial_layers))
+            .map(|i| {
+                let mut s = SourceLayer::measured(i as u32, l.spatial_bps[i], now);
+                s.size = l.spatial_size[i];
+                s
+            })
+            .collect()
     }
 
     /// The live layer with the highest bitrate (what recordings and transcoders take).

@@ -7,6 +7,7 @@
 //! - [`viewer`]: a viewer's transport-wide sequence numbers, bandwidth estimator
 //!   ([`crate::bwe`], fed by its transport-wide CC feedback or REMB) and probes — migrated
 //!   with the session.
+//! - [`prefs`]: a viewer's caps (picture size, rate), which the allocator never exceeds.
 //! - [`view`]: what `GET /v1/sessions/{id}` shows of it.
 //!
 //! The forwarder switches a viewer's track to the chosen layer at that layer's next keyframe
@@ -15,5 +16,6 @@
 
 pub mod allocator;
 pub mod layers;
+pub mod prefs;
 pub mod view;
 pub mod viewer;

@@ -41,6 +41,8 @@ pub struct AdaptationView {
     pub probe_packets: u64,
     /// Bytes of those.
     pub probe_bytes: u64,
+    /// What the viewer asked for (its caps).
+    pub preferences: crate::adapt::prefs::Preferences,
     /// Per track.
     pub tracks: Vec<TrackView>,
     /// The last minute: `[ms ago, estimate, allocated]` every half second, oldest first.
@@ -69,4 +71,8 @@ pub struct LayerView {
     pub ssrc: u32,
     /// What it carries (bit/s).
     pub bitrate_bps: u64,
+    /// Its picture width, once a keyframe of it said.
+    pub width: Option<u16>,
+    /// Its picture height.
+    pub height: Option<u16>,
 }

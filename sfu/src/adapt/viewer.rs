@@ -10,8 +10,12 @@ use std::time::{Duration, Instant};
 use ferry_proto::state::ViewerAdaptState;
 
 use super::allocator::Allocation;
+use super::prefs::Preferences;
 use crate::bwe::{BandwidthEstimator, BweConfig, Congestion, PacketFeedback, SentPacket};
 use crate::twcc::{REFERENCE_WRAP_US, TwccFeedback};
+
+/// How long after a switch up (plus an RTT) its keyframe burst is not taken as congestion.
+pub const SWITCH_BURST_HOLD: Duration = Duration::from_millis(500);
 
 /// How many (time, estimate, allocated) points a viewer keeps for its plot.
 pub const HISTORY_LEN: usize = 120;
@@ -67,6 +71,8 @@ pub struct ViewerAdapt {
     pub feedbacks: u64,
     /// Recent (time, estimate, allocated), for the session view and the demo page's plot.
     pub history: VecDeque<HistoryPoint>,
+    /// What the viewer asked for.
+    pub prefs: Preferences,
 }
 
 impl Default for ViewerAdapt {
@@ -91,6 +97,7 @@ impl ViewerAdapt {
             probe_bytes: 0,
             feedbacks: 0,
             history: VecDeque::new(),
+            prefs: Preferences::default(),
         }
     }
 
@@ -108,6 +115,14 @@ impl ViewerAdapt {
     /// What the viewer may be sent; `None` when it says nothing of its link.
     pub fn estimate_bps(&self) -> Option<u64> {
         self.bwe.as_ref().map(BandwidthEstimator::estimate_bps)
+    }
+
+    /// What the allocator shares out: the estimate, within the viewer's own cap on the rate.
+    pub fn budget_bps(&self) -> Option<u64> {
+        match (self.estimate_bps(), self.prefs.max_bitrate) {
+            (Some(e), Some(m)) => Some(e.min(m)),
+            (e, m) => e.or(m),
+        }
     }
 
     /// The acknowledged bitrate and the loss fraction (0–1) its feedback reports.
@@ -172,6 +187,14 @@ impl ViewerAdapt {
     pub fn handle_loss_report(&mut self, now: Instant, fraction_lost: u8) {
         if let Some(bwe) = self.bwe.as_mut() {
             bwe.handle_loss_report(now, fraction_lost);
+        }
+    }
+
+    /// A layer switch up was decided: its keyframe burst is expected (see
+    /// [`BandwidthEstimator::expect_burst`]).
+    pub fn expect_burst(&mut self, now: Instant) {
+        if let Some(bwe) = self.bwe.as_mut() {
+            bwe.expect_burst(now, SWITCH_BURST_HOLD);
         }
     }
 
@@ -245,6 +268,10 @@ impl ViewerAdapt {
             allocated_bps: self.allocated_bps,
             probe_packets: self.probe_packets,
             probe_bytes: self.probe_bytes,
+            max_height: self.prefs.max_height,
+            max_width: self.prefs.max_width,
+            max_fps: self.prefs.max_fps,
+            max_bitrate: self.prefs.max_bitrate,
         }
     }
 
@@ -260,6 +287,16 @@ impl ViewerAdapt {
         a.allocated_at_bps = a.estimate_bps().unwrap_or(0);
         a.probe_packets = s.probe_packets;
         a.probe_bytes = s.probe_bytes;
+        let prefs = Preferences {
+            max_height: s.max_height,
+            max_width: s.max_width,
+            max_fps: s.max_fps,
+            max_bitrate: s.max_bitrate,
+        };
+        // A snapshot's caps were checked where they were set; a bad one is dropped, not trusted.
+        if prefs.validate().is_ok() {
+            a.prefs = prefs;
+        }
         a
     }
 }

@@ -687,6 +687,16 @@ fn housekeeping(cores: &Cores, i: usize, node: &mut Node) {
                     cores.events.send(&id, ("end", data));
                 }
             }
+            crate::session::Event::Layers(id, layers) => {
+                let encodings: Vec<serde_json::Value> = layers
+                    .iter()
+                    .map(|(mid, rid, active)| {
+                        serde_json::json!({ "mid": mid, "rid": rid, "active": active })
+                    })
+                    .collect();
+                let data = serde_json::json!({ "encodings": encodings }).to_string();
+                cores.events.send(&id, ("active", data));
+            }
         }
     }
     cores.publish_routes(i, node);

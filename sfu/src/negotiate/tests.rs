@@ -290,3 +290,41 @@ fn opus_without_a_channel_count_is_taken_and_h264_without_packetization_mode_is_
     .to_string();
     assert!(e.contains("VP8/48000") && e.contains("90000"), "{e}");
 }
+
+#[test]
+fn vp9_and_av1_profile_0_are_taken_and_others_named() {
+    let ice = ice();
+    let cands = ["127.0.0.1:5000".parse().unwrap()];
+    // VP9 first: published as VP9 profile 0, its RTX kept.
+    let vp9 = CHROME.replace(
+        "m=video 9 UDP/TLS/RTP/SAVPF 96 97 102",
+        "m=video 9 UDP/TLS/RTP/SAVPF 98 99 96 97 102",
+    );
+    let n = negotiate_publish(&vp9, &params(&ice, &cands)).unwrap();
+    let v = &n.media[1];
+    assert_eq!((v.codec, v.pt, v.rtx_pt), (Codec::Vp9, 98, Some(99)));
+    assert!(n.answer.contains("a=rtpmap:98 VP9/90000\r\n"));
+    assert!(n.answer.contains("a=fmtp:98 profile-id=0\r\n"));
+    // AV1 first, with the dependency descriptor extension taken (SVC layers are read from it).
+    let av1 = CHROME.replace(
+        "m=video 9 UDP/TLS/RTP/SAVPF 96 97 102",
+        "m=video 9 UDP/TLS/RTP/SAVPF 45 46 96 97 102",
+    );
+    let n = negotiate_publish(&av1, &params(&ice, &cands)).unwrap();
+    let v = &n.media[1];
+    assert_eq!((v.codec, v.pt), (Codec::Av1, 45));
+    assert_eq!(v.ext_id(EXT_DEPENDENCY_DESCRIPTOR), Some(17));
+    // A publisher of VP9 profile 2 only: refused with the reason.
+    let p2 = CHROME
+        .replace(
+            "m=video 9 UDP/TLS/RTP/SAVPF 96 97 102 103 104 105 106 107 108 109 127 125 39 40 45 46 98 99 100 101 112 113 116 117 118",
+            "m=video 9 UDP/TLS/RTP/SAVPF 98",
+        )
+        .replace("a=fmtp:98 profile-id=0", "a=fmtp:98 profile-id=2")
+        .replace(
+            "m=audio 58718 UDP/TLS/RTP/SAVPF 111 63 9 0 8 13 110 126",
+            "m=audio 58718 UDP/TLS/RTP/SAVPF 0",
+        );
+    let err = negotiate_publish(&p2, &params(&ice, &cands)).unwrap_err();
+    assert!(err.to_string().contains("VP9 profile-id=2"), "{err}");
+}

@@ -1,7 +1,7 @@
 //! Per-viewer adaptation on the node: the layer tables' rate windows, and each viewer's
 //! allocation — which layer of each of its tracks it plays ([`crate::adapt`]).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ferry_proto::StreamId;
 
@@ -18,6 +18,10 @@ const UNLIMITED_BPS: u64 = 1 << 40;
 
 /// Padding bytes per probe packet (libwebrtc's largest padding packet).
 const PROBE_PADDING: u8 = 224;
+
+/// How long an encoding nobody can use is still asked for (dynacast): a viewer that lifts its
+/// cap a moment later finds it there, and the publisher's encoder does not flap.
+pub const DYNACAST_HOLD: Duration = Duration::from_secs(5);
 
 impl Node {
     /// The top layer of `stream`'s track `line` (what recordings take), if it has layers.
@@ -39,7 +43,7 @@ impl Node {
                     next = Some(next.map_or(t, |n| n.min(t)));
                 }
             }
-            if ticked && !e.viewers.is_empty() {
+            if ticked {
                 changed.push(name.clone());
             }
         }
@@ -52,8 +56,143 @@ impl Node {
             for vk in viewers {
                 self.allocate(now, vk);
             }
+            self.dynacast(now, &name);
         }
         next
+    }
+
+    /// Dynacast: tells `stream`'s local publisher which of its simulcast encodings some
+    /// consumer can use (an SDK publisher stops encoding the others; a plain WHIP client keeps
+    /// sending them). A viewer can use every layer up to its cap (bandwidth changes: a viewer
+    /// on a slow link may climb, so what it may climb to stays on); a relay or a recording
+    /// uses every layer; the lowest always stays on. An encoding goes off once nobody could
+    /// use it for [`DYNACAST_HOLD`], and back on at once.
+    pub(super) fn dynacast(&mut self, now: Instant, stream: &StreamId) {
+        let Some(entry) = self.streams.get(stream) else {
+            return;
+        };
+        let Some(pk) = entry.publisher else {
+            return;
+        };
+        let Some(Role::Publisher(ptracks)) = self.sessions[pk].as_ref().map(|p| &p.role) else {
+            return;
+        };
+        let everything = !entry.relay_out.is_empty() || self.recordings.records(stream);
+        // Per simulcast line: the highest layer index (of the known layers) someone can use.
+        let mut wants: Vec<(usize, Vec<crate::adapt::layers::SourceLayer>, usize)> = Vec::new();
+        for (line, layers) in entry.layers.iter().enumerate() {
+            if !layers.simulcast {
+                continue;
+            }
+            let known = layers.known();
+            if known.is_empty() {
+                continue;
+            }
+            let top = known.len() - 1;
+            let mut want = if everything { top } else { 0 };
+            for &vk in &entry.viewers {
+                let Some(v) = self.sessions[vk].as_ref() else {
+                    continue;
+                };
+                let Role::Viewer(vt) = &v.role else {
+                    continue;
+                };
+                if v.video_paused || !vt.iter().any(|t| t.source() == Some(line)) {
+                    continue;
+                }
+                let prefs = v.adapt.prefs;
+                let cap = if prefs.is_automatic() {
+                    top
+                } else {
+                    known
+                        .iter()
+                        .rposition(|l| prefs.admits(l.size))
+                        .unwrap_or(0)
+                };
+                want = want.max(cap);
+            }
+            wants.push((line, known, want));
+        }
+        let rid_of = |line: usize, ssrc: u32| {
+            ptracks
+                .iter()
+                .find(|t| t.index == line)
+                .and_then(|t| t.stream(ssrc))
+                .map(|s| s.rid.clone())
+                .filter(|r| !r.is_empty())
+        };
+        let mid_of = |line: usize| {
+            ptracks
+                .iter()
+                .find(|t| t.index == line)
+                .map(|t| t.line.mid.clone())
+        };
+        let mut told: Vec<(usize, u32, String, String)> = Vec::new();
+        for (line, known, _) in &wants {
+            for l in known {
+                if let (Some(rid), Some(mid)) = (rid_of(*line, l.ssrc), mid_of(*line)) {
+                    told.push((*line, l.ssrc, mid, rid));
+                }
+            }
+        }
+        let Some(entry) = self.streams.get_mut(stream) else {
+            return;
+        };
+        let mut changed = false;
+        for (line, known, want) in &wants {
+            for (i, l) in known.iter().enumerate() {
+                let needed = i <= *want;
+                let e = match entry
+                    .encodings
+                    .iter_mut()
+                    .find(|e| e.line == *line && e.ssrc == l.ssrc)
+                {
+                    Some(e) => e,
+                    None => {
+                        entry.encodings.push(crate::adapt::layers::Encoding {
+                            line: *line,
+                            ssrc: l.ssrc,
+                            active: true,
+                            needed_at: now,
+                        });
+                        let Some(e) = entry.encodings.last_mut() else {
+                            continue;
+                        };
+                        e
+                    }
+                };
+                if needed {
+                    e.needed_at = now;
+                    if !e.active {
+                        e.active = true;
+                        changed = true;
+                    }
+                } else if e.active && now.saturating_duration_since(e.needed_at) >= DYNACAST_HOLD {
+                    e.active = false;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return;
+        }
+        let layers: Vec<(String, String, bool)> = told
+            .into_iter()
+            .map(|(line, ssrc, mid, rid)| {
+                let active = entry
+                    .encodings
+                    .iter()
+                    .find(|e| e.line == line && e.ssrc == ssrc)
+                    .is_none_or(|e| e.active);
+                (mid, rid, active)
+            })
+            .collect();
+        let Some(id) = self.sessions[pk].as_ref().map(|p| p.id.clone()) else {
+            return;
+        };
+        self.out
+            .events
+            .push_back(crate::session::Event::Layers(id, layers));
     }
 
     /// Chooses the layer of each track of viewer `vk` within its estimate, and asks the
@@ -79,46 +218,100 @@ impl Node {
             .iter()
             .map(|s| s.is_some_and(|s| s.simulcast))
             .collect();
+        // A scalable (SVC) stream offers its spatial layers, by index.
+        let scalable: Vec<bool> = tracks
+            .iter()
+            .zip(&sources)
+            .map(|(t, s)| {
+                t.line.codec.is_scalable() && s.is_some_and(|s| !s.spatial(now).is_empty())
+            })
+            .collect();
         // A single stream counts as one layer (at its rate): what it plays whatever it is.
         let layers: Vec<Vec<SourceLayer>> = sources
             .iter()
-            .map(|s| match s {
+            .zip(&scalable)
+            .map(|(s, svc)| match s {
+                Some(s) if *svc => s.spatial(now),
                 Some(s) if s.simulcast => s.ranked(now),
                 Some(s) => s.ranked(now).into_iter().rev().take(1).collect(),
                 None => Vec::new(),
             })
             .collect();
+        let svc_ssrc: Vec<Option<u32>> =
+            sources.iter().map(|s| s.and_then(|s| s.top(now))).collect();
+        let prefs = v.adapt.prefs;
         let inputs: Vec<TrackInput<'_>> = tracks
             .iter()
             .zip(&layers)
-            .map(|(t, l)| TrackInput {
+            .zip(&scalable)
+            .map(|((t, l), svc)| TrackInput {
                 video: t.line.video,
                 priority: 0,
                 layers: l,
-                current: t.playing(),
-                max_layer: None,
+                current: if *svc {
+                    t.svc
+                        .as_ref()
+                        .and_then(|s| s.current())
+                        .map(|(sp, _)| u32::from(sp))
+                } else {
+                    t.playing()
+                },
+                // The viewer's cap: the highest layer within it (the lowest if none is).
+                max_layer: (t.line.video && !prefs.is_automatic())
+                    .then(|| l.iter().rposition(|x| prefs.admits(x.size)).unwrap_or(0)),
                 paused: t.line.video && v.video_paused,
             })
             .collect();
         let mut states: Vec<TrackState> = tracks.iter().map(|t| t.layer).collect();
-        let estimate = v.estimate_bps().unwrap_or(UNLIMITED_BPS);
+        let estimate = v
+            .adapt
+            .budget_bps()
+            .filter(|_| self.config.adaptive || !prefs.is_automatic())
+            .unwrap_or(UNLIMITED_BPS);
         let a = allocator::allocate(now, estimate, &inputs, &mut states, &AllocConfig::default());
-        // Only simulcast sources switch; a single stream is played whatever it is.
+        // Only layered sources switch; a single stream is played whatever it is.
         let switches: Vec<(usize, u32, bool)> = a
             .switches
             .iter()
             .copied()
-            .filter(|(i, _, _)| simulcast[*i])
+            .filter(|(i, _, _)| simulcast[*i] || scalable[*i])
             .collect();
+        // The frame rate a viewer asked for: VP8/VP9/AV1 temporal layers halve it each (three
+        // at 30 fps: 7.5, 15, 30).
+        let temporal_cap = prefs.max_fps.map(|f| match f {
+            0..=8 => 0u8,
+            9..=16 => 1,
+            _ => u8::MAX,
+        });
         let stream = v.stream.clone();
         let lines: Vec<Option<usize>> = tracks.iter().map(|t| t.source()).collect();
         let Some(v) = self.sessions[vk].as_mut() else {
             return;
         };
+        let mut keyframes: Vec<(usize, Option<u32>)> = Vec::new();
         if let Role::Viewer(tracks) = &mut v.role {
-            for &(i, _, up) in &switches {
+            for t in tracks.iter_mut().filter(|t| t.line.video) {
+                t.temporal_cap = temporal_cap;
+                if let Some(sel) = t.svc.as_ref() {
+                    let (sp, _) = sel.target();
+                    t.set_svc_target(sp, temporal_cap.unwrap_or(u8::MAX));
+                }
+            }
+            for &(i, target, up) in &switches {
                 if let Some(t) = tracks.get_mut(i) {
                     t.layer = states[i];
+                    if scalable[i] {
+                        // The spatial layer to reach; K-SVC switches at a key picture.
+                        let sp = target.min(255) as u8;
+                        t.set_svc_target(sp, temporal_cap.unwrap_or(u8::MAX));
+                        if t.svc_needs_keyframe()
+                            && let Some(line) = lines[i]
+                        {
+                            keyframes.push((line, svc_ssrc[i]));
+                        }
+                    } else if let Some(line) = lines[i] {
+                        keyframes.push((line, Some(target)));
+                    }
                 }
                 if up {
                     self.out.metrics.layer_ups += 1;
@@ -128,14 +321,15 @@ impl Node {
             }
         }
         v.note_allocation(estimate, &a);
+        if switches.iter().any(|(_, _, up)| *up) {
+            v.adapt.expect_burst(now);
+        }
         // A step up that does not fit: find out whether the link carries it.
         if let Some(w) = a.wanted_bps.filter(|w| *w > estimate) {
             v.adapt.request_probe(now, w);
         }
-        for (i, ssrc, _) in switches {
-            if let Some(line) = lines[i] {
-                self.request_keyframe(now, &stream, line, Some(ssrc));
-            }
+        for (line, ssrc) in keyframes {
+            self.request_keyframe(now, &stream, line, ssrc);
         }
     }
 
@@ -227,6 +421,8 @@ impl Node {
                         .map(|l| LayerView {
                             ssrc: l.ssrc,
                             bitrate_bps: l.bitrate_bps,
+                            width: l.size.map(|s| s.0),
+                            height: l.size.map(|s| s.1),
                         })
                         .collect(),
                 }
@@ -256,6 +452,7 @@ impl Node {
                 feedbacks: a.feedbacks,
                 probe_packets: a.probe_packets,
                 probe_bytes: a.probe_bytes,
+                preferences: a.prefs,
                 tracks,
                 history: a
                     .history
@@ -270,5 +467,37 @@ impl Node {
                     .collect(),
             }),
         })
+    }
+
+    /// A viewer's caps (`POST {session}/layer`, the SDKs' `setQuality`): allocated again at
+    /// once; a switch the caps bring happens at the next keyframe of the layer it goes to.
+    pub fn set_preferences(
+        &mut self,
+        now: Instant,
+        id: &ferry_proto::SessionId,
+        prefs: crate::adapt::prefs::Preferences,
+    ) -> Result<(), SignalError> {
+        let Some(&key) = self.by_id.get(id) else {
+            return Err(SignalError::SessionNotFound(id.to_string()));
+        };
+        let Some(s) = self.sessions[key].as_mut() else {
+            return Err(SignalError::SessionNotFound(id.to_string()));
+        };
+        if !matches!(s.role, Role::Viewer(_)) {
+            return Err(SignalError::Unsupported(
+                "layer preferences are for viewer (WHEP) sessions".into(),
+            ));
+        }
+        s.adapt.prefs = prefs;
+        let stream = s.stream.clone();
+        self.allocate(now, key);
+        self.dynacast(now, &stream);
+        Ok(())
+    }
+
+    /// Turns per-viewer adaptation on or off ([`super::NodeConfig::adaptive`]); off, every
+    /// viewer's next allocation gives it each track's top layer (a benchmark's baseline).
+    pub fn set_adaptive(&mut self, on: bool) {
+        self.config.adaptive = on;
     }
 }

@@ -8,6 +8,8 @@ use ferry_proto::StreamId;
 
 use super::Node;
 use crate::adapt::layers::{SUBSTITUTE_SILENCE, SourceLayer};
+use crate::codec::Codec;
+use crate::codec::layers::Selection;
 use crate::egress::Take;
 use crate::ingest::{IncomingTrack, IngestDrop};
 use crate::munger::{DropReason, SourcePacket};
@@ -115,26 +117,40 @@ impl Node {
         // Simulcast is what the publisher negotiated (rids), not how many SSRCs came: a
         // publisher that restarts its encoder sends a new SSRC that replaces the old one.
         let sessions = &self.sessions;
-        let (simulcast, recorded) = match self.streams.get_mut(stream) {
+        let (simulcast, recorded, layer_info) = match self.streams.get_mut(stream) {
             Some(entry) => {
-                let rids = match entry.publisher.and_then(|k| sessions.get(k)?.as_ref()) {
-                    Some(p) => p.media.get(line).map_or(0, |l| l.rids.len()),
-                    None => entry
-                        .relay_in
-                        .as_ref()
-                        .and_then(|r| r.media.get(line))
-                        .map_or(0, |l| l.rids.len()),
+                let source = match entry.publisher.and_then(|k| sessions.get(k)?.as_ref()) {
+                    Some(p) => p.media.get(line),
+                    None => entry.relay_in.as_ref().and_then(|r| r.media.get(line)),
                 };
+                let rids = source.map_or(0, |l| l.rids.len());
+                let codec = source.map(|l| l.codec);
+                let dd_ext =
+                    source.and_then(|l| l.ext_id(crate::negotiate::EXT_DEPENDENCY_DESCRIPTOR));
+                // Which layers of a scalable stream the packet is of (once for every viewer).
+                let info = codec.and_then(|c| entry.layer_info(line, c, dd_ext, pkt));
+                // A keyframe says the picture size (what viewers' caps are checked against).
+                if src.keyframe_start
+                    && let Some(c) = codec.filter(|c| c.is_video())
+                {
+                    entry.note_sizes(line, c, src.ssrc, pkt);
+                }
                 let layers = entry.layers_mut(line);
                 layers.on_packet(now, src.ssrc, pkt.len());
+                if let Some(i) = &info
+                    && codec.is_some_and(Codec::is_scalable)
+                {
+                    layers.on_spatial(src.ssrc, i.spatial, pkt.len());
+                }
                 layers.simulcast = rids > 1;
                 // Recordings (and transcoders) take the top layer.
                 (
                     layers.simulcast,
                     !layers.simulcast || layers.top(now) == Some(src.ssrc),
+                    info,
                 )
             }
-            None => (false, true),
+            None => (false, true, None),
         };
         if recorded {
             self.record(now, stream, line, pkt);
@@ -195,6 +211,29 @@ impl Node {
                     }
                 }
             }
+            // A scalable stream: only the layers the viewer gets; what it does not get leaves
+            // no gap in its sequence (a number reserved for a packet that turns out to be of
+            // such a layer is filled with padding).
+            let mut marker = None;
+            if let Some(info) = &layer_info {
+                let selection = t.select_layer(info);
+                if t.svc_needs_keyframe() {
+                    want_keyframe = true;
+                }
+                match selection {
+                    Selection::Forward { marker: m } => marker = Some(m),
+                    Selection::Drop => {
+                        let mut buf = self.out.buffer();
+                        match t.skip(src, &mut buf) {
+                            Some(n) => {
+                                v.send_rtp(now, &mut self.out, buf, n);
+                            }
+                            None => self.out.recycle(buf),
+                        }
+                        continue;
+                    }
+                }
+            }
             if t.line.video {
                 video = true;
                 // Overload: whole frames only — a viewer leaves at a frame's first packet and
@@ -229,7 +268,7 @@ impl Node {
             let mut buf = self.out.buffer();
             let src_ts = src.ext_ts;
             let switching = simulcast && t.playing() != Some(src.ssrc);
-            match t.forward(now, pkt, src, &mut buf) {
+            match t.forward_marked(now, pkt, src, marker, &mut buf) {
                 Ok(n) => {
                     t.last_src_ts = Some(src_ts);
                     if switching {
@@ -458,6 +497,24 @@ impl Node {
                 self.out.metrics.retransmissions_missed += 1;
                 continue;
             };
+            if r.hole {
+                // A number that carried nothing (a layer it does not get): padding fills it.
+                let Some(v) = self.sessions[vkey].as_mut() else {
+                    return;
+                };
+                let Role::Viewer(vt) = &mut v.role else {
+                    return;
+                };
+                let mut buf = self.out.buffer();
+                let n = vt.get_mut(ti).map(|t| t.retransmit_hole(&r, &mut buf));
+                match n {
+                    Some(n) => {
+                        v.send_rtp(now, &mut self.out, buf, n);
+                    }
+                    None => self.out.recycle(buf),
+                }
+                continue;
+            }
             let mut src = self.out.buffer();
             let found = match self.cached_source(stream, line, r.src_ssrc, r.src_ext_seq) {
                 Some(pkt) => {

@@ -381,6 +381,8 @@ fn tracks(lines: &[MediaLine]) -> (Option<LineTrack>, Option<LineTrack>) {
                 && match l.codec {
                     Codec::H264 | Codec::Vp8 => video,
                     Codec::Opus => !video,
+                    // Not in the recorder's containers yet.
+                    Codec::Vp9 | Codec::Av1 => false,
                 };
             ok.then(|| (i, TrackConfig::new(l.codec, l.pt)))
         })

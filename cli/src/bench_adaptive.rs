@@ -1,0 +1,809 @@
+//! `ferry bench adaptive`: per-viewer adaptation end to end, in the deterministic testbed
+//! (virtual clock, seeded network: fast, and the same numbers on every machine).
+//!
+//! One node, one simulcast publisher (Chrome's 720p ladder: q 150 k, h 500 k, f 2.5 Mbit/s,
+//! VP8, plus Opus), N viewers each behind a link of its own whose capacity is drawn
+//! log-uniformly from a spread, with a drop-tail queue of 200 ms of that capacity (as
+//! `tc … tbf latency 200ms`) and 20 ms of delay, and a free viewer or two for reference. Three
+//! phases: *steady* at the drawn capacities, *drop* to 30–50 % of them (drawn), *recovery* back
+//! to the original. Every 100 ms of virtual time each viewer's stats are sampled: the layer it
+//! got most packets of, its largest video arrival gap, its bytes and layer changes, and what
+//! the node's estimator says its feedback acknowledged. The same world then runs again with
+//! adaptation off (every viewer on the top layer, what the node did before issue 32) as the
+//! baseline.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use ferry_proto::{NodeId, SessionId};
+use ferry_sfu::codec::Codec;
+use ferry_sfu::peer::{PeerStats, RecvStreamStats, SeqRanges, SimulcastConfig};
+use ferry_sfu::sim::LinkConfig;
+use ferry_sfu::testbed::Testbed;
+use serde::Serialize;
+
+use crate::bench_migrate::write_json;
+
+/// Options of `ferry bench adaptive`.
+#[derive(clap::Args, Debug)]
+pub struct AdaptiveArgs {
+    /// Viewers behind capacity-limited links.
+    #[arg(long, default_value_t = 20)]
+    viewers: usize,
+    /// Viewers on free links besides them (reference: they should play the top layer).
+    #[arg(long, default_value_t = 1)]
+    free: usize,
+    /// Seed of the capacities, the drops and the simulated world.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Virtual seconds per phase (steady, drop, recovery).
+    #[arg(long, default_value_t = 20.0)]
+    duration: f64,
+    /// Lowest link capacity drawn, in kbit/s.
+    #[arg(long, default_value_t = 300)]
+    min_kbit: u64,
+    /// Highest link capacity drawn, in kbit/s.
+    #[arg(long, default_value_t = 4000)]
+    max_kbit: u64,
+    /// Print this viewer's samples (layer, gap, acknowledged rate, estimate) to stderr.
+    #[arg(long)]
+    trace: Option<usize>,
+    /// Where the JSON goes.
+    #[arg(long, default_value = "target/bench/adaptive.json")]
+    out: PathBuf,
+}
+
+const NODE: &str = "10.0.0.100:5000";
+const PUBLISHER: &str = "10.0.0.1:4000";
+/// Sampling period of the viewers' stats.
+const TICK: Duration = Duration::from_millis(100);
+/// What the Opus track adds to a layer's nominal rate when asking whether it fits a link.
+const AUDIO_BPS: u64 = 40_000;
+/// An arrival gap of video longer than this is a freeze.
+const FREEZE: Duration = Duration::from_millis(500);
+/// Repairs of the last second may still be in flight at the end: loss is counted before it.
+const REPAIR_TAIL: usize = 10;
+/// The drop takes each capacity to this share of it, drawn uniformly.
+const DROP_SHARE: (f64, f64) = (0.3, 0.5);
+const PHASES: [&str; 3] = ["steady", "drop", "recovery"];
+
+/// SplitMix64: the draws of the links, independent of any crate's generator (a seed gives the
+/// same links in every build).
+struct Draws(u64);
+
+impl Draws {
+    fn unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// One viewer's link: its capacity in the steady and recovery phases and in the drop
+/// (`None`: a free link).
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    addr: SocketAddr,
+    capacity_bps: Option<u64>,
+    drop_bps: Option<u64>,
+}
+
+/// A bottleneck of `bps` with a queue of 200 ms of it and 20 ms of delay.
+fn bottleneck(bps: u64) -> LinkConfig {
+    LinkConfig::delay(Duration::from_millis(20)).with_rate(bps, (bps / 8 / 5) as usize)
+}
+
+fn link(bps: Option<u64>) -> LinkConfig {
+    bps.map_or(LinkConfig::delay(Duration::from_millis(20)), bottleneck)
+}
+
+/// Nominal rate of each layer, lowest first.
+fn layer_rates() -> Vec<u64> {
+    SimulcastConfig::chrome_720p()
+        .layers()
+        .iter()
+        .map(|l| u64::from(l.bitrate_bps))
+        .collect()
+}
+
+/// The highest layer whose nominal rate plus audio fits in `bps` (`None`: not even the lowest).
+fn best_fit(rates: &[u64], bps: u64) -> Option<u8> {
+    rates
+        .iter()
+        .rposition(|r| r + AUDIO_BPS <= bps)
+        .and_then(|l| u8::try_from(l).ok())
+}
+
+/// One sample of one viewer, at the end of a tick.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    /// The layer it got most video packets of during the tick (`None`: no video).
+    layer: Option<u8>,
+    /// Its largest video arrival gap that ended during the tick.
+    gap: Duration,
+    /// Payload bytes of every stream so far.
+    media_bytes: u64,
+    /// Media packets so far (unique), and arrivals of retransmissions (RTX, duplicates too).
+    packets: u64,
+    rtx_packets: u64,
+    /// PLIs the viewer sent so far.
+    plis: u64,
+    /// Video layer changes so far.
+    layer_changes: u64,
+    /// What the node's estimator says the viewer acknowledged lately.
+    acked_bps: Option<u64>,
+    /// The node's estimate of the viewer's link.
+    estimate_bps: Option<u64>,
+}
+
+fn video_of(s: &PeerStats) -> Option<&RecvStreamStats> {
+    s.video().next()
+}
+
+/// Members missing, and members expected, of `r` up to `cut`.
+fn loss_upto(r: &SeqRanges, cut: u64) -> (u64, u64) {
+    let Some(first) = r.first() else {
+        return (0, 0);
+    };
+    if cut < first {
+        return (0, 0);
+    }
+    let missing = r
+        .holes()
+        .filter(|(a, _)| *a <= cut)
+        .map(|(a, b)| b.min(cut) - a + 1)
+        .sum();
+    (missing, cut - first + 1)
+}
+
+/// What one viewer did over the run.
+#[derive(Debug, Clone, Serialize)]
+struct ViewerRow {
+    viewer: usize,
+    /// `None`: a free link.
+    capacity_kbit: Option<u64>,
+    drop_kbit: Option<u64>,
+    /// The best layer that fits (0 = q, 1 = h, 2 = f; `None`: none does, or a free link).
+    fit: Option<u8>,
+    fit_in_drop: Option<u8>,
+    /// Seconds after the drop until it played a layer that fits and stayed on it (`None`:
+    /// not by the end of the phase).
+    settle_s: Option<f64>,
+    /// Seconds after the recovery until it played the best layer that fits and stayed on it.
+    climb_s: Option<f64>,
+    /// The layer it played at the end of the steady phase, and the seconds after the recovery
+    /// until it was back on that layer and stayed.
+    steady_layer: Option<u8>,
+    climb_back_s: Option<f64>,
+    /// Video arrival gaps over 500 ms, and the longest gap (ms).
+    freezes: u64,
+    longest_gap_ms: f64,
+    /// Last 10 s of the steady phase: payload received over the capacity; what the node's
+    /// estimator saw acknowledged (every RTP datagram: media, retransmissions, probes) over
+    /// the capacity; payload over the nominal rate of the best fitting layer plus audio.
+    media_use: Option<f64>,
+    total_use: Option<f64>,
+    of_fit: Option<f64>,
+    /// The node's estimate over the capacity (same window).
+    estimate_use: Option<f64>,
+    /// Packets lost after repair over packets sent (audio and video).
+    loss: f64,
+    /// The same, per phase.
+    loss_by_phase: Vec<f64>,
+    /// Video frames with every packet received over frames seen, over the run.
+    frames_complete: f64,
+    /// Retransmissions that arrived per unique media packet, and PLIs the viewer sent per
+    /// second, over the last 10 s of each phase.
+    rtx_per_packet: Vec<f64>,
+    plis_per_s: Vec<f64>,
+    /// Layer changes per minute over the last 10 s of each phase.
+    flaps_per_min: f64,
+    /// Share of the samples on each layer, per phase.
+    layer_share: Vec<[f64; 3]>,
+}
+
+/// Everything of one run (adaptive or baseline).
+#[derive(Debug, Clone, Serialize)]
+struct ModeRow {
+    mode: &'static str,
+    /// Shaped viewers whose dropped link still carries the lowest layer (the aggregates).
+    viewers: usize,
+    /// Settle times of those whose layer did not fit at some point of the drop.
+    settle: Spread,
+    /// Climb times of those not on the best layer that fits at some point of the recovery.
+    climb: Spread,
+    /// Climb times back to the layer played at the end of the steady phase.
+    climb_back: Spread,
+    media_use_mean: f64,
+    media_use_min: f64,
+    total_use_mean: f64,
+    total_use_min: f64,
+    of_fit_mean: f64,
+    of_fit_min: f64,
+    frames_complete_mean: f64,
+    frames_complete_min: f64,
+    loss_max: f64,
+    /// The highest loss of one viewer in one phase.
+    loss_phase_max: f64,
+    freezes: u64,
+    viewers_with_freezes: usize,
+    flaps_per_min_mean: f64,
+    flaps_per_min_max: f64,
+    /// Shaped viewers whose dropped link carries not even the lowest layer plus audio.
+    below_lowest: usize,
+    below_lowest_freezes: u64,
+    below_lowest_loss_max: f64,
+    /// Free viewers: share of their samples on the top layer, and their freezes.
+    free_top_share: f64,
+    free_freezes: u64,
+    /// Keyframes the publisher sent per second on each layer (q, h, f), over the run.
+    publisher_keyframes_per_s: Vec<f64>,
+    /// Wall time of the run.
+    seconds: f64,
+    per_viewer: Vec<ViewerRow>,
+}
+
+/// Seconds over viewers: how many, p50, p95, max (`None`: never), and how many never.
+#[derive(Debug, Clone, Serialize)]
+struct Spread {
+    n: usize,
+    p50_s: Option<f64>,
+    p95_s: Option<f64>,
+    max_s: Option<f64>,
+    never: usize,
+}
+
+impl Spread {
+    fn of(v: &[Option<f64>]) -> Self {
+        Spread {
+            n: v.len(),
+            p50_s: quantile(v, 0.5),
+            p95_s: quantile(v, 0.95),
+            max_s: quantile(v, 1.0),
+            never: v.iter().filter(|x| x.is_none()).count(),
+        }
+    }
+
+    fn show(&self) -> String {
+        let (a, b, c) = (secs(self.p50_s), secs(self.p95_s), secs(self.max_s));
+        format!("{} {a}/{b}/{c}", self.n)
+    }
+}
+
+/// Nearest-rank quantile of seconds where `None` (never) ranks above everything.
+fn quantile(v: &[Option<f64>], p: f64) -> Option<f64> {
+    if v.is_empty() {
+        return Some(0.0);
+    }
+    let mut s: Vec<f64> = v.iter().map(|x| x.unwrap_or(f64::INFINITY)).collect();
+    s.sort_by(f64::total_cmp);
+    let rank = ((p * s.len() as f64).ceil() as usize).clamp(1, s.len());
+    Some(s[rank - 1]).filter(|x| x.is_finite())
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn min(v: &[f64]) -> f64 {
+    v.iter().copied().reduce(f64::min).unwrap_or(0.0)
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().reduce(f64::max).unwrap_or(0.0)
+}
+
+/// Seconds from the start of `phase` (samples `range`) until the layer of every later sample
+/// of it satisfies `ok` (a sample without video keeps the layer before it).
+fn time_to_stay(
+    layers: &[Option<u8>],
+    range: std::ops::Range<usize>,
+    ok: impl Fn(u8) -> bool,
+) -> Option<f64> {
+    let start = range.start;
+    let end = range.end;
+    let mut current = layers[..start].iter().rev().find_map(|l| *l);
+    let mut last_bad = None;
+    for (i, l) in layers.iter().enumerate().take(end).skip(start) {
+        current = l.or(current);
+        if !current.is_some_and(&ok) {
+            last_bad = Some(i);
+        }
+    }
+    match last_bad {
+        None => Some(0.0),
+        Some(i) if i + 1 >= end => None,
+        Some(i) => Some((i + 1 - start) as f64 * TICK.as_secs_f64()),
+    }
+}
+
+/// Runs the world once; `adaptive: false` is the baseline.
+fn run_mode(args: &AdaptiveArgs, plans: &[Plan], adaptive: bool) -> Result<ModeRow> {
+    let started = std::time::Instant::now();
+    let node: SocketAddr = NODE.parse()?;
+    let mut tb = Testbed::new(args.seed, LinkConfig::delay(Duration::from_millis(20)));
+    tb.simulcast = Some(SimulcastConfig::chrome_720p());
+    tb.add_node(NodeId::new("node-a")?, node)?;
+    tb.node(node).set_adaptive(adaptive);
+    let (publisher, _) = tb.publish(node, "cam", Codec::Vp8, PUBLISHER.parse()?)?;
+    tb.run_for(Duration::from_secs(1));
+    let mut viewers: Vec<(usize, SessionId)> = Vec::new();
+    for p in plans {
+        tb.set_link_to(p.addr, link(p.capacity_bps));
+        viewers.push(tb.view(node, "cam", p.addr)?);
+    }
+    let per_phase = ((args.duration / TICK.as_secs_f64()).round() as usize).max(2);
+    // The measured tail of each phase: its last 10 s (its last half when shorter).
+    let window = per_phase.div_ceil(2).min(100);
+    let total = per_phase * PHASES.len();
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::with_capacity(total); plans.len()];
+    let mut last_layer_packets: Vec<Vec<u64>> = vec![Vec::new(); plans.len()];
+    // Per viewer and phase: the highest sequence number of each stream at the phase's end.
+    let mut cuts: Vec<Vec<Vec<(u32, u64)>>> = vec![Vec::new(); plans.len()];
+    for (phase, _) in PHASES.iter().enumerate() {
+        if phase > 0 {
+            for p in plans {
+                let bps = if phase == 1 {
+                    p.drop_bps
+                } else {
+                    p.capacity_bps
+                };
+                tb.set_link_to(p.addr, link(bps));
+            }
+        }
+        for tick in 0..per_phase {
+            tb.run_for(TICK);
+            let now = tb.now();
+            for (v, (peer, session)) in viewers.iter().enumerate() {
+                let st = tb.peers[*peer].stats();
+                tb.peers[*peer].reset_arrival_gaps();
+                let video = video_of(&st);
+                let packets = video.map(|s| s.layer_packets.clone()).unwrap_or_default();
+                let got: Vec<u64> = packets
+                    .iter()
+                    .enumerate()
+                    .map(|(l, n)| n - last_layer_packets[v].get(l).copied().unwrap_or(0))
+                    .collect();
+                let layer = (0..got.len())
+                    .filter(|&l| got[l] > 0)
+                    .max_by_key(|&l| got[l])
+                    .and_then(|l| u8::try_from(l).ok());
+                last_layer_packets[v] = packets;
+                let adaptation = tb
+                    .node(node)
+                    .session_view(now, session)
+                    .ok()
+                    .and_then(|s| s.adaptation);
+                samples[v].push(Sample {
+                    layer,
+                    gap: video.map_or(Duration::ZERO, |s| s.max_arrival_gap),
+                    media_bytes: st.received.iter().map(|s| s.bytes).sum(),
+                    packets: st.received.iter().map(|s| s.packets).sum(),
+                    rtx_packets: st.received.iter().map(|s| s.rtx_packets).sum(),
+                    plis: st.plis_sent,
+                    layer_changes: video.map_or(0, |s| s.layer_changes),
+                    acked_bps: adaptation.as_ref().and_then(|a| a.acked_bps),
+                    estimate_bps: adaptation.as_ref().and_then(|a| a.estimate_bps),
+                });
+                // The last phase ends a second early: its last repairs may still be on the way.
+                let last = phase == PHASES.len() - 1;
+                if tick
+                    + 1
+                    + if last {
+                        REPAIR_TAIL.min(per_phase / 2)
+                    } else {
+                        0
+                    }
+                    == per_phase
+                {
+                    cuts[v].push(
+                        st.received
+                            .iter()
+                            .filter_map(|s| Some((s.ssrc, s.received.last()?)))
+                            .collect(),
+                    );
+                }
+                if args.trace == Some(v) {
+                    let x = samples[v].last().copied().unwrap_or_default();
+                    eprintln!(
+                        "{} t {:>5.1} {:<8} layer {} gap {:>4} ms acked {:>5} estimate {:>5} kbit/s",
+                        if adaptive { "adaptive" } else { "baseline" },
+                        (phase * per_phase + tick + 1) as f64 * TICK.as_secs_f64(),
+                        PHASES[phase],
+                        layer_name(x.layer),
+                        x.gap.as_millis(),
+                        x.acked_bps.unwrap_or(0) / 1000,
+                        x.estimate_bps.unwrap_or(0) / 1000,
+                    );
+                }
+            }
+        }
+    }
+    let rates = layer_rates();
+    let top = u8::try_from(rates.len().saturating_sub(1))?;
+    let mut rows = Vec::new();
+    for (v, (p, (peer, _))) in plans.iter().zip(&viewers).enumerate() {
+        let s = &samples[v];
+        let layers: Vec<Option<u8>> = s.iter().map(|x| x.layer).collect();
+        let range = |phase: usize| phase * per_phase..(phase + 1) * per_phase;
+        let fit = p.capacity_bps.and_then(|c| best_fit(&rates, c));
+        let fit_in_drop = p.drop_bps.and_then(|c| best_fit(&rates, c));
+        // Free links: the top layer fits everywhere.
+        let (want_drop, want_back) = match p.capacity_bps {
+            None => (top, top),
+            Some(_) => (fit_in_drop.unwrap_or(0), fit.unwrap_or(0)),
+        };
+        let settle_s = time_to_stay(&layers, range(1), |l| l <= want_drop);
+        let climb_s = time_to_stay(&layers, range(2), |l| l == want_back);
+        let steady_layer = layers[range(0)].iter().rev().find_map(|l| *l);
+        let climb_back_s = time_to_stay(&layers, range(2), |l| Some(l) == steady_layer);
+        let freezes = s.iter().filter(|x| x.gap > FREEZE).count() as u64;
+        let longest_gap = s.iter().map(|x| x.gap).max().unwrap_or_default();
+        let window_s = window as f64 * TICK.as_secs_f64();
+        // Each phase's measured tail: its first and last sample.
+        let tail = |phase: usize| {
+            let end = (phase + 1) * per_phase - 1;
+            (&s[end - window], &s[end])
+        };
+        let per_tail = |f: &dyn Fn(&Sample, &Sample) -> f64| -> Vec<f64> {
+            (0..PHASES.len())
+                .map(|phase| {
+                    let (a, b) = tail(phase);
+                    f(a, b)
+                })
+                .collect()
+        };
+        let (w0, w1) = tail(0);
+        let media_bps = (w1.media_bytes - w0.media_bytes) as f64 * 8.0 / window_s;
+        // The mean over the steady tail of what the node's estimator reports, over the capacity.
+        let steady_mean = |f: fn(&Sample) -> Option<u64>| {
+            let v: Vec<f64> = s[per_phase - window..per_phase]
+                .iter()
+                .map(|x| f(x).unwrap_or(0) as f64)
+                .collect();
+            p.capacity_bps.map(|c| mean(&v) / c as f64)
+        };
+        let rtx_per_packet = per_tail(&|a, b| {
+            (b.rtx_packets - a.rtx_packets) as f64 / (b.packets - a.packets).max(1) as f64
+        });
+        let plis_per_s = per_tail(&|a, b| (b.plis - a.plis) as f64 / window_s);
+        let changes: f64 = per_tail(&|a, b| (b.layer_changes - a.layer_changes) as f64)
+            .iter()
+            .sum();
+        let flaps_per_min = changes / (PHASES.len() as f64 * window_s / 60.0);
+        let final_stats = tb.peers[*peer].stats();
+        // (missing, expected) up to each phase's cut, then per phase.
+        let upto: Vec<(u64, u64)> = cuts[v]
+            .iter()
+            .map(|cut| {
+                final_stats
+                    .received
+                    .iter()
+                    .filter_map(|st| {
+                        let (_, c) = cut.iter().find(|(ssrc, _)| *ssrc == st.ssrc)?;
+                        Some(loss_upto(&st.received, *c))
+                    })
+                    .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+            })
+            .collect();
+        let ratio = |(m, e): (u64, u64)| if e == 0 { 0.0 } else { m as f64 / e as f64 };
+        let loss = ratio(upto.last().copied().unwrap_or_default());
+        let loss_by_phase: Vec<f64> = upto
+            .iter()
+            .enumerate()
+            .map(|(i, &(m, e))| {
+                let (m0, e0) = if i == 0 { (0, 0) } else { upto[i - 1] };
+                ratio((m.saturating_sub(m0), e.saturating_sub(e0)))
+            })
+            .collect();
+        let layer_share = (0..PHASES.len())
+            .map(|phase| {
+                let mut share = [0.0; 3];
+                for l in layers[range(phase)].iter().flatten() {
+                    if let Some(x) = share.get_mut(usize::from(*l)) {
+                        *x += 1.0 / per_phase as f64;
+                    }
+                }
+                share
+            })
+            .collect();
+        rows.push(ViewerRow {
+            viewer: v,
+            capacity_kbit: p.capacity_bps.map(|c| c / 1000),
+            drop_kbit: p.drop_bps.map(|c| c / 1000),
+            fit,
+            fit_in_drop,
+            settle_s,
+            climb_s,
+            steady_layer,
+            climb_back_s,
+            freezes,
+            longest_gap_ms: longest_gap.as_secs_f64() * 1e3,
+            media_use: p.capacity_bps.map(|c| media_bps / c as f64),
+            total_use: steady_mean(|x| x.acked_bps),
+            of_fit: fit
+                .and_then(|l| rates.get(usize::from(l)))
+                .map(|r| media_bps / (r + AUDIO_BPS) as f64),
+            estimate_use: steady_mean(|x| x.estimate_bps),
+            loss,
+            loss_by_phase,
+            frames_complete: video_of(&final_stats).map_or(0.0, |v| {
+                v.frames_completed as f64 / v.frames_seen.max(1) as f64
+            }),
+            rtx_per_packet,
+            plis_per_s,
+            flaps_per_min,
+            layer_share,
+        });
+    }
+    let mut row = aggregate(
+        if adaptive { "adaptive" } else { "baseline" },
+        rows,
+        started.elapsed().as_secs_f64(),
+    );
+    // Every viewer's PLI that reaches the publisher is a keyframe on that layer for all.
+    let virtual_s = (total as f64 + 10.0) * TICK.as_secs_f64();
+    row.publisher_keyframes_per_s = tb.peers[publisher]
+        .stats()
+        .sent
+        .iter()
+        .filter(|s| s.rid.is_some())
+        .map(|s| s.keyframes as f64 / virtual_s)
+        .collect();
+    Ok(row)
+}
+
+fn aggregate(mode: &'static str, rows: Vec<ViewerRow>, seconds: f64) -> ModeRow {
+    let shaped = |r: &&ViewerRow| r.capacity_kbit.is_some();
+    let counted: Vec<&ViewerRow> = rows
+        .iter()
+        .filter(shaped)
+        .filter(|r| r.fit_in_drop.is_some())
+        .collect();
+    let below: Vec<&ViewerRow> = rows
+        .iter()
+        .filter(shaped)
+        .filter(|r| r.fit_in_drop.is_none())
+        .collect();
+    let free: Vec<&ViewerRow> = rows.iter().filter(|r| r.capacity_kbit.is_none()).collect();
+    // Over the viewers that had to move (a viewer already on a fitting layer settles at 0).
+    let spread = |f: fn(&ViewerRow) -> Option<f64>| {
+        let moved: Vec<Option<f64>> = counted
+            .iter()
+            .map(|r| f(r))
+            .filter(|x| *x != Some(0.0))
+            .collect();
+        Spread::of(&moved)
+    };
+    let complete: Vec<f64> = counted.iter().map(|r| r.frames_complete).collect();
+    let of = |f: fn(&ViewerRow) -> Option<f64>| -> Vec<f64> {
+        counted.iter().filter_map(|r| f(r)).collect()
+    };
+    let media = of(|r| r.media_use);
+    let total = of(|r| r.total_use);
+    let fit = of(|r| r.of_fit);
+    let flaps: Vec<f64> = counted.iter().map(|r| r.flaps_per_min).collect();
+    let free_top: Vec<f64> = free
+        .iter()
+        .map(|r| {
+            r.layer_share.iter().map(|s| s[2]).sum::<f64>() / r.layer_share.len().max(1) as f64
+        })
+        .collect();
+    ModeRow {
+        mode,
+        viewers: counted.len(),
+        settle: spread(|r| r.settle_s),
+        climb: spread(|r| r.climb_s),
+        climb_back: spread(|r| r.climb_back_s),
+        media_use_mean: mean(&media),
+        media_use_min: min(&media),
+        total_use_mean: mean(&total),
+        total_use_min: min(&total),
+        of_fit_mean: mean(&fit),
+        of_fit_min: min(&fit),
+        frames_complete_mean: mean(&complete),
+        frames_complete_min: min(&complete),
+        loss_phase_max: max(&counted
+            .iter()
+            .flat_map(|r| r.loss_by_phase.iter().copied())
+            .collect::<Vec<_>>()),
+        loss_max: max(&counted.iter().map(|r| r.loss).collect::<Vec<_>>()),
+        freezes: counted.iter().map(|r| r.freezes).sum(),
+        viewers_with_freezes: counted.iter().filter(|r| r.freezes > 0).count(),
+        flaps_per_min_mean: mean(&flaps),
+        flaps_per_min_max: max(&flaps),
+        below_lowest: below.len(),
+        below_lowest_freezes: below.iter().map(|r| r.freezes).sum(),
+        below_lowest_loss_max: max(&below.iter().map(|r| r.loss).collect::<Vec<_>>()),
+        free_top_share: mean(&free_top),
+        free_freezes: free.iter().map(|r| r.freezes).sum(),
+        publisher_keyframes_per_s: Vec::new(),
+        seconds,
+        per_viewer: rows,
+    }
+}
+
+fn secs(x: Option<f64>) -> String {
+    x.map_or_else(|| "never".into(), |s| format!("{s:.1}"))
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+const LAYER_NAMES: [&str; 3] = ["q", "h", "f"];
+
+fn layer_name(l: Option<u8>) -> &'static str {
+    l.and_then(|l| LAYER_NAMES.get(usize::from(l)).copied())
+        .unwrap_or("-")
+}
+
+/// One line of right-aligned cells.
+fn line(widths: &[usize], cells: &[String]) {
+    let out: Vec<String> = cells
+        .iter()
+        .zip(widths)
+        .map(|(c, w)| format!("{c:>w$}"))
+        .collect();
+    println!("{}", out.join(" "));
+}
+
+/// A header: its cells separated by `|`.
+fn cells(header: &str) -> Vec<String> {
+    header.split('|').map(str::to_owned).collect()
+}
+
+/// The adaptive run, viewer by viewer.
+fn print_viewers(r: &ModeRow) {
+    let w = [6, 7, 6, 3, 4, 6, 6, 6, 6, 4, 7, 5];
+    line(
+        &w,
+        &cells("viewer|kbit/s|drop|fit|drop|settle|climb|media|total|frz|loss|flaps"),
+    );
+    let kbit = |c: Option<u64>| c.map_or_else(|| "free".into(), |c| c.to_string());
+    for v in &r.per_viewer {
+        line(
+            &w,
+            &[
+                v.viewer.to_string(),
+                kbit(v.capacity_kbit),
+                kbit(v.drop_kbit),
+                layer_name(v.fit).into(),
+                layer_name(v.fit_in_drop).into(),
+                secs(v.settle_s),
+                secs(v.climb_s),
+                v.media_use.map_or_else(|| "-".into(), pct),
+                v.total_use.map_or_else(|| "-".into(), pct),
+                v.freezes.to_string(),
+                format!("{:.2}%", v.loss * 100.0),
+                format!("{:.1}", v.flaps_per_min),
+            ],
+        );
+    }
+}
+
+/// Adaptive against the baseline: the goals, then what explains them.
+fn print_modes(rows: &[ModeRow]) {
+    let w = [9, 3, 20, 20, 4, 7, 9, 9, 9];
+    line(
+        &w,
+        &cells(
+            "mode|n|settle n p50/95/max|climb n p50/95/max|frz|loss|flaps/min|media use|total use",
+        ),
+    );
+    for r in rows {
+        line(
+            &w,
+            &[
+                r.mode.into(),
+                r.viewers.to_string(),
+                r.settle.show(),
+                r.climb.show(),
+                r.freezes.to_string(),
+                format!("{:.2}%", r.loss_max * 100.0),
+                format!("{:.1}/{:.1}", r.flaps_per_min_mean, r.flaps_per_min_max),
+                format!("{}/{}", pct(r.media_use_mean), pct(r.media_use_min)),
+                format!("{}/{}", pct(r.total_use_mean), pct(r.total_use_min)),
+            ],
+        );
+    }
+    let w = [9, 22, 10, 9, 9, 4, 11, 6, 14, 7];
+    line(
+        &w,
+        &cells(
+            "mode|climb back n p50/95/max|loss phase|of fit|complete|<q|<q frz/loss|free f|keyframes/s|wall s",
+        ),
+    );
+    for r in rows {
+        let kf: Vec<String> = r
+            .publisher_keyframes_per_s
+            .iter()
+            .map(|k| format!("{k:.1}"))
+            .collect();
+        line(
+            &w,
+            &[
+                r.mode.into(),
+                r.climb_back.show(),
+                format!("{:.2}%", r.loss_phase_max * 100.0),
+                format!("{}/{}", pct(r.of_fit_mean), pct(r.of_fit_min)),
+                format!(
+                    "{}/{}",
+                    pct(r.frames_complete_mean),
+                    pct(r.frames_complete_min)
+                ),
+                r.below_lowest.to_string(),
+                format!(
+                    "{}/{:.1}%",
+                    r.below_lowest_freezes,
+                    r.below_lowest_loss_max * 100.0
+                ),
+                pct(r.free_top_share),
+                kf.join("/"),
+                format!("{:.1}", r.seconds),
+            ],
+        );
+    }
+}
+
+pub fn adaptive(args: AdaptiveArgs) -> Result<()> {
+    ensure!(args.viewers + args.free > 0, "no viewers");
+    ensure!(args.duration >= 1.0, "--duration must be at least 1 s");
+    ensure!(
+        args.min_kbit > 0 && args.min_kbit <= args.max_kbit,
+        "--min-kbit must be positive and at most --max-kbit"
+    );
+    let mut draws = Draws(args.seed ^ 0xada9_717e);
+    let (lo, hi) = ((args.min_kbit * 1000) as f64, (args.max_kbit * 1000) as f64);
+    let mut plans = Vec::new();
+    for i in 0..args.viewers + args.free {
+        let addr = SocketAddr::from(([10, 0, 1 + (i / 250) as u8, 1 + (i % 250) as u8], 4000));
+        if i >= args.viewers {
+            plans.push(Plan {
+                addr,
+                capacity_bps: None,
+                drop_bps: None,
+            });
+            continue;
+        }
+        let capacity = (lo.ln() + draws.unit() * (hi.ln() - lo.ln())).exp();
+        let share = DROP_SHARE.0 + draws.unit() * (DROP_SHARE.1 - DROP_SHARE.0);
+        plans.push(Plan {
+            addr,
+            capacity_bps: Some(capacity as u64),
+            drop_bps: Some((capacity * share) as u64),
+        });
+    }
+    println!(
+        "seed {}: {} viewers on links of {}–{} kbit/s (log-uniform, 200 ms queue, 20 ms delay), {} free; \
+         phases of {} s: steady, drop to 30–50 %, recovery; virtual time",
+        args.seed, args.viewers, args.min_kbit, args.max_kbit, args.free, args.duration
+    );
+    let mut rows = Vec::new();
+    for adaptive in [true, false] {
+        rows.push(run_mode(&args, &plans, adaptive)?);
+    }
+    if let Some(r) = rows.first() {
+        print_viewers(r);
+    }
+    print_modes(&rows);
+    let json = serde_json::json!({
+        "seed": args.seed,
+        "viewers": args.viewers,
+        "free": args.free,
+        "phase_s": args.duration,
+        "capacity_kbit": [args.min_kbit, args.max_kbit],
+        "drop_share": [DROP_SHARE.0, DROP_SHARE.1],
+        "rows": rows,
+    });
+    write_json(&args.out, &json)
+}
