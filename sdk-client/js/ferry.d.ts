@@ -89,7 +89,7 @@ export const SIMULCAST: ReadonlyArray<Readonly<SimulcastEncoding>>;
 /** Options of {@link FerryClient.publish}. */
 export interface PublishOptions extends SessionOptions {
   /** The video codec to prefer. */
-  codec?: 'vp8' | 'h264';
+  codec?: 'vp8' | 'h264' | 'vp9' | 'av1';
   /**
    * Send the video in several encodings (`true`: {@link SIMULCAST}; or two or more of your own,
    * lowest first by convention, each with a distinct rid). The node forwards each viewer the one

@@ -102,12 +102,31 @@ export function randomKeySeed() {
 /** What a failed request says: its message, or the abort reason. */
 export const describe = (err) => String(err?.message ?? err);
 
+/** The AV1 dependency descriptor header extension (what tells a receiver the layers of a frame). */
+const DEPENDENCY_DESCRIPTOR = 'https://aomediacodec.github.io/av1-rtp-spec/#dependency-descriptor-rtp-header-extension';
+
 /**
- * Puts `codec` ('vp8' or 'h264') first in the video transceiver's preferences, keeping the rest
- * (RTX, RED, FEC and other codecs) after it. For H.264: packetization-mode=1 with
- * profile-level-id 42e01f first, then other packetization-mode=1, then the rest.
+ * Offers the AV1 dependency descriptor on `transceiver` where the browser has it but does not
+ * offer it by default (Chrome). Without it a receiver cannot put the spatial layers of an AV1
+ * SVC picture together, and the node forwards such a viewer the base layer only.
+ */
+export function negotiateDependencyDescriptor(transceiver) {
+  if (typeof transceiver.getHeaderExtensionsToNegotiate !== 'function') return;
+  const direction = transceiver.direction;
+  const exts = transceiver.getHeaderExtensionsToNegotiate();
+  if (!exts.some((e) => e.uri === DEPENDENCY_DESCRIPTOR && e.direction === 'stopped')) return;
+  transceiver.setHeaderExtensionsToNegotiate(
+    exts.map((e) => (e.uri === DEPENDENCY_DESCRIPTOR ? { ...e, direction } : e)),
+  );
+}
+
+/**
+ * Puts `codec` ('vp8', 'h264', 'vp9' or 'av1') first in the video transceiver's preferences,
+ * keeping the rest (RTX, RED, FEC and other codecs) after it. For H.264: packetization-mode=1
+ * with profile-level-id 42e01f first, then other packetization-mode=1, then the rest; VP9
+ * profile 0 before profile 2.
  * @param {RTCRtpTransceiver} transceiver
- * @param {'vp8'|'h264'} codec
+ * @param {'vp8'|'h264'|'vp9'|'av1'} codec
  */
 export function preferVideoCodec(transceiver, codec) {
   const mime = videoMime(codec);
@@ -117,6 +136,8 @@ export function preferVideoCodec(transceiver, codec) {
     const fmtp = c.sdpFmtpLine ?? '';
     const mode1 = /packetization-mode=1/.test(fmtp);
     if (mime === 'video/h264' && mode1 && /profile-level-id=42e01f/i.test(fmtp)) return 0;
+    // VP9 profile 0 before profile 2 (10-bit): what every viewer decodes.
+    if (mime === 'video/vp9') return /profile-id=2/.test(fmtp) ? 2 : 1;
     return mode1 || mime !== 'video/h264' ? 1 : 2;
   };
   const ordered = codecs.map((c, i) => [rank(c), i, c]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
@@ -126,8 +147,10 @@ export function preferVideoCodec(transceiver, codec) {
 
 /** The MIME type of a codec option; throws on an unknown one. */
 export function videoMime(codec) {
-  const mime = { vp8: 'video/vp8', h264: 'video/h264' }[String(codec).toLowerCase()];
-  if (!mime) throw new Error(`unknown codec ${codec} (use vp8 or h264)`);
+  const mime = { vp8: 'video/vp8', h264: 'video/h264', vp9: 'video/vp9', av1: 'video/av1' }[
+    String(codec).toLowerCase()
+  ];
+  if (!mime) throw new Error(`unknown codec ${codec} (use vp8, h264, vp9 or av1)`);
   return mime;
 }
 
@@ -222,10 +245,11 @@ export class Transport {
           if (track.kind === 'video' && encodings?.length) init.sendEncodings = encodings.map((e) => ({ ...e }));
           const t = this.pc.addTransceiver(track, init);
           if (track.kind === 'video' && codec) preferVideoCodec(t, codec);
+          if (track.kind === 'video') negotiateDependencyDescriptor(t);
         }
       } else {
         this.pc.addTransceiver('audio', { direction: 'recvonly' });
-        this.pc.addTransceiver('video', { direction: 'recvonly' });
+        negotiateDependencyDescriptor(this.pc.addTransceiver('video', { direction: 'recvonly' }));
       }
     } catch (err) {
       this.close();

@@ -95,7 +95,10 @@ impl OutgoingTrack {
     /// (the top until one is chosen) and the temporal cap.
     pub fn select_layer(&mut self, info: &LayerInfo) -> Selection {
         let (spatial, temporal) = (
-            self.layer.target.map_or(u8::MAX, |s| s.min(255) as u8),
+            self.layer
+                .target
+                .map_or(u8::MAX, |s| s.min(255) as u8)
+                .min(self.spatial_ceiling()),
             self.temporal_cap.unwrap_or(u8::MAX),
         );
         let codec = self.line.codec;
@@ -115,8 +118,26 @@ impl OutgoingTrack {
 
     /// Sets the scalable source's layers to reach (at the points the stream allows).
     pub fn set_svc_target(&mut self, spatial: u8, temporal: u8) {
+        let ceiling = self.spatial_ceiling();
         if let Some(s) = self.svc.as_mut() {
-            s.set_target(spatial, temporal);
+            s.set_target(spatial.min(ceiling), temporal);
+        }
+    }
+
+    /// The highest spatial layer of a scalable source this viewer can decode. An AV1 receiver
+    /// that did not negotiate the dependency descriptor cannot put a picture's spatial layers
+    /// back together (Chrome: "Failed to combine frames - invalid spatial index order"), and
+    /// of those layers only the base one decodes alone: such a viewer gets the base layer.
+    pub fn spatial_ceiling(&self) -> u8 {
+        if self.line.codec == Codec::Av1
+            && self
+                .line
+                .ext_id(crate::negotiate::EXT_DEPENDENCY_DESCRIPTOR)
+                .is_none()
+        {
+            0
+        } else {
+            u8::MAX
         }
     }
 
@@ -431,5 +452,55 @@ fn svc_from_state(s: &SvcSelectorState) -> LayerSelectorSnapshot {
         dd_structure: s.dd_structure,
         dd_target: s.dd_target.map(byte),
         dd_chains_intact: s.dd_chains_intact,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn av1_line(extmap: Vec<(u8, String)>) -> MediaLine {
+        MediaLine {
+            mid: "1".into(),
+            video: true,
+            accepted: true,
+            codec: Codec::Av1,
+            pt: 45,
+            rtx_pt: Some(46),
+            fmtp: String::new(),
+            nack: true,
+            pli: true,
+            fir: false,
+            remb: false,
+            twcc: true,
+            extmap,
+            remote_ssrcs: Vec::new(),
+            rids: Vec::new(),
+            local_ssrc: 1,
+            local_rtx_ssrc: Some(2),
+            source: Some(1),
+        }
+    }
+
+    /// An AV1 viewer without the dependency descriptor cannot decode a picture's upper spatial
+    /// layers: whatever the allocator asks, its selector aims at the base layer.
+    #[test]
+    fn an_av1_viewer_without_the_descriptor_is_held_to_the_base_spatial_layer() {
+        let dd = (12, crate::negotiate::EXT_DEPENDENCY_DESCRIPTOR.to_owned());
+        let with = OutgoingTrack::new(1, av1_line(vec![dd]), 0, 0, 0);
+        assert_eq!(with.spatial_ceiling(), u8::MAX);
+        let mut without = OutgoingTrack::new(1, av1_line(Vec::new()), 0, 0, 0);
+        assert_eq!(without.spatial_ceiling(), 0);
+        let info = LayerInfo {
+            spatial: 0,
+            keyframe: true,
+            start_of_frame: true,
+            end_of_frame: true,
+            spatial_layers: Some(3),
+            ..LayerInfo::default()
+        };
+        let _ = without.select_layer(&info);
+        without.set_svc_target(2, u8::MAX);
+        assert_eq!(without.svc.as_ref().map(|s| s.target().0), Some(0));
     }
 }

@@ -107,27 +107,5 @@ function sdpFrag(pc, candidates, end) {
   return lines.join('\r\n') + '\r\n';
 }
 
-/**
- * Puts `codec` ('vp8' or 'h264') first in the video transceiver's preferences, keeping the rest
- * (RTX, RED, FEC and other codecs) after it. For H.264 the order within is packetization-mode=1
- * with profile-level-id 42e01f, then other packetization-mode=1, then the rest.
- */
-export function preferVideoCodec(transceiver, codec) {
-  const mime = { vp8: 'video/vp8', h264: 'video/h264', vp9: 'video/vp9', av1: 'video/av1' }[
-    codec.toLowerCase()
-  ];
-  if (!mime) throw new Error(`unknown codec ${codec} (use vp8, h264, vp9 or av1)`);
-  const codecs = RTCRtpSender.getCapabilities('video').codecs;
-  const rank = (c) => {
-    if (c.mimeType.toLowerCase() !== mime) return 3;
-    const fmtp = c.sdpFmtpLine ?? '';
-    const mode1 = /packetization-mode=1/.test(fmtp);
-    if (mime === 'video/h264' && mode1 && /profile-level-id=42e01f/i.test(fmtp)) return 0;
-    // VP9 profile 0 before profile 2 (10-bit): what every viewer decodes.
-    if (mime === 'video/vp9') return /profile-id=2/.test(fmtp) ? 2 : 1;
-    return mode1 || mime !== 'video/h264' ? 1 : 2;
-  };
-  const ordered = codecs.map((c, i) => [rank(c), i, c]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
-  if (ordered[0][0] === 3) throw new Error(`this browser cannot send ${mime}`);
-  transceiver.setCodecPreferences(ordered.map(([, , c]) => c));
-}
+// The browser SDK's own codec preference and header-extension helpers (served beside this file).
+export { negotiateDependencyDescriptor, preferVideoCodec } from './sdk-transport.js';

@@ -57,6 +57,11 @@ const PAGES: &[(&str, &str, &str)] = &[
     ("report.js", JS, include_str!("../pages/report.js")),
     ("stats.js", JS, include_str!("../pages/stats.js")),
     ("whip.js", JS, include_str!("../pages/whip.js")),
+    (
+        "sdk-transport.js",
+        JS,
+        include_str!("../../sdk-client/js/transport.js"),
+    ),
     ("demo-probe.js", JS, include_str!("../pages/demo-probe.js")),
     (
         "sdk-play.html",

@@ -26,6 +26,11 @@ const CLIMB: Duration = Duration::from_secs(15);
 /// The shaped viewer's link.
 const LIMIT_KBIT: u64 = 400;
 
+/// One run at a time: each runs four browsers with video encoders and decoders (an AV1 SVC
+/// encoder alone takes most of a core), and two at once on a two-core machine starve each
+/// other's decoders into freezes that are not the link's doing.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn height(r: &Value) -> f64 {
     num(r, "/inbound/video/frameHeight")
 }
@@ -77,7 +82,10 @@ fn view_of(node: &FerryNode, reports: &Reports, id: &str) -> Result<Value> {
 }
 
 /// `layering`: the publisher's query pair, `("simulcast", "1")` or `("scalability", MODE)`.
-async fn run(codec: &str, mime: &str, layering: (&str, &str)) -> Result<()> {
+/// `plain_viewer`: also viewer D, from the host, without the AV1 dependency descriptor (what
+/// Chrome offers unless told): it gets the base spatial layer, the one layer it can decode.
+async fn run(codec: &str, mime: &str, layering: (&str, &str), plain_viewer: bool) -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let ns = Netns::create()?;
     let node = FerryNode::spawn_at(&ns.host_ip, &[])?;
     let collector = Collector::start_at(&ns.host_ip)?;
@@ -120,6 +128,13 @@ async fn run(codec: &str, mime: &str, layering: (&str, &str)) -> Result<()> {
         )
     };
     let _b = Browser::open_with(&view("B"), &flags)?;
+    let plain_view = collector.page_url(
+        "view.html",
+        &[("whep", &whep), ("id", "D"), ("token", token), ("dd", "0")],
+    );
+    let _d = plain_viewer
+        .then(|| Browser::open_with(&plain_view, &flags))
+        .transpose()?;
     ns.limit_to_peer(LIMIT_KBIT, 200)?;
     let _c = Browser::open_in(&ns, &view("C"), &flags)?;
 
@@ -209,6 +224,29 @@ async fn run(codec: &str, mime: &str, layering: (&str, &str)) -> Result<()> {
         "B plays {} of {top}: not the top layer",
         height(&end["B"])
     );
+    if plain_viewer {
+        let none = Value::Null;
+        let (s, e) = (
+            start.get("D").unwrap_or(&none),
+            end.get("D").unwrap_or(&none),
+        );
+        let fps = (num(e, "/inbound/video/framesDecoded") - num(s, "/inbound/video/framesDecoded"))
+            / secs;
+        eprintln!(
+            "{codec}: viewer D without the dependency descriptor: {fps:.1} fps, height {} of {top}",
+            height(e)
+        );
+        ensure!(
+            fps >= 12.0,
+            "D decoded {fps:.1} fps (need ≥ 12): {}",
+            show(&end, "D")
+        );
+        ensure!(
+            height(e) > 0.0 && height(e) < top,
+            "D plays {} of {top}: not the base layer",
+            height(e)
+        );
+    }
     // The node says so too: C's estimate is below what B's is, C's target below the top.
     let estimate = |v: &Value| v["adaptation"]["estimate_bps"].as_f64().unwrap_or(0.0);
     ensure!(
@@ -249,8 +287,8 @@ async fn run(codec: &str, mime: &str, layering: (&str, &str)) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shaped_viewer_plays_a_lower_simulcast_layer_and_climbs_back_vp8_then_h264() -> Result<()>
 {
-    run("vp8", "video/VP8", ("simulcast", "1")).await?;
-    run("h264", "video/H264", ("simulcast", "1")).await?;
+    run("vp8", "video/VP8", ("simulcast", "1"), false).await?;
+    run("h264", "video/H264", ("simulcast", "1"), false).await?;
     Ok(())
 }
 
@@ -258,5 +296,12 @@ async fn a_shaped_viewer_plays_a_lower_simulcast_layer_and_climbs_back_vp8_then_
 /// forwards the shaped viewer its lower spatial layer only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_vp9() -> Result<()> {
-    run("vp9", "video/VP9", ("scalability", "L3T3_KEY")).await
+    run("vp9", "video/VP9", ("scalability", "L3T3_KEY"), false).await
+}
+
+/// The same with AV1 SVC (`L3T3_KEY`), layers told apart by the dependency descriptor alone;
+/// a viewer that did not negotiate the descriptor plays the base layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_av1() -> Result<()> {
+    run("av1", "video/AV1", ("scalability", "L3T3_KEY"), true).await
 }

@@ -409,7 +409,7 @@ test('a refused first POST rejects with the reason, and the session ends', async
     return true;
   });
   assert.ok(FakePC.all[0].closed);
-  await assert.rejects(client.publish('cam', new FakeMediaStream([new FakeTrack('video')]), { codec: 'av1' }), /unknown codec/);
+  await assert.rejects(client.publish('cam', new FakeMediaStream([new FakeTrack('video')]), { codec: 'theora' }), /unknown codec/);
 });
 
 test('a second session of the same stream does not take over the first one\'s ticket', async () => {

@@ -256,9 +256,18 @@ impl Node {
                 } else {
                     t.playing()
                 },
-                // The viewer's cap: the highest layer within it (the lowest if none is).
-                max_layer: (t.line.video && !prefs.is_automatic())
-                    .then(|| l.iter().rposition(|x| prefs.admits(x.size)).unwrap_or(0)),
+                // The viewer's cap: the highest layer within it (the lowest if none is),
+                // and no spatial layer it cannot decode.
+                max_layer: {
+                    let cap = (t.line.video && !prefs.is_automatic())
+                        .then(|| l.iter().rposition(|x| prefs.admits(x.size)).unwrap_or(0));
+                    let ceiling = (*svc && t.spatial_ceiling() != u8::MAX)
+                        .then(|| usize::from(t.spatial_ceiling()));
+                    match (cap, ceiling) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    }
+                },
                 paused: t.line.video && v.video_paused,
             })
             .collect();
