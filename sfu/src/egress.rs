@@ -4,11 +4,11 @@
 //! packets from the publisher's cache when the viewer NACKs (RTX when
 //! negotiated).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ferry_proto::state::media::{OutgoingStreamState, SvcSelectorState};
 
-use crate::adapt::allocator::TrackState;
+use crate::adapt::allocator::{MOVE_HOLD, TrackState};
 use crate::codec::layers::{LayerInfo, LayerSelector, LayerSelectorSnapshot, Selection, SvcMode};
 use crate::codec::{self, Codec};
 use crate::munger::{DropReason, Munged, Munger, Retransmit, SourcePacket};
@@ -370,6 +370,12 @@ impl OutgoingTrack {
         }
     }
 
+    /// The track arrived from another node: no climb for [`MOVE_HOLD`].
+    pub fn hold_after_move(&mut self, now: Instant) {
+        let until = now + MOVE_HOLD;
+        self.layer.held_until = Some(self.layer.held_until.map_or(until, |t| t.max(until)));
+    }
+
     /// Exports the track.
     pub fn snapshot(&self, now: Instant) -> OutgoingStreamState {
         OutgoingStreamState {
@@ -387,6 +393,11 @@ impl OutgoingTrack {
                 .layer
                 .held_until
                 .map(|t| t.saturating_duration_since(now).as_millis() as u64),
+            hold_ms: self.layer.hold.as_millis() as u64,
+            up_ago_ms: self
+                .layer
+                .up_at
+                .map(|t| now.saturating_duration_since(t).as_millis() as u64),
         }
     }
 
@@ -411,9 +422,11 @@ impl OutgoingTrack {
             last_served_gop: 0,
             layer: TrackState {
                 target: s.target_ssrc,
-                held_until: s
-                    .held_for_ms
-                    .map(|ms| now + std::time::Duration::from_millis(ms)),
+                held_until: s.held_for_ms.map(|ms| now + Duration::from_millis(ms)),
+                hold: Duration::from_millis(s.hold_ms),
+                up_at: s
+                    .up_ago_ms
+                    .and_then(|ms| now.checked_sub(Duration::from_millis(ms))),
             },
             svc: s
                 .svc

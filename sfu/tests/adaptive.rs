@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ferry_proto::NodeId;
+use ferry_proto::{NodeId, SessionId};
 use ferry_sfu::codec::Codec;
 use ferry_sfu::peer::SimulcastConfig;
 use ferry_sfu::sim::LinkConfig;
@@ -31,7 +31,7 @@ fn bottleneck(kbit: u64) -> LinkConfig {
 }
 
 /// A node, a simulcast publisher, a free viewer and a viewer behind `kbit`.
-fn world(seed: u64, codec: Codec, kbit: u64) -> (Testbed, usize, usize, SocketAddr) {
+fn world(seed: u64, codec: Codec, kbit: u64) -> (Testbed, usize, usize, SocketAddr, SessionId) {
     let mut tb = Testbed::new(seed, LinkConfig::delay(Duration::from_millis(20)));
     tb.simulcast = Some(SimulcastConfig::chrome_720p());
     tb.add_node(NodeId::new("node-a").unwrap(), addr(NODE))
@@ -42,8 +42,8 @@ fn world(seed: u64, codec: Codec, kbit: u64) -> (Testbed, usize, usize, SocketAd
     let shaped = addr("10.0.0.3:4000");
     tb.set_link_to(shaped, bottleneck(kbit));
     let (free, _) = tb.view(addr(NODE), "cam", addr("10.0.0.2:4000")).unwrap();
-    let (slow, _) = tb.view(addr(NODE), "cam", shaped).unwrap();
-    (tb, free, slow, shaped)
+    let (slow, slow_id) = tb.view(addr(NODE), "cam", shaped).unwrap();
+    (tb, free, slow, shaped, slow_id)
 }
 
 /// The layer (0 = q … 2 = f) viewer `v` got most packets of over the next `span`, and its
@@ -63,7 +63,7 @@ fn layer_over(tb: &mut Testbed, v: usize, span: Duration) -> (u8, Duration) {
 #[test]
 fn each_viewer_gets_the_layer_its_link_carries_and_follows_its_capacity() {
     for (seed, codec) in [(1, Codec::Vp8), (2, Codec::H264)] {
-        let (mut tb, free, slow, shaped) = world(seed, codec, 400);
+        let (mut tb, free, slow, shaped, _) = world(seed, codec, 400);
         // Settle (start at 1 Mbit/s, probes find the rest).
         tb.run_for(Duration::from_secs(10));
         let (f, _) = layer_over(&mut tb, free, Duration::from_secs(5));
@@ -98,5 +98,42 @@ fn each_viewer_gets_the_layer_its_link_carries_and_follows_its_capacity() {
         assert_eq!(f, 2, "seed {seed}: the free viewer never moved");
         let m = tb.nodes[0].node.metrics();
         assert!(m.twcc_feedback_received > 0 && m.probe_packets > 0 && m.layer_downs > 0);
+    }
+}
+
+/// Probe packets node `at` sent so far (all its cores).
+fn probes(tb: &Testbed, at: SocketAddr) -> u64 {
+    tb.nodes
+        .iter()
+        .filter(|n| n.addr == at)
+        .map(|n| n.node.metrics().probe_packets)
+        .sum()
+}
+
+/// A viewer settled on q behind 400 kbit/s moves to node-b and back: each node it arrives on
+/// keeps it on q (its estimate comes with it, and it climbs nothing for
+/// `allocator::MOVE_HOLD`), sends it no probe meanwhile, and it sees no gap of 500 ms.
+#[test]
+fn a_shaped_viewer_that_moves_keeps_its_layer_and_sends_no_probe_burst() {
+    use rand::SeedableRng;
+    const B: &str = "10.0.0.101:5000";
+    for seed in [3, 4] {
+        let (mut tb, _free, slow, _, id) = world(seed, Codec::Vp8, 400);
+        tb.add_node(NodeId::new("node-b").unwrap(), addr(B))
+            .unwrap();
+        tb.run_for(Duration::from_secs(10));
+        let (s, _) = layer_over(&mut tb, slow, Duration::from_secs(3));
+        assert_eq!(s, 0, "seed {seed}: settled on q");
+        let mut timing = support::Timing(rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+        for (from, to) in [(addr(NODE), addr(B)), (addr(B), addr(NODE))] {
+            let probes_before = probes(&tb, to);
+            support::migrate(&mut tb, &mut timing, &id, from, to);
+            let (s, gap) = layer_over(&mut tb, slow, Duration::from_secs(4));
+            let sent = probes(&tb, to) - probes_before;
+            eprintln!("seed {seed}: on {to}: layer {s}, gap {gap:?}, {sent} probe packets");
+            assert_eq!(s, 0, "seed {seed}: still q on {to}");
+            assert!(gap < Duration::from_millis(500), "seed {seed}: gap {gap:?}");
+            assert_eq!(sent, 0, "seed {seed}: no probe within the move's hold");
+        }
     }
 }

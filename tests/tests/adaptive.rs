@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use ferry_tests::cluster::{migration_end, start_dev_at, start_migration, wait_session_on};
 use ferry_tests::netns::Netns;
 use ferry_tests::{Browser, Collector, FerryNode, Reports, http, num};
 use serde_json::Value;
@@ -30,6 +31,12 @@ const LIMIT_KBIT: u64 = 400;
 /// encoder alone takes most of a core), and two at once on a two-core machine starve each
 /// other's decoders into freezes that are not the link's doing.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn unix_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_millis() as f64)
+}
 
 fn height(r: &Value) -> f64 {
     num(r, "/inbound/video/frameHeight")
@@ -66,12 +73,12 @@ fn view_of(node: &FerryNode, reports: &Reports, id: &str) -> Result<Value> {
         .and_then(|r| r["whep"]["location"].as_str())
         .with_context(|| format!("{id} has no session"))?;
     let session = location.rsplit('/').next().unwrap_or_default();
-    let r = http(
-        &format!("{}/v1/sessions/{session}", node.http),
-        "GET",
-        &[],
-        b"",
-    )?;
+    session_view(&node.http, session)
+}
+
+/// `GET {node}/v1/sessions/{session}`.
+fn session_view(node: &str, session: &str) -> Result<Value> {
+    let r = http(&format!("{node}/v1/sessions/{session}"), "GET", &[], b"")?;
     ensure!(
         r.status == 200,
         "GET /v1/sessions/{session}: {} {}",
@@ -304,4 +311,173 @@ async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_vp9() -> Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_av1() -> Result<()> {
     run("av1", "video/AV1", ("scalability", "L3T3_KEY"), true).await
+}
+
+/// How long the migration test watches the viewer on its new node: within the move's hold
+/// (`ferry_sfu::adapt::allocator::MOVE_HOLD`, 5 s).
+const WATCH_AFTER_MOVE: Duration = Duration::from_millis(4500);
+
+/// The shaped viewer moves (an `edge` cutover to node-b, then an `ice-restart` one back to
+/// node-a) and keeps what it had: its estimate (the new node starts from the snapshot's, not
+/// from scratch), its layer (no climb into the shaped link while the move's hold lasts, no
+/// probe), nothing over the link.
+///
+/// Known open bug, reported here and not asserted: after the `edge` cutover of a viewer of a
+/// simulcast stream, Chromium decodes nothing for ~3 s ("No decodable frame in 3015 ms
+/// requesting keyframe") and freezes once; it happens without the shaping too (on the top
+/// layer), with a warm relay on the target and without the dependency descriptor, and not
+/// with single-layer publishers (`tests/tests/migration.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shaped_viewer_keeps_its_layer_through_edge_and_ice_restart_migrations() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let ns = Netns::create()?;
+    let dev = start_dev_at(&ns.host_ip, true, &[], &[])?;
+    let collector = Collector::start_at(&ns.host_ip)?;
+    let stream = "adaptive-moves";
+    let secure = format!(
+        "--unsafely-treat-insecure-origin-as-secure={}",
+        collector.url("")
+    );
+    let flags = [secure.as_str()];
+    let whip = format!("{}/whip/{stream}", dev.node_a);
+    let _a = Browser::open_with(
+        &collector.page_url(
+            "publish.html",
+            &[
+                ("whip", &whip),
+                ("codec", "vp8"),
+                ("audio", "1"),
+                ("id", "A"),
+                ("token", &dev.token),
+                ("simulcast", "1"),
+                ("width", "960"),
+                ("height", "540"),
+            ],
+        ),
+        &flags,
+    )?;
+    collector
+        .wait_until(SETUP, |r| {
+            r.get("A").is_some_and(|a| {
+                a["connectionState"] == "connected" && num(a, "/outbound/video/framesEncoded") > 0.0
+            })
+        })
+        .await?;
+    ns.limit_to_peer(LIMIT_KBIT, 200)?;
+    // C plays with the browser SDK, which follows its session's moves.
+    let endpoint = format!("{}/whep/{stream}", dev.node_a);
+    let _c = Browser::open_in(
+        &ns,
+        &collector.page_url(
+            "sdk-play.html",
+            &[
+                ("sdk", &dev.gateway),
+                ("base", &dev.gateway),
+                ("endpoint", &endpoint),
+                ("stream", stream),
+                ("id", "C"),
+                ("token", &dev.token),
+            ],
+        ),
+        &flags,
+    )?;
+    collector
+        .wait_until(SETTLE + SETUP, |r| {
+            let (top, c) = (top_height(r), r.get("C").map_or(0.0, height));
+            top > 0.0 && c > 0.0 && c < top && r["C"]["session"].is_string()
+        })
+        .await
+        .with_context(|| format!("no settling: {}", show(&collector.reports(), "C")))?;
+    // Settled for a while: the estimate has converged on the link.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let session = collector.reports()["C"]["session"]
+        .as_str()
+        .context("C's session")?
+        .to_owned();
+    let mut node = dev.node_a.clone();
+    for (mode, target, target_url) in [
+        ("edge", "node-b", dev.node_b.clone()),
+        ("ice-restart", "node-a", dev.node_a.clone()),
+    ] {
+        let before = session_view(&node, &session)?;
+        let before_estimate = before["adaptation"]["estimate_bps"].as_f64().unwrap_or(0.0);
+        let before_report = collector.reports();
+        let before_height = height(&before_report["C"]);
+        let reset_at = unix_ms();
+        collector.command("C", "resetGap");
+        collector
+            .wait_until(SETUP, |r| {
+                r.get("C")
+                    .and_then(|x| x["frames"]["times"].as_array()?.last()?.as_f64())
+                    .is_some_and(|t| t > reset_at + 600.0)
+            })
+            .await?;
+        let id = start_migration(&dev.gateway, &dev.token, &session, target, mode)?;
+        let v = migration_end(&dev.gateway, &id).await?;
+        ensure!(v["state"] == "committed", "{mode} migration ended {v}");
+        wait_session_on(&dev.gateway, &session, target).await?;
+        node = target_url;
+        let after = session_view(&node, &session)?;
+        let after_estimate = after["adaptation"]["estimate_bps"].as_f64().unwrap_or(0.0);
+        // The move's hold on the new node: the layer does not climb, no probe goes out.
+        let start = collector.reports();
+        let t0 = Instant::now();
+        let mut highest = 0.0f64;
+        while t0.elapsed() < WATCH_AFTER_MOVE {
+            highest = highest.max(collector.reports().get("C").map_or(0.0, height));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let end = collector.reports();
+        let secs = t0.elapsed().as_secs_f64();
+        let (s, e) = (&start["C"], &end["C"]);
+        let delta = |key: &str| num(e, key) - num(s, key);
+        let freezes = delta("/totals/freezeCount");
+        let kbps = delta("/inbound/video/bytesReceived") * 8.0 / secs / 1000.0;
+        let moved = session_view(&node, &session)?;
+        eprintln!(
+            "{mode} → {target}: blackout {} ms; estimate {before_estimate:.0} → {after_estimate:.0} \
+             bit/s on arrival ({:.0} {WATCH_AFTER_MOVE:?} later); height {before_height} before, at most {highest} \
+             after; {freezes} freezes, longest frame gap {} ms, {kbps:.0} kbit/s video, lost {}",
+            v["blackout_ms"],
+            moved["adaptation"]["estimate_bps"].as_f64().unwrap_or(0.0),
+            e["frames"]["maxGapMs"],
+            delta("/totals/packetsLost"),
+        );
+        eprintln!(
+            "  before: {}\n  after: {}",
+            before["adaptation"], moved["adaptation"]
+        );
+        let m = http(&format!("{node}/metrics"), "GET", &[], b"")?;
+        for l in m.body.lines().filter(|l| {
+            !l.starts_with('#')
+                && [
+                    "retransmissions",
+                    "nacks_received",
+                    "keyframe_requests",
+                    "waiting_keyframe",
+                    "plis_sent",
+                    "layer_",
+                ]
+                .iter()
+                .any(|k| l.contains(k))
+        }) {
+            eprintln!("  {l}");
+        }
+        ensure!(
+            after_estimate >= before_estimate * 0.5 && after_estimate <= before_estimate * 1.5,
+            "{mode}: the estimate went {before_estimate} → {after_estimate}: not carried over"
+        );
+        ensure!(
+            highest > 0.0 && highest <= before_height,
+            "{mode}: C climbed from {before_height} to {highest} lines into its shaped link"
+        );
+        if freezes > 0.0 {
+            eprintln!("{mode}: C froze {freezes} times (a known open bug: see the doc comment)");
+        }
+        ensure!(
+            kbps <= LIMIT_KBIT as f64,
+            "{mode}: C received {kbps:.0} kbit/s over a {LIMIT_KBIT} kbit/s link"
+        );
+    }
+    Ok(())
 }

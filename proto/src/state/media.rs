@@ -258,6 +258,12 @@ pub struct OutgoingStreamState {
     /// The highest temporal layer it takes (its frame-rate cap).
     #[prost(uint32, optional, tag = "11")]
     pub temporal_cap: Option<u32>,
+    /// How long its next hold after a failed climb lasts, in ms (0: the first hold).
+    #[prost(uint64, tag = "12")]
+    pub hold_ms: u64,
+    /// How long ago it last went up a layer, in ms.
+    #[prost(uint64, optional, tag = "13")]
+    pub up_ago_ms: Option<u64>,
 }
 
 /// A viewer's layer selector for a scalable source (`ferry_rtc::codec::layers`).

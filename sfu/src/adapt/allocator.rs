@@ -28,6 +28,12 @@ pub struct AllocConfig {
     pub up_headroom: f64,
     /// After a track went down, how long before it may go up again.
     pub up_hold: Duration,
+    /// A track that goes down within this of going up failed its climb: its next hold is
+    /// twice the last, up to [`AllocConfig::max_hold`]; a down after a longer stay on the
+    /// higher layer starts again from [`AllocConfig::up_hold`].
+    pub failed_climb: Duration,
+    /// The longest hold.
+    pub max_hold: Duration,
 }
 
 impl Default for AllocConfig {
@@ -35,11 +41,20 @@ impl Default for AllocConfig {
         Self {
             up_headroom: 1.15,
             // mediasoup holds a downgraded layer 8-10 s; with probing to confirm the headroom,
-            // a shorter hold does not flap (see `docs/adaptation.md`).
+            // a shorter first hold does not flap (see `docs/adaptation.md`), and a link where
+            // climbs keep failing is left alone for longer each time.
             up_hold: Duration::from_secs(3),
+            failed_climb: Duration::from_secs(10),
+            max_hold: Duration::from_secs(30),
         }
     }
 }
+
+/// A viewer that arrives from another node (a migration, a resumed session) keeps its layers
+/// this long before any climb: the new node measures its source's layers afresh and the path
+/// to the viewer may differ, so the estimate it brought is a prior, not a measurement, and
+/// no probe goes out for a climb meanwhile. Going down is not held.
+pub const MOVE_HOLD: Duration = Duration::from_secs(5);
 
 /// What one track of the viewer plays from, for the allocator.
 #[derive(Debug, Clone, Copy)]
@@ -63,8 +78,12 @@ pub struct TrackInput<'a> {
 pub struct TrackState {
     /// The layer (SSRC) to forward; `None`: not chosen yet (a single-stream source needs none).
     pub target: Option<u32>,
-    /// Until when the track may not go up (it went down lately).
+    /// Until when the track may not go up (it went down lately, or just moved here).
     pub held_until: Option<Instant>,
+    /// The length of the last hold after a down (zero before the first).
+    pub hold: Duration,
+    /// When it last went up a layer.
+    pub up_at: Option<Instant>,
 }
 
 /// The outcome of one allocation.
@@ -145,7 +164,7 @@ pub fn allocate(
                 budget -= delta;
                 level[i] = next;
                 stepped = true;
-            } else if wanted.is_none() {
+            } else if wanted.is_none() && !held {
                 // The first step that did not fit, in priority order: what a probe must find.
                 let used = estimate_bps as i64 - budget;
                 wanted = Some((used + need).max(0) as u64);
@@ -170,8 +189,20 @@ pub fn allocate(
             .and_then(|s| t.layers.iter().position(|l| l.ssrc == s))
             .or_else(|| current_level(t));
         let up = was.is_none_or(|w| level[i] > w);
-        if !up {
-            state.held_until = Some(now + cfg.up_hold);
+        if up {
+            state.up_at = Some(now);
+        } else {
+            // A climb that failed soon holds longer each time: a link on the edge of a
+            // layer is not made to freeze every few seconds.
+            let failed = state
+                .up_at
+                .is_some_and(|t| now.saturating_duration_since(t) < cfg.failed_climb);
+            state.hold = if failed && !state.hold.is_zero() {
+                (state.hold * 2).min(cfg.max_hold)
+            } else {
+                cfg.up_hold
+            };
+            state.held_until = Some(now + state.hold);
         }
         state.target = Some(chosen.ssrc);
         out.switches.push((i, chosen.ssrc, up));
@@ -259,6 +290,35 @@ mod tests {
         // Staying on the layer it plays needs no headroom.
         allocate(t2, 500_000, &[video(&cam, Some(2))], &mut st, &cfg);
         assert_eq!(st[0].target, Some(2));
+    }
+
+    #[test]
+    fn climbs_that_fail_soon_hold_longer_each_time_and_a_held_track_asks_for_no_probe() {
+        let t0 = Instant::now();
+        let cam = [layer(1, 150_000, t0), layer(2, 500_000, t0)];
+        let cfg = AllocConfig::default();
+        let mut st = [TrackState::default()];
+        let s = Duration::from_secs;
+        // Each time: up, then down 1 s later (the link could not carry it).
+        let mut t = t0;
+        for hold in [3, 6, 12, 24, 30, 30] {
+            allocate(t, 1_000_000, &[video(&cam, Some(1))], &mut st, &cfg);
+            assert_eq!(st[0].target, Some(2), "up at {:?}", t - t0);
+            t += s(1);
+            allocate(t, 400_000, &[video(&cam, Some(2))], &mut st, &cfg);
+            assert_eq!(st[0].target, Some(1));
+            assert_eq!(st[0].held_until, Some(t + s(hold)));
+            // While held: no climb, and no probe asked for (nothing it could switch to).
+            let a = allocate(t + s(1), 1_000_000, &[video(&cam, Some(1))], &mut st, &cfg);
+            assert_eq!(st[0].target, Some(1));
+            assert_eq!(a.wanted_bps, None);
+            t += s(hold);
+        }
+        // A climb that held for longer than `failed_climb` starts the holds over.
+        allocate(t, 1_000_000, &[video(&cam, Some(1))], &mut st, &cfg);
+        t += cfg.failed_climb + s(1);
+        allocate(t, 400_000, &[video(&cam, Some(2))], &mut st, &cfg);
+        assert_eq!(st[0].held_until, Some(t + cfg.up_hold));
     }
 
     #[test]

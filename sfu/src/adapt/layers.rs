@@ -206,6 +206,16 @@ impl SourceLayers {
         v
     }
 
+    /// Whether a live layer has no measured rate yet (the first [`RATE_WINDOW`] of a stream
+    /// on this node: a relay that just started, a layer that just came): layers cannot be
+    /// ranked until one has.
+    pub fn unranked(&self, now: Instant) -> bool {
+        self.live(now).any(|l| {
+            l.peak_bps.max(l.bitrate_bps) == 0
+                || l.spatial_bps[..usize::from(l.spatial_layers).min(MAX_SPATIAL)].contains(&0)
+        })
+    }
+
     /// Every layer it has carried, live or paused, lowest first by the most it carried.
     pub fn known(&self) -> Vec<SourceLayer> {
         let mut v = self.layers.clone();

@@ -226,6 +226,15 @@ impl Node {
                 t.line.codec.is_scalable() && s.is_some_and(|s| !s.spatial(now).is_empty())
             })
             .collect();
+        // Layers without a measured rate cannot be ranked (a viewer that just moved here, its
+        // stream's relay just started): a track that has a layer keeps it until they can.
+        if tracks
+            .iter()
+            .zip(&sources)
+            .any(|(t, s)| t.layer.target.is_some() && s.is_some_and(|s| s.unranked(now)))
+        {
+            return;
+        }
         // A single stream counts as one layer (at its rate): what it plays whatever it is.
         let layers: Vec<Vec<SourceLayer>> = sources
             .iter()

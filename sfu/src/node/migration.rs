@@ -518,6 +518,12 @@ impl Node {
         s.active = true;
         s.epoch = s.epoch.max(epoch);
         s.ice.refresh_consent(now);
+        // A viewer keeps its layers a while on arrival (`adapt::allocator::MOVE_HOLD`).
+        if let Role::Viewer(tracks) = &mut s.role {
+            for t in tracks.iter_mut() {
+                t.hold_after_move(now);
+            }
+        }
         s.next_report = now + crate::session::REPORT_INTERVAL;
         let (stream, ufrag, epoch, via) = (
             s.stream.clone(),
