@@ -643,6 +643,37 @@ impl Node {
         if let Some(origin) = unsubscribe {
             self.unsubscribe_relay(&stream, origin);
         }
+        // A viewer that arrives (a new one, one that migrated in) maps the source's header
+        // extensions; a publisher that arrives (moved, reconnected) may number them anew.
+        self.map_source_extensions(&stream, (!publisher).then_some(key));
+    }
+
+    /// Points the header-extension maps of `stream`'s viewers (`only` that one) at its
+    /// source's numbering (the publisher's here, or the relay's). Without it an extension the
+    /// viewer negotiated goes out as padding: after a migration a viewer lost the dependency
+    /// descriptor, and Chromium, which had framed the stream by it, decoded nothing until a
+    /// keyframe.
+    pub(super) fn map_source_extensions(&mut self, stream: &StreamId, only: Option<usize>) {
+        let Some(sources) = self.source_lines(stream) else {
+            return;
+        };
+        let viewers: Vec<usize> = match only {
+            Some(k) => vec![k],
+            None => self
+                .streams
+                .get(stream)
+                .map(|e| e.viewers.clone())
+                .unwrap_or_default(),
+        };
+        for k in viewers {
+            if let Some(Role::Viewer(tracks)) = self.sessions[k].as_mut().map(|s| &mut s.role) {
+                for t in tracks.iter_mut() {
+                    if let Some(src) = t.source().and_then(|i| sources.get(i)) {
+                        t.set_source_extmap(&src.extmap);
+                    }
+                }
+            }
+        }
     }
 
     fn new_local_ice(&mut self) -> IceCredentials {

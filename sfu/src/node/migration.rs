@@ -328,6 +328,8 @@ impl Node {
             }
         }
         if let Some(rid) = subscribed {
+            // The viewers left here play the stream relayed back from the target now.
+            self.map_source_extensions(&stream, None);
             self.relay_ids.insert(rid, stream);
         }
         for h in self.held.remove(&key).unwrap_or_default() {

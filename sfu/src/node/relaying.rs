@@ -598,6 +598,7 @@ impl Node {
         }
         if o.live {
             r.offered(o.relay_id, &o.media);
+            self.map_source_extensions(&stream, None);
             self.relay_ids.insert(o.relay_id, stream);
             // Viewers that waited for it are answered now.
             self.answer_waiting(now);

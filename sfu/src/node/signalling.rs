@@ -99,12 +99,14 @@ impl Node {
                 let mut tracks = Vec::new();
                 for (i, m) in neg.media.iter().enumerate().filter(|(_, m)| m.accepted) {
                     let rng = &mut node.rng;
-                    let mut t =
-                        OutgoingTrack::new(i, m.clone(), rng.random(), rng.random(), rng.random());
-                    if let Some(src) = m.source.and_then(|s| sources.get(s)) {
-                        t.set_source_extmap(&src.extmap);
-                    }
-                    tracks.push(t);
+                    // Its source's header extensions are mapped when it joins the stream.
+                    tracks.push(OutgoingTrack::new(
+                        i,
+                        m.clone(),
+                        rng.random(),
+                        rng.random(),
+                        rng.random(),
+                    ));
                 }
                 Role::Viewer(tracks)
             },
@@ -531,18 +533,8 @@ impl Node {
                     return self.reject(SignalError::StreamBusy(session.stream.clone()));
                 }
             }
-            Role::Viewer(tracks) => {
-                let publisher = entry
-                    .and_then(|e| e.publisher)
-                    .and_then(|k| self.sessions[k].as_ref());
-                if let Some(p) = publisher {
-                    for t in tracks.iter_mut() {
-                        if let Some(src) = t.source().and_then(|s| p.media.get(s)) {
-                            t.set_source_extmap(&src.extmap);
-                        }
-                    }
-                }
-            }
+            // Its source's header extensions are mapped when it joins the stream.
+            Role::Viewer(_) => {}
         }
         let id = session.id.clone();
         self.insert(session);
