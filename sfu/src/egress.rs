@@ -370,10 +370,11 @@ impl OutgoingTrack {
         }
     }
 
-    /// The track arrived from another node: no climb for [`MOVE_HOLD`].
+    /// The track arrived from another node: no climb and no probe for [`MOVE_HOLD`].
     pub fn hold_after_move(&mut self, now: Instant) {
         let until = now + MOVE_HOLD;
         self.layer.held_until = Some(self.layer.held_until.map_or(until, |t| t.max(until)));
+        self.layer.quiet_until = Some(until);
     }
 
     /// Exports the track.
@@ -427,6 +428,8 @@ impl OutgoingTrack {
                 up_at: s
                     .up_ago_ms
                     .and_then(|ms| now.checked_sub(Duration::from_millis(ms))),
+                // Set where a move activates (`hold_after_move`), not carried.
+                quiet_until: None,
             },
             svc: s
                 .svc

@@ -45,7 +45,8 @@ impl Default for AllocConfig {
             // climbs keep failing is left alone for longer each time.
             up_hold: Duration::from_secs(3),
             failed_climb: Duration::from_secs(10),
-            max_hold: Duration::from_secs(30),
+            // mediasoup's 8-10 s at most: a link that frees up is climbed within ~10 s still.
+            max_hold: Duration::from_secs(8),
         }
     }
 }
@@ -84,6 +85,8 @@ pub struct TrackState {
     pub hold: Duration,
     /// When it last went up a layer.
     pub up_at: Option<Instant>,
+    /// Until when it is held because it just moved here ([`MOVE_HOLD`]; not in the snapshot).
+    pub quiet_until: Option<Instant>,
 }
 
 /// The outcome of one allocation.
@@ -151,20 +154,19 @@ pub fn allocate(
             if current.is_some_and(|c| next > c + 1) {
                 continue;
             }
-            let (need, held) = if above_current {
-                let held = states
-                    .get(i)
-                    .and_then(|s| s.held_until)
-                    .is_some_and(|h| now < h);
-                ((delta as f64 * cfg.up_headroom) as i64, held)
+            let (need, held, quiet) = if above_current {
+                let state = states.get(i);
+                let held = state.and_then(|s| s.held_until).is_some_and(|h| now < h);
+                let quiet = state.and_then(|s| s.quiet_until).is_some_and(|q| now < q);
+                ((delta as f64 * cfg.up_headroom) as i64, held, quiet)
             } else {
-                (delta, false)
+                (delta, false, false)
             };
-            if need <= budget && !held {
+            if need <= budget && !held && !quiet {
                 budget -= delta;
                 level[i] = next;
                 stepped = true;
-            } else if wanted.is_none() && !held {
+            } else if wanted.is_none() && !held && !quiet {
                 // The first step that did not fit, in priority order: what a probe must find.
                 let used = estimate_bps as i64 - budget;
                 wanted = Some((used + need).max(0) as u64);
@@ -301,7 +303,7 @@ mod tests {
         let s = Duration::from_secs;
         // Each time: up, then down 1 s later (the link could not carry it).
         let mut t = t0;
-        for hold in [3, 6, 12, 24, 30, 30] {
+        for hold in [3, 6, 8, 8] {
             allocate(t, 1_000_000, &[video(&cam, Some(1))], &mut st, &cfg);
             assert_eq!(st[0].target, Some(2), "up at {:?}", t - t0);
             t += s(1);
@@ -319,6 +321,27 @@ mod tests {
         t += cfg.failed_climb + s(1);
         allocate(t, 400_000, &[video(&cam, Some(2))], &mut st, &cfg);
         assert_eq!(st[0].held_until, Some(t + cfg.up_hold));
+    }
+
+    #[test]
+    fn a_track_that_just_moved_neither_climbs_nor_asks_for_a_probe() {
+        let t0 = Instant::now();
+        let cam = [layer(1, 150_000, t0), layer(2, 500_000, t0)];
+        let cfg = AllocConfig::default();
+        let mut st = [TrackState {
+            target: Some(1),
+            held_until: Some(t0 + MOVE_HOLD),
+            quiet_until: Some(t0 + MOVE_HOLD),
+            ..TrackState::default()
+        }];
+        let a = allocate(t0, 400_000, &[video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!((st[0].target, a.wanted_bps), (Some(1), None));
+        // After the hold: the step is wanted (a probe towards it), and taken when it fits.
+        let t1 = t0 + MOVE_HOLD;
+        let a = allocate(t1, 400_000, &[video(&cam, Some(1))], &mut st, &cfg);
+        assert!(a.wanted_bps.is_some());
+        allocate(t1, 1_000_000, &[video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(2));
     }
 
     #[test]

@@ -210,10 +210,9 @@ impl SourceLayers {
     /// on this node: a relay that just started, a layer that just came): layers cannot be
     /// ranked until one has.
     pub fn unranked(&self, now: Instant) -> bool {
-        self.live(now).any(|l| {
-            l.peak_bps.max(l.bitrate_bps) == 0
-                || l.spatial_bps[..usize::from(l.spatial_layers).min(MAX_SPATIAL)].contains(&0)
-        })
+        // Per stream, not per spatial layer: an SVC encoder may leave a spatial layer out
+        // for as long as it likes (CPU, bandwidth), and that layer's rate stays 0.
+        self.live(now).any(|l| l.peak_bps.max(l.bitrate_bps) == 0)
     }
 
     /// Every layer it has carried, live or paused, lowest first by the most it carried.
