@@ -374,7 +374,6 @@ impl OutgoingTrack {
     pub fn hold_after_move(&mut self, now: Instant) {
         let until = now + MOVE_HOLD;
         self.layer.held_until = Some(self.layer.held_until.map_or(until, |t| t.max(until)));
-        self.layer.quiet_until = Some(until);
     }
 
     /// Exports the track.
@@ -428,8 +427,6 @@ impl OutgoingTrack {
                 up_at: s
                     .up_ago_ms
                     .and_then(|ms| now.checked_sub(Duration::from_millis(ms))),
-                // Set where a move activates (`hold_after_move`), not carried.
-                quiet_until: None,
             },
             svc: s
                 .svc

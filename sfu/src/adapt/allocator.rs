@@ -85,8 +85,6 @@ pub struct TrackState {
     pub hold: Duration,
     /// When it last went up a layer.
     pub up_at: Option<Instant>,
-    /// Until when it is held because it just moved here ([`MOVE_HOLD`]; not in the snapshot).
-    pub quiet_until: Option<Instant>,
 }
 
 /// The outcome of one allocation.
@@ -154,19 +152,20 @@ pub fn allocate(
             if current.is_some_and(|c| next > c + 1) {
                 continue;
             }
-            let (need, held, quiet) = if above_current {
-                let state = states.get(i);
-                let held = state.and_then(|s| s.held_until).is_some_and(|h| now < h);
-                let quiet = state.and_then(|s| s.quiet_until).is_some_and(|q| now < q);
-                ((delta as f64 * cfg.up_headroom) as i64, held, quiet)
+            let (need, held) = if above_current {
+                let held = states
+                    .get(i)
+                    .and_then(|s| s.held_until)
+                    .is_some_and(|h| now < h);
+                ((delta as f64 * cfg.up_headroom) as i64, held)
             } else {
-                (delta, false, false)
+                (delta, false)
             };
-            if need <= budget && !held && !quiet {
+            if need <= budget && !held {
                 budget -= delta;
                 level[i] = next;
                 stepped = true;
-            } else if wanted.is_none() && !held && !quiet {
+            } else if wanted.is_none() && !held {
                 // The first step that did not fit, in priority order: what a probe must find.
                 let used = estimate_bps as i64 - budget;
                 wanted = Some((used + need).max(0) as u64);
@@ -331,7 +330,6 @@ mod tests {
         let mut st = [TrackState {
             target: Some(1),
             held_until: Some(t0 + MOVE_HOLD),
-            quiet_until: Some(t0 + MOVE_HOLD),
             ..TrackState::default()
         }];
         let a = allocate(t0, 400_000, &[video(&cam, Some(1))], &mut st, &cfg);
