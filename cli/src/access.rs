@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use ferry_proto::auth::{Claims, Signer, Verifier};
-use ferry_sfu::tls::ServerTls;
+use ferry_sfu::driver::tls::ServerTls;
 
 /// How WHIP/WHEP access tokens are checked.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -110,7 +110,7 @@ impl TlsArgs {
 
     /// TLS settings of this process's own HTTPS calls.
     pub fn client(&self) -> Result<ureq::tls::TlsConfig> {
-        ferry_sfu::tls::client_tls(self.tls_ca.as_deref()).context("--tls-ca")
+        ferry_sfu::driver::tls::client_tls(self.tls_ca.as_deref()).context("--tls-ca")
     }
 }
 

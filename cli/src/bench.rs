@@ -588,7 +588,7 @@ fn streams_per_core(n: usize, workers: usize) -> Vec<String> {
     while names.iter().any(Option::is_none) {
         let name = format!("bench{n}-{i}");
         if let Ok(id) = ferry_proto::StreamId::new(name.clone()) {
-            let core = ferry_sfu::shards::shard_of(&id, workers);
+            let core = ferry_sfu::cluster::shards::shard_of(&id, workers);
             names[core].get_or_insert(name);
         }
         i += 1;

@@ -20,8 +20,8 @@ use anyhow::{Result, ensure};
 use ferry_proto::{NodeId, SessionId};
 use ferry_sfu::codec::Codec;
 use ferry_sfu::peer::{PeerStats, RecvStreamStats, SeqRanges, SimulcastConfig};
-use ferry_sfu::sim::LinkConfig;
-use ferry_sfu::testbed::Testbed;
+use ferry_sim::net::LinkConfig;
+use ferry_sim::testbed::Testbed;
 use serde::Serialize;
 
 use crate::bench_migrate::write_json;

@@ -173,7 +173,7 @@ pub async fn ha(args: HaArgs) -> Result<()> {
     let drain_url = format!("{}/v1/nodes/node-a/drain", c.gateway);
     let start = Instant::now();
     // Through the follower: it redirects the write to the leader.
-    let link = ferry_sfu::scheduler_link::SchedulerLink::new(&follower, &c.token);
+    let link = ferry_sfu::driver::scheduler_link::SchedulerLink::new(&follower, &c.token);
     let answer = tokio::task::spawn_blocking(move || {
         link.call(
             "/v1/nodes/node-a/drain",

@@ -156,13 +156,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     .await?;
     let gateway = sched.url.clone();
     let cluster_dir = state_dir.join("cluster");
-    let secrets = ferry_sfu::cluster::ClusterSecrets::load_or_create(&cluster_dir)
+    let secrets = ferry_sfu::driver::membership::ClusterSecrets::load_or_create(&cluster_dir)
         .context("cluster secrets")?;
     let edge = if args.no_edge {
         None
     } else {
         Some(
-            ferry_sfu::edge_driver::start_edge(args.edge, None, None, secrets.cluster_key())
+            ferry_sfu::driver::edge::start_edge(args.edge, None, None, secrets.cluster_key())
                 .await
                 .with_context(|| format!("starting the edge on {}", args.edge))?,
         )
@@ -226,13 +226,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .with_context(|| format!("starting {name}"))?;
         transcoders.set_node(format!(
             "{}://{}",
-            ferry_sfu::tls::scheme(node_tls.is_some()),
+            ferry_sfu::driver::tls::scheme(node_tls.is_some()),
             node.http
         ));
         nodes.push((name, node));
     }
     // First line: machine-readable addresses (tests and scripts read it).
-    let scheme = ferry_sfu::tls::scheme(node_tls.is_some());
+    let scheme = ferry_sfu::driver::tls::scheme(node_tls.is_some());
     let mut first = format!("ferry dev gateway {gateway} token {token}");
     for (name, n) in &nodes {
         first.push_str(&format!(

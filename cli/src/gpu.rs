@@ -1,7 +1,7 @@
 //! GPU figures for heartbeats: from NVML when built with `--features nvml`
 //! and asked for with `--nvml`, else from the command line.
 
-use ferry_sfu::heartbeat::GpuReader;
+use ferry_sfu::driver::heartbeat::GpuReader;
 
 #[cfg(feature = "nvml")]
 pub fn reader(enabled: bool) -> Option<GpuReader> {

@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use ferry_proto::NodeId;
-use ferry_sfu::cluster::{ClusterOptions, ClusterSecrets};
+use ferry_sfu::driver::http::IceServer;
+use ferry_sfu::driver::membership::{ClusterOptions, ClusterSecrets};
 use ferry_sfu::driver::{self, NodeOptions};
-use ferry_sfu::http::IceServer;
 
 mod access;
 mod alloc;
@@ -252,7 +252,7 @@ fn main() -> anyhow::Result<()> {
 async fn run_edge(args: EdgeArgs) -> anyhow::Result<()> {
     let secrets = ClusterSecrets::load_or_create(&args.cluster_dir).context("--cluster-dir")?;
     let tls = args.tls.server()?;
-    let edge = ferry_sfu::edge_driver::start_edge(args.udp, args.http, tls, secrets.cluster_key())
+    let edge = ferry_sfu::driver::edge::start_edge(args.udp, args.http, tls, secrets.cluster_key())
         .await
         .context("starting the edge")?;
     let http = edge
@@ -381,7 +381,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         .migration
         .map(|m| m.to_string())
         .unwrap_or_else(|| "-".into());
-    let scheme = ferry_sfu::tls::scheme(tls.is_some());
+    let scheme = ferry_sfu::driver::tls::scheme(tls.is_some());
     transcoders.set_node(format!("{scheme}://{}", node.http));
     println!(
         "node {} http {scheme}://{} media udp {} (candidate {}) migration {migration}",

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use ferry_sfu::scheduler_link::SchedulerLink;
+use ferry_sfu::driver::scheduler_link::SchedulerLink;
 use serde_json::Value;
 
 /// Longest wait for one answer.
@@ -41,7 +41,8 @@ impl ApiArgs {
         if link.urls.is_empty() {
             bail!("--scheduler names no URL");
         }
-        link.tls = ferry_sfu::tls::client_tls(self.tls_ca.as_deref()).context("--tls-ca")?;
+        link.tls =
+            ferry_sfu::driver::tls::client_tls(self.tls_ca.as_deref()).context("--tls-ca")?;
         Ok(link)
     }
 }
@@ -85,7 +86,7 @@ pub struct UndrainArgs {
 
 /// A JSON answer with `status`, else the scheduler's error.
 pub(crate) fn expect(
-    answer: ferry_sfu::scheduler_link::SchedulerAnswer,
+    answer: ferry_sfu::driver::scheduler_link::SchedulerAnswer,
     status: &[u16],
 ) -> Result<Value> {
     if !status.contains(&answer.status) {

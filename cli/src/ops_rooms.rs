@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{Context, Result};
-use ferry_sfu::scheduler_link::SchedulerLink;
+use ferry_sfu::driver::scheduler_link::SchedulerLink;
 use serde_json::{Value, json};
 
 use crate::ops::{ApiArgs, HTTP_TIMEOUT, expect, get, table, text};

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use ferry_sfu::scheduler_link::SchedulerLink;
+use ferry_sfu::driver::scheduler_link::SchedulerLink;
 use serde_json::Value;
 
 use crate::ops::{HTTP_TIMEOUT, expect, table, text};
@@ -75,7 +75,8 @@ impl NodeApiArgs {
             }
         };
         let mut link = link;
-        link.tls = ferry_sfu::tls::client_tls(self.tls_ca.as_deref()).context("--tls-ca")?;
+        link.tls =
+            ferry_sfu::driver::tls::client_tls(self.tls_ca.as_deref()).context("--tls-ca")?;
         Ok(link)
     }
 }

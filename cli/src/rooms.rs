@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ferry_proto::auth::Verifier;
 use ferry_proto::ids::NodeId;
 use ferry_room::server::{Peers, RoomServer, RoomServerConfig, SnapshotTarget};
-use ferry_sfu::cluster::SharedDirectory;
+use ferry_sfu::driver::membership::SharedDirectory;
 
 /// The room flags of `ferry node` and `ferry dev`.
 #[derive(clap::Args, Debug, Clone)]
@@ -113,10 +113,10 @@ impl NodeRooms {
     pub fn metrics(
         &self,
         transcoders: &ferry_transcode::Transcoders,
-    ) -> ferry_sfu::http::ProcessMetrics {
+    ) -> ferry_sfu::driver::http::ProcessMetrics {
         let server = self.server.clone();
         let transcoders = transcoders.clone();
-        ferry_sfu::http::ProcessMetrics(Arc::new(move || {
+        ferry_sfu::driver::http::ProcessMetrics(Arc::new(move || {
             let mut s = crate::alloc::prometheus();
             s.push_str(&server.prometheus());
             s.push_str(&transcoders.prometheus());

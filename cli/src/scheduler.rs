@@ -10,7 +10,7 @@ use ferry_scheduler::cluster::ClusterConfig;
 use ferry_scheduler::node_client::HttpMigrations;
 use ferry_scheduler::service::Scheduler;
 use ferry_scheduler::store::{FileStore, MemoryStore, Store};
-use ferry_sfu::heartbeat::SchedulerLink;
+use ferry_sfu::driver::heartbeat::SchedulerLink;
 
 /// Options of `ferry scheduler`.
 #[derive(clap::Args, Debug)]
@@ -213,8 +213,11 @@ pub async fn start_scheduler(
         // A made-up secret is this process's alone: the nodes could not check what it signs.
         keys.signer.filter(|_| !keys.generated),
     );
-    let url = format!("{}://{addr}", ferry_sfu::tls::scheme(server_tls.is_some()));
-    let server = tokio::spawn(ferry_sfu::tls::serve(listener, server_tls, app));
+    let url = format!(
+        "{}://{addr}",
+        ferry_sfu::driver::tls::scheme(server_tls.is_some())
+    );
+    let server = tokio::spawn(ferry_sfu::driver::tls::serve(listener, server_tls, app));
     Ok(RunningScheduler {
         scheduler,
         url,

@@ -82,7 +82,7 @@ pub fn init(instance: &str) -> Result<Telemetry> {
             // scheduler's API and the nodes' WHIP/WHEP, whatever RUST_LOG says.
             .with_filter(
                 Targets::new()
-                    .with_target("ferry_sfu::cluster", LevelFilter::INFO)
+                    .with_target("ferry_sfu::driver::membership", LevelFilter::INFO)
                     .with_target(ferry_proto::trace::TARGET, LevelFilter::INFO)
                     .with_default(LevelFilter::OFF),
             )

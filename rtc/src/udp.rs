@@ -16,6 +16,9 @@
 //! waited in the receive buffer ([`RecvBatch::waited`]) is the node's queueing delay, which an
 //! overloaded node keeps bounded by shedding work (`ferry_sfu::node::overload`).
 
+// The driver: it reads the clock and gives the cores `now`.
+#![allow(clippy::disallowed_methods)]
+
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;

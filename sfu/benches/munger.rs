@@ -2,6 +2,8 @@
 //! alone, and the full outgoing-track forward (copy + header rewrite +
 //! extension-id remap + VP8 picture-id rewrite).
 
+// Tests and benches drive the cores with the real clock (clippy.toml forbids it in the cores).
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -9,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ferry_sfu::codec::Codec;
-use ferry_sfu::egress::OutgoingTrack;
-use ferry_sfu::munger::{Munger, SourcePacket};
-use ferry_sfu::negotiate::MediaLine;
+use ferry_sfu::media::egress::OutgoingTrack;
+use ferry_sfu::media::munger::{Munger, SourcePacket};
+use ferry_sfu::node::negotiate::MediaLine;
 
 fn line() -> MediaLine {
     MediaLine {

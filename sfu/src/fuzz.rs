@@ -3,6 +3,9 @@
 //! `fuzz/` crate wraps each in a libFuzzer target; the bodies compile with
 //! the crate so they cannot rot.
 
+// Fuzz bodies pick a start time.
+#![allow(clippy::disallowed_methods)]
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,7 +40,7 @@ fn node(now: Instant) -> Option<Node> {
     let addr: SocketAddr = "127.0.0.1:5000".parse().ok()?;
     let mut config = NodeConfig::new(NodeId::new("fuzz").ok()?, vec![addr], [1; 32], wall);
     config.deterministic_dtls = true;
-    config.cluster_key = Some(crate::relay::ClusterKey::new(&[9; 32]));
+    config.cluster_key = Some(crate::cluster::relay::ClusterKey::new(&[9; 32]));
     Some(Node::new(config, cert, now))
 }
 
@@ -71,7 +74,7 @@ pub fn fuzz_signal(data: &[u8]) {
 /// viewer: checked for both kinds, and (if it passes) used to resume. Also the same bytes as an
 /// `Idempotency-Key` of a retried request. Must never panic.
 pub fn fuzz_ticket(data: &[u8]) {
-    use crate::signal::SessionKind;
+    use crate::node::signal::SessionKind;
     let now = Instant::now();
     let Some(mut node) = node(now) else { return };
     let Ok(stream) = StreamId::new("s") else {
@@ -142,7 +145,7 @@ pub fn fuzz_datagram(data: &[u8]) {
 /// `traceparent` reader on the same bytes. Must never panic.
 pub fn fuzz_migration(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = crate::cluster::parse_trace_parent(text);
+        let _ = ferry_proto::trace::parse_trace_parent(text);
     }
     let Ok(msg) = ferry_migrator::Message::decode(data) else {
         return;

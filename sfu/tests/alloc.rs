@@ -3,6 +3,8 @@
 //! their fan-out to 20 viewers (the send buffers go back to the node's pool as the driver
 //! returns them). Timer work (RTCP reports, consent) is counted apart and only reported.
 
+// Tests and benches drive the cores with the real clock (clippy.toml forbids it in the cores).
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -15,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use ferry_proto::{NodeId, StreamId};
 use ferry_sfu::codec::Codec;
+use ferry_sfu::node::signal::SessionKind;
 use ferry_sfu::node::{Node, NodeConfig};
 use ferry_sfu::peer::{Peer, PeerConfig, PeerRole};
-use ferry_sfu::signal::SessionKind;
 use ferry_sfu::time::WallClock;
 
 struct Counting;

@@ -314,7 +314,7 @@ async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_av1() -> Result
 }
 
 /// How long the migration test watches the viewer on its new node: within the move's hold
-/// (`ferry_sfu::adapt::allocator::MOVE_HOLD`, 5 s).
+/// (`ferry_sfu::media::adapt::allocator::MOVE_HOLD`, 5 s).
 const WATCH_AFTER_MOVE: Duration = Duration::from_millis(4500);
 
 /// The shaped viewer moves (an `edge` cutover to node-b, then an `ice-restart` one back to

@@ -261,7 +261,7 @@ fn a_full_node_answers_503_with_retry_after() -> Result<()> {
             .map(|k| format!("full-{k}"))
             .find(|s| {
                 ferry_proto::StreamId::new(s.as_str())
-                    .is_ok_and(|id| ferry_sfu::shards::shard_of(&id, 2) == core)
+                    .is_ok_and(|id| ferry_sfu::cluster::shards::shard_of(&id, 2) == core)
             })
             .unwrap_or_default()
     };

@@ -191,7 +191,8 @@ async fn tickets_resume_once_and_every_refusal_is_specific() -> Result<()> {
     refused(&r, 400, "ticket-malformed")?;
 
     // Expired: genuinely signed with the cluster's key, an hour old.
-    let secrets = ferry_sfu::cluster::ClusterSecrets::load_or_create(&dev.state.join("cluster"))?;
+    let secrets =
+        ferry_sfu::driver::membership::ClusterSecrets::load_or_create(&dev.state.join("cluster"))?;
     let claims = TicketClaims {
         sid: ferry_proto::SessionId::new(session.as_str())?,
         stream: ferry_proto::StreamId::new("tk")?,
@@ -279,7 +280,8 @@ async fn the_browser_sdk_resumes_with_its_ticket_or_falls_back_to_a_clean_sessio
         r["V2"]["session"]
     );
     // The same ticket again: replayed. A forged one. An expired one.
-    let secrets = ferry_sfu::cluster::ClusterSecrets::load_or_create(&dev.state.join("cluster"))?;
+    let secrets =
+        ferry_sfu::driver::membership::ClusterSecrets::load_or_create(&dev.state.join("cluster"))?;
     let mut claims = claims_of(&ticket)?;
     claims.exp -= 3600;
     let expired = ferry_sfu::node::sign_ticket(&secrets.cluster_key(), &claims);

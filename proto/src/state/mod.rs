@@ -209,7 +209,7 @@ pub struct SessionSnapshot {
     pub adapt: Option<ViewerAdaptState>,
 }
 
-/// A viewer's adaptation state (`ferry_sfu::adapt::viewer`): what lets it keep its estimate and
+/// A viewer's adaptation state (`ferry_sfu::media::adapt::viewer`): what lets it keep its estimate and
 /// its layers on another node.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ViewerAdaptState {

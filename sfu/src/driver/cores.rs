@@ -1,4 +1,4 @@
-//! The node's cores and their workers (`--workers N`, [`crate::shards`] has the design).
+//! The node's cores and their workers (`--workers N`, [`crate::cluster::shards`] has the design).
 //!
 //! Each core is a [`Node`] behind a mutex, driven by one worker thread that owns a socket of
 //! the node's address (`SO_REUSEPORT` when there are several): read a batch → for each
@@ -6,6 +6,7 @@
 //! core's worker → send what the core produced. The control task (HTTP commands, the
 //! migrator) drives a core through [`Cores::drive`] and wakes its worker.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
@@ -15,10 +16,10 @@ use ferry_proto::{NodeId, RecordingId, SessionId, StreamId};
 use tokio::net::UdpSocket;
 use tokio::sync::{Notify, mpsc};
 
-use crate::cluster::SessionEvents;
+use crate::cluster::shards::Router;
+use crate::driver::membership::SessionEvents;
+use crate::driver::recording_writer::Writers;
 use crate::node::{MigrateError, Node};
-use crate::recording_writer::Writers;
-use crate::shards::Router;
 
 /// Datagrams waiting for a core from other workers; beyond, they are dropped (counted).
 const INBOX: usize = 4096;
@@ -26,7 +27,7 @@ const INBOX: usize = 4096;
 /// Who waits for a core's answer ([`crate::node::Answer`]).
 pub(super) enum Waiter {
     /// A viewer's WHEP request.
-    Session(super::Reply<crate::signal::SessionAnswer>),
+    Session(super::Reply<crate::node::signal::SessionAnswer>),
     /// A recording starting: whether the stream came.
     Stream(super::Reply<bool>),
 }
@@ -179,7 +180,7 @@ impl Cores {
 
     /// The core of `stream`.
     pub(super) fn of_stream(&self, stream: &StreamId) -> usize {
-        crate::shards::shard_of(stream, self.cores.len())
+        crate::cluster::shards::shard_of(stream, self.cores.len())
     }
 
     /// The core that has `session`.
@@ -235,7 +236,7 @@ impl Cores {
     }
 
     /// Sessions on all cores.
-    pub(super) fn sessions(&self) -> Vec<crate::signal::SessionInfo> {
+    pub(super) fn sessions(&self) -> Vec<crate::node::signal::SessionInfo> {
         (0..self.cores.len())
             .flat_map(|i| self.lock(i).sessions())
             .collect()
@@ -249,8 +250,8 @@ impl Cores {
     }
 
     /// Counters of all cores, summed.
-    pub(super) fn metrics(&self) -> crate::metrics::NodeMetrics {
-        let mut m = crate::metrics::NodeMetrics::default();
+    pub(super) fn metrics(&self) -> crate::node::metrics::NodeMetrics {
+        let mut m = crate::node::metrics::NodeMetrics::default();
         for i in 0..self.cores.len() {
             m.add(self.lock(i).metrics());
         }
@@ -506,6 +507,7 @@ pub(super) fn start_worker(
                     cores,
                     index,
                     inbox,
+                    out: VecDeque::with_capacity(crate::udp::BATCH),
                 };
                 crate::udp::serve(&socket, &mut core).await;
             });
@@ -519,6 +521,9 @@ struct WorkerLoop {
     cores: Arc<Cores>,
     index: usize,
     inbox: mpsc::Receiver<Handed>,
+    /// What the core produced and the loop has not taken yet: taken out a batch at a time, so
+    /// the core is locked once per `sendmmsg`, not once per datagram.
+    out: VecDeque<crate::node::session::Transmit>,
 }
 
 impl WorkerLoop {
@@ -545,7 +550,7 @@ enum WorkerEvent {
 }
 
 impl crate::udp::Datagrams for WorkerLoop {
-    type Transmit = crate::session::Transmit;
+    type Transmit = crate::node::session::Transmit;
     type Event = WorkerEvent;
     const FLUSH_EACH: bool = true;
 
@@ -585,7 +590,14 @@ impl crate::udp::Datagrams for WorkerLoop {
     }
 
     fn poll_transmit(&mut self) -> Option<Self::Transmit> {
-        self.cores.lock(self.index).poll_transmit()
+        if self.out.is_empty() {
+            let mut node = self.cores.lock(self.index);
+            while self.out.len() < crate::udp::BATCH {
+                let Some(t) = node.poll_transmit() else { break };
+                self.out.push_back(t);
+            }
+        }
+        self.out.pop_front()
     }
 
     fn poll_timeout(&mut self) -> Option<Instant> {
@@ -675,19 +687,19 @@ fn housekeeping(cores: &Cores, i: usize, node: &mut Node) {
     }
     while let Some(event) = node.poll_event() {
         match event {
-            crate::session::Event::Connected(id) => {
+            crate::node::session::Event::Connected(id) => {
                 tracing::info!(session = %id, worker = i, "session connected")
             }
-            crate::session::Event::Closed(id, reason) => {
+            crate::node::session::Event::Closed(id, reason) => {
                 tracing::info!(session = %id, ?reason, "session closed");
                 // Its client learns that the session ended (not when a new transport of
                 // its own replaced it).
-                if reason != crate::session::CloseReason::Replaced {
+                if reason != crate::node::session::CloseReason::Replaced {
                     let data = serde_json::json!({ "reason": reason.as_str() }).to_string();
                     cores.events.send(&id, ("end", data));
                 }
             }
-            crate::session::Event::Layers(id, layers) => {
+            crate::node::session::Event::Layers(id, layers) => {
                 let encodings: Vec<serde_json::Value> = layers
                     .iter()
                     .map(|(mid, rid, active)| {

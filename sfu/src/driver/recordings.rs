@@ -15,8 +15,8 @@ use ferry_record::{RecorderState, Store};
 use tokio::sync::oneshot;
 
 use super::{Command, Cores, NodeHandle};
+use crate::driver::recording_writer::{RecordingApiError, RecordingView};
 use crate::node::{Node, RecordingError, RecordingPhase};
-use crate::recording_writer::{RecordingApiError, RecordingView};
 
 type RecordingReply<T> = oneshot::Sender<Result<T, RecordingApiError>>;
 
@@ -322,7 +322,7 @@ fn barrier(node: &mut Node, cores: &Cores, id: &RecordingId) -> oneshot::Receive
     writers.barrier(id)
 }
 
-fn relock(cores: &Cores) -> std::sync::MutexGuard<'_, crate::recording_writer::Writers> {
+fn relock(cores: &Cores) -> std::sync::MutexGuard<'_, crate::driver::recording_writer::Writers> {
     cores.writers.lock().unwrap_or_else(|e| e.into_inner())
 }
 

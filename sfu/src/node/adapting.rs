@@ -1,17 +1,17 @@
 //! Per-viewer adaptation on the node: the layer tables' rate windows, and each viewer's
-//! allocation — which layer of each of its tracks it plays ([`crate::adapt`]).
+//! allocation — which layer of each of its tracks it plays ([`crate::media::adapt`]).
 
 use std::time::{Duration, Instant};
 
 use ferry_proto::StreamId;
 
 use super::Node;
-use crate::adapt::allocator::{self, AllocConfig, TrackInput, TrackState};
-use crate::adapt::layers::SourceLayer;
-use crate::adapt::view::{AdaptationView, LayerView, SessionView, TrackView};
 use crate::bwe::Congestion;
-use crate::session::{Phase, Role};
-use crate::signal::SignalError;
+use crate::media::adapt::allocator::{self, AllocConfig, TrackInput, TrackState};
+use crate::media::adapt::layers::SourceLayer;
+use crate::media::adapt::view::{AdaptationView, LayerView, SessionView, TrackView};
+use crate::node::session::{Phase, Role};
+use crate::node::signal::SignalError;
 
 /// What a viewer without any estimate (no transport-wide CC, no REMB) may use: everything.
 const UNLIMITED_BPS: u64 = 1 << 40;
@@ -79,7 +79,8 @@ impl Node {
         };
         let everything = !entry.relay_out.is_empty() || self.recordings.records(stream);
         // Per simulcast line: the highest layer index (of the known layers) someone can use.
-        let mut wants: Vec<(usize, Vec<crate::adapt::layers::SourceLayer>, usize)> = Vec::new();
+        let mut wants: Vec<(usize, Vec<crate::media::adapt::layers::SourceLayer>, usize)> =
+            Vec::new();
         for (line, layers) in entry.layers.iter().enumerate() {
             if !layers.simulcast {
                 continue;
@@ -149,7 +150,7 @@ impl Node {
                 {
                     Some(e) => e,
                     None => {
-                        entry.encodings.push(crate::adapt::layers::Encoding {
+                        entry.encodings.push(crate::media::adapt::layers::Encoding {
                             line: *line,
                             ssrc: l.ssrc,
                             active: true,
@@ -192,7 +193,7 @@ impl Node {
         };
         self.out
             .events
-            .push_back(crate::session::Event::Layers(id, layers));
+            .push_back(crate::node::session::Event::Layers(id, layers));
     }
 
     /// Chooses the layer of each track of viewer `vk` within its estimate, and asks the
@@ -210,7 +211,7 @@ impl Node {
         let Some(entry) = self.streams.get(&v.stream) else {
             return;
         };
-        let sources: Vec<Option<&crate::adapt::layers::SourceLayers>> = tracks
+        let sources: Vec<Option<&crate::media::adapt::layers::SourceLayers>> = tracks
             .iter()
             .map(|t| t.source().and_then(|l| entry.layers.get(l)))
             .collect();
@@ -493,7 +494,7 @@ impl Node {
         &mut self,
         now: Instant,
         id: &ferry_proto::SessionId,
-        prefs: crate::adapt::prefs::Preferences,
+        prefs: crate::media::adapt::prefs::Preferences,
     ) -> Result<(), SignalError> {
         let Some(&key) = self.by_id.get(id) else {
             return Err(SignalError::SessionNotFound(id.to_string()));

@@ -1,7 +1,7 @@
 //! The core's demultiplexing tables — client address → session, ICE ufrag → session, and the
 //! forwarding pointers of sessions that moved away — as maps that can announce their keys.
 //!
-//! A node run as several shards behind one socket (`--workers N`, [`crate::shards`]) turns
+//! A node run as several shards behind one socket (`--workers N`, [`crate::cluster::shards`]) turns
 //! announcing on: every key a shard starts or stops owning becomes a [`RouteChange`], which
 //! the driver applies to the router that sends each datagram to its shard. A single core
 //! announces nothing and pays nothing.
@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::SocketAddr;
 
-use crate::shards::RouteChange;
+use crate::cluster::shards::RouteChange;
 
 /// A map whose key set changes can be announced.
 #[derive(Debug)]

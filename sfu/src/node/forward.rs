@@ -7,15 +7,15 @@ use std::time::Instant;
 use ferry_proto::StreamId;
 
 use super::Node;
-use crate::adapt::layers::{SUBSTITUTE_SILENCE, SourceLayer};
 use crate::codec::Codec;
 use crate::codec::layers::Selection;
-use crate::egress::Take;
-use crate::ingest::{IncomingTrack, IngestDrop};
-use crate::munger::{DropReason, SourcePacket};
+use crate::media::adapt::layers::{SUBSTITUTE_SILENCE, SourceLayer};
+use crate::media::egress::Take;
+use crate::media::ingest::{IncomingTrack, IngestDrop};
+use crate::media::munger::{DropReason, SourcePacket};
+use crate::node::session::{Phase, Role};
 use crate::rtcp::{RtcpIter, RtcpPacket};
 use crate::rtp::RtpHeader;
-use crate::session::{Phase, Role};
 
 impl Node {
     pub(super) fn handle_rtp(&mut self, now: Instant, key: usize, data: &mut [u8], len: usize) {
@@ -125,8 +125,8 @@ impl Node {
                 };
                 let rids = source.map_or(0, |l| l.rids.len());
                 let codec = source.map(|l| l.codec);
-                let dd_ext =
-                    source.and_then(|l| l.ext_id(crate::negotiate::EXT_DEPENDENCY_DESCRIPTOR));
+                let dd_ext = source
+                    .and_then(|l| l.ext_id(crate::node::negotiate::EXT_DEPENDENCY_DESCRIPTOR));
                 // Which layers of a scalable stream the packet is of (once for every viewer).
                 let info = codec.and_then(|c| entry.layer_info(line, c, dd_ext, pkt));
                 // A keyframe says the picture size (what viewers' caps are checked against).
@@ -321,7 +321,7 @@ impl Node {
             return;
         };
         self.attach(key);
-        self.close(old, crate::session::CloseReason::Replaced);
+        self.close(old, crate::node::session::CloseReason::Replaced);
         self.note_deadline(key);
     }
 
@@ -567,7 +567,7 @@ fn live(now: Instant, l: &SourceLayer) -> bool {
 /// at random in proportion, so that a stream with one viewer is shed at the ratio too.
 fn choose_served(
     overload: &super::overload::Overload,
-    sessions: &mut [Option<crate::session::Session>],
+    sessions: &mut [Option<crate::node::session::Session>],
     viewers: &[usize],
     line: usize,
     gop: u64,
@@ -602,7 +602,7 @@ fn choose_served(
 
 /// What the munger needs to know of a cached packet of track `line`.
 pub(super) fn source_packet(
-    line: &crate::negotiate::MediaLine,
+    line: &crate::node::negotiate::MediaLine,
     ssrc: u32,
     ext_seq: u64,
     ext_ts: u64,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use ferry_proto::StreamId;
 
-use crate::signal::{SessionAnswer, SessionKind, SignalError};
+use crate::node::signal::{SessionAnswer, SessionKind, SignalError};
 
 /// How long an answer is kept for retries.
 pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(60);

@@ -17,10 +17,10 @@ use ferry_proto::{NodeId, SessionId, StreamId};
 
 use super::Node;
 use super::tunnelling::{FORWARD_GRACE, Forward, MOVED_GRACE};
-use crate::munger::DropReason;
-use crate::negotiate::MediaLine;
-use crate::relay::{self, RelayIn, RelayOut};
-use crate::session::{Role, Session, WalLog};
+use crate::cluster::relay::{self, RelayIn, RelayOut};
+use crate::media::munger::DropReason;
+use crate::node::negotiate::MediaLine;
+use crate::node::session::{Role, Session, WalLog};
 
 /// Why a migration step failed on this node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -526,7 +526,7 @@ impl Node {
                 t.hold_after_move(now);
             }
         }
-        s.next_report = now + crate::session::REPORT_INTERVAL;
+        s.next_report = now + crate::node::session::REPORT_INTERVAL;
         let (stream, ufrag, epoch, via) = (
             s.stream.clone(),
             s.ice.local().ufrag.clone(),

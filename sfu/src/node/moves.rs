@@ -22,8 +22,8 @@ use ferry_proto::api::CutoverMode;
 use ferry_proto::{NodeId, SessionId, StreamId};
 
 use super::Node;
-use crate::session::Role;
-use crate::signal::{SessionKind, SignalError};
+use crate::node::session::Role;
+use crate::node::signal::{SessionKind, SignalError};
 
 /// A client's `migrate` event: its session went to another node.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ferry_proto::StreamId;
 
 use super::Node;
-use crate::signal::{SessionAnswer, SessionKind, SignalError};
+use crate::node::signal::{SessionAnswer, SessionKind, SignalError};
 use ferry_proto::api::TicketClaims;
 
 /// How long a viewer's request waits for the relay of a stream published elsewhere.

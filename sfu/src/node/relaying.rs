@@ -8,14 +8,14 @@ use std::time::Instant;
 use ferry_proto::StreamId;
 
 use super::Node;
-use crate::munger::SourcePacket;
-use crate::negotiate::MediaLine;
-use crate::relay::{
+use crate::cluster::relay::{
     self, Control, MediaHeader, Offer, Redirect, RelayIn, RelayNack, RelayOut, RelaySr, RelayTrack,
     Subscribe, control::Body,
 };
+use crate::media::munger::SourcePacket;
+use crate::node::negotiate::MediaLine;
+use crate::node::session::Role;
 use crate::rtp::RtpHeader;
-use crate::session::Role;
 
 impl Node {
     fn send_control(&mut self, to: SocketAddr, body: Body) {
@@ -620,7 +620,7 @@ impl Node {
         }
         self.relay_ids.retain(|_, s| *s != stream);
         for v in viewers {
-            self.close(v, crate::session::CloseReason::PublisherGone);
+            self.close(v, crate::node::session::CloseReason::PublisherGone);
         }
         for r in down {
             self.send_offer(&stream, r.addr, false);

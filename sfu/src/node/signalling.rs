@@ -10,13 +10,13 @@ use rand_chacha::ChaCha20Rng;
 
 use super::Node;
 use crate::dtls::DtlsTransport;
-use crate::egress::OutgoingTrack;
 use crate::ice::{IceCredentials, IceLite};
-use crate::ingest::IncomingTrack;
-use crate::negotiate::{self, AnswerParams, Negotiated};
+use crate::media::egress::OutgoingTrack;
+use crate::media::ingest::IncomingTrack;
+use crate::node::negotiate::{self, AnswerParams, Negotiated};
+use crate::node::session::{CloseReason, Role, Session};
+use crate::node::signal::{PatchOutcome, SessionAnswer, SessionKind, SignalError};
 use crate::sdp::{IceRestartAnswer, MediaDescription, MediaKind, SdpFrag};
-use crate::session::{CloseReason, Role, Session};
-use crate::signal::{PatchOutcome, SessionAnswer, SessionKind, SignalError};
 use ferry_proto::api::TicketClaims;
 
 impl Node {
@@ -436,7 +436,7 @@ impl Node {
         session
             .ice
             .restart(local.clone(), IceCredentials { ufrag, pwd });
-        session.etag = crate::session::etag_for(&local);
+        session.etag = crate::node::session::etag_for(&local);
         let epoch = session.epoch;
         self.by_ufrag.insert(local.ufrag.clone(), key);
         let first = session.media.iter().find(|m| m.accepted);

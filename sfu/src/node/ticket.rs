@@ -14,8 +14,8 @@ use ferry_proto::api::{SessionKind as ApiKind, TICKET_PREFIX, TicketClaims};
 use ferry_proto::{NodeId, SessionId, StreamId};
 
 use super::Node;
-use crate::relay::ClusterKey;
-use crate::signal::SessionKind;
+use crate::cluster::relay::ClusterKey;
+use crate::node::signal::SessionKind;
 
 /// How long a ticket is good for.
 pub const TICKET_TTL: Duration = Duration::from_secs(120);
@@ -153,7 +153,7 @@ impl Node {
             .decode(ticket.trim())
             .map_err(|_| TicketError::Malformed)?;
         let body = key.open(&raw).map_err(|e| match e {
-            crate::relay::RelayError::BadTag => TicketError::Forged,
+            crate::cluster::relay::RelayError::BadTag => TicketError::Forged,
             _ => TicketError::Malformed,
         })?;
         let json = body
@@ -190,7 +190,7 @@ impl Node {
 
     /// Records that generation `claims.gen` of a session was used here (kept until the ticket
     /// expires).
-    pub(super) fn consume_ticket(&mut self, now: Instant, claims: &TicketClaims) {
+    pub fn consume_ticket(&mut self, now: Instant, claims: &TicketClaims) {
         let unix = self.unix_now(now);
         self.used_tickets.retain(|_, (_, exp)| *exp >= unix);
         let e = self
@@ -199,98 +199,5 @@ impl Node {
             .or_insert((claims.r#gen, claims.exp));
         e.0 = e.0.max(claims.r#gen);
         e.1 = e.1.max(claims.exp);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-    use crate::codec::Codec;
-    use crate::testbed::Testbed;
-
-    fn setup() -> (Testbed, std::net::SocketAddr, SessionId) {
-        let mut tb = Testbed::new(7, crate::sim::LinkConfig::delay(Duration::from_millis(5)));
-        let a: std::net::SocketAddr = "10.0.0.100:5000".parse().unwrap();
-        tb.add_node(ferry_proto::NodeId::new("node-a").unwrap(), a)
-            .unwrap();
-        let (_, id) = tb
-            .publish(a, "cam", Codec::Vp8, "10.0.0.1:4000".parse().unwrap())
-            .unwrap();
-        (tb, a, id)
-    }
-
-    #[test]
-    fn tickets_are_checked() {
-        let (mut tb, a, id) = setup();
-        let now = tb.now();
-        let cam = StreamId::new("cam").unwrap();
-        let n = tb.node(a);
-        let (t, exp) = n.issue_ticket(now, &id).unwrap();
-        let c = n.check_ticket(now, &t, &cam, SessionKind::Publish).unwrap();
-        assert_eq!((c.sid.clone(), c.exp, c.r#gen), (id.clone(), exp, 0));
-        let other = StreamId::new("other").unwrap();
-        assert_eq!(
-            n.check_ticket(now, &t, &other, SessionKind::Publish),
-            Err(TicketError::Mismatch)
-        );
-        assert_eq!(
-            n.check_ticket(now, &t, &cam, SessionKind::View),
-            Err(TicketError::Mismatch)
-        );
-        let later = now + TICKET_TTL + Duration::from_secs(2);
-        assert_eq!(
-            n.check_ticket(later, &t, &cam, SessionKind::Publish),
-            Err(TicketError::Expired)
-        );
-        // Any flipped bit of the body or the tag.
-        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(&t)
-            .unwrap();
-        for i in [0, TICKET_PREFIX.len() + 3, raw.len() - 1] {
-            let mut forged = raw.clone();
-            forged[i] ^= 1;
-            let forged = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(forged);
-            let e = n
-                .check_ticket(now, &forged, &cam, SessionKind::Publish)
-                .unwrap_err();
-            assert!(
-                matches!(e, TicketError::Forged | TicketError::Malformed),
-                "{i}: {e:?}"
-            );
-        }
-        assert_eq!(
-            n.check_ticket(now, "!!", &cam, SessionKind::Publish),
-            Err(TicketError::Malformed)
-        );
-        assert_eq!(
-            n.check_ticket(now, &"A".repeat(5000), &cam, SessionKind::Publish),
-            Err(TicketError::Malformed)
-        );
-        // Statuses: each refusal its own.
-        assert_eq!(TicketError::Forged.status(), 403);
-        assert_eq!(TicketError::Expired.status(), 410);
-        assert_eq!(TicketError::Replayed.status(), 409);
-    }
-
-    #[test]
-    fn a_generation_is_used_once() {
-        let (mut tb, a, id) = setup();
-        let now = tb.now();
-        let cam = StreamId::new("cam").unwrap();
-        let n = tb.node(a);
-        let (t, _) = n.issue_ticket(now, &id).unwrap();
-        let (t2, _) = n.issue_ticket(now + Duration::from_secs(1), &id).unwrap();
-        let c = n.check_ticket(now, &t, &cam, SessionKind::Publish).unwrap();
-        n.consume_ticket(now, &c);
-        assert_eq!(
-            n.check_ticket(now, &t, &cam, SessionKind::Publish),
-            Err(TicketError::Replayed)
-        );
-        // Another ticket of the same generation (a refresh) is spent too.
-        assert_eq!(
-            n.check_ticket(now, &t2, &cam, SessionKind::Publish),
-            Err(TicketError::Replayed)
-        );
     }
 }

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::Node;
-use crate::session::{Session, Transmit, Via};
-use crate::tunnel::{self, CLAIM, FORWARDED, TO_CLIENT, TunnelHeader};
+use crate::cluster::tunnel::{self, CLAIM, FORWARDED, TO_CLIENT, TunnelHeader};
+use crate::node::session::{Session, Transmit, Via};
 
 /// A forwarding pointer lives this long after its last use.
 pub const FORWARD_GRACE: Duration = Duration::from_secs(30);
@@ -308,7 +308,7 @@ impl Node {
                 .sessions
                 .iter()
                 .flatten()
-                .filter(|s| s.active && s.phase != crate::session::Phase::Connected)
+                .filter(|s| s.active && s.phase != crate::node::session::Phase::Connected)
                 .map(|s| (s.ice.local().ufrag.clone(), s.epoch))
                 .collect();
             if !pending.is_empty() {
