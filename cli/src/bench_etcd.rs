@@ -229,7 +229,7 @@ mod tests {
         let now = Instant::now();
         // States that differ (their weights carry the wall clock they were saved at).
         let at = |unix_ms: u64| -> Result<Persisted> {
-            let c = Cluster::new(ClusterConfig::default(), now).map_err(anyhow::Error::msg)?;
+            let c = Cluster::new(ClusterConfig::default(), now)?;
             Ok(c.persisted(now, unix_ms))
         };
         let (mut a, lead_a) = EtcdStore::connect(config("a"))?;

@@ -137,8 +137,7 @@ impl TurnArgs {
             secrets: ferry_proto::turn::parse_secrets(secret)?,
             servers,
             ttl: std::time::Duration::from_secs(self.turn_ttl_s),
-        })
-        .map_err(anyhow::Error::msg)?;
+        })?;
         Ok(Some(fleet))
     }
 }

@@ -441,30 +441,50 @@ pub const RECORDING_TARGET_PATTERN: &str = r"^(?:file:///[^\x00-\x1f\x7f-\x9f]*|
 
 /// Checks a recording target's form: a directory, `file:///dir` or `s3://bucket/prefix` (the
 /// store checks the rest when it opens it).
-pub fn check_recording_target(t: &str) -> Result<(), String> {
+pub fn check_recording_target(t: &str) -> Result<(), TargetError> {
     if t.is_empty() {
-        return Err("target is empty".into());
+        return Err(TargetError::Empty);
     }
     if t.len() > MAX_RECORDING_TARGET {
-        return Err(format!(
-            "target is longer than {MAX_RECORDING_TARGET} bytes"
-        ));
+        return Err(TargetError::TooLong);
     }
     if t.chars().any(char::is_control) {
-        return Err("target holds a control character".into());
+        return Err(TargetError::ControlCharacter);
     }
     match t.split_once("://") {
         None => Ok(()),
         Some(("file", path)) if path.starts_with('/') => Ok(()),
-        Some(("file", _)) => Err("a file:// target needs an absolute path (file:///dir)".into()),
+        Some(("file", _)) => Err(TargetError::RelativeFile),
         Some(("s3", rest)) => match rest.split_once('/').map_or(rest, |(b, _)| b) {
-            "" => Err("an s3:// target needs a bucket (s3://bucket/prefix)".into()),
+            "" => Err(TargetError::NoBucket),
             _ => Ok(()),
         },
-        Some((scheme, _)) => Err(format!(
-            "unsupported target scheme {scheme:?}: use a directory, file:///dir or s3://bucket/prefix"
-        )),
+        Some((scheme, _)) => Err(TargetError::Scheme(scheme.to_owned())),
     }
+}
+
+/// Why a recording target is refused (a 400 with this reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TargetError {
+    /// An empty string.
+    #[error("target is empty")]
+    Empty,
+    /// Longer than [`MAX_RECORDING_TARGET`].
+    #[error("target is longer than {MAX_RECORDING_TARGET} bytes")]
+    TooLong,
+    /// A control character anywhere.
+    #[error("target holds a control character")]
+    ControlCharacter,
+    /// `file://` without an absolute path.
+    #[error("a file:// target needs an absolute path (file:///dir)")]
+    RelativeFile,
+    /// `s3://` without a bucket.
+    #[error("an s3:// target needs a bucket (s3://bucket/prefix)")]
+    NoBucket,
+    /// Another scheme.
+    #[error("unsupported target scheme {0:?}: use a directory, file:///dir or s3://bucket/prefix")]
+    Scheme(String),
 }
 
 /// `POST /v1/transcodes` (scheduler and node): make `ladder`'s rungs of `stream`, each

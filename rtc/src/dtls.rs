@@ -187,7 +187,7 @@ impl DtlsTransport {
         if role == DtlsRole::Client && config.openssl_client {
             match ossl::OsslClient::new(&t.cert.certificate, &t.cert.private_key, MTU as u32) {
                 Ok(c) => t.engine = Some(Engine::Ossl(Box::new(c))),
-                Err(e) => t.fail(e),
+                Err(e) => t.fail(e.to_string()),
             }
             return t;
         }
@@ -327,7 +327,7 @@ impl DtlsTransport {
         let step = match step {
             Ok(step) => step,
             Err(e) => {
-                self.fail(e);
+                self.fail(e.to_string());
                 return;
             }
         };

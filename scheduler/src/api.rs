@@ -752,7 +752,7 @@ async fn start_recording(
     if let Some(t) = &req.target
         && let Err(why) = ferry_proto::api::check_recording_target(t)
     {
-        return error(StatusCode::BAD_REQUEST, why);
+        return error(StatusCode::BAD_REQUEST, why.to_string());
     }
     match s.start_recording(stream, req.target, req.node).await {
         Ok(v) => {

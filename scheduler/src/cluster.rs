@@ -22,6 +22,12 @@ use crate::scoring::{self, WeightController};
 pub use recordings::{RESUME_WITHIN, RecordingOrder, RecordingTask, TaskState};
 pub use transcodes::{TranscodeOrder, TranscodeTask};
 
+/// Why an order the scheduler gave a node (resume a recording, move a transcode) failed: the
+/// node's own words, kept as the task's `error` until an order succeeds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OrderFailed(pub String);
+
 /// Bandwidth assumed for a node that does not report its capacity.
 const DEFAULT_BANDWIDTH_BPS: u64 = 10_000_000_000;
 
@@ -258,13 +264,30 @@ fn scoring_heartbeat(id: &NodeId, hb: &Heartbeat, moving: u32) -> scoring::Heart
     }
 }
 
+/// Why a cluster could not be made or rebuilt from what was saved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterSetupError {
+    /// The placement configuration.
+    #[error("placement: {0}")]
+    Placement(#[from] crate::placement::ConfigError),
+    /// The saved layout does not fit the configuration.
+    #[error("placement layout: {0}")]
+    Layout(#[from] crate::placement::LayoutError),
+    /// The scoring configuration.
+    #[error("scoring: {0}")]
+    Scoring(#[from] crate::scoring::ConfigError),
+    /// The saved weights.
+    #[error("scoring weights: {0}")]
+    Weights(#[from] crate::scoring::RestoreError),
+}
+
 impl Cluster {
     /// An empty cluster.
-    pub fn new(config: ClusterConfig, now: Instant) -> Result<Self, String> {
+    pub fn new(config: ClusterConfig, now: Instant) -> Result<Self, ClusterSetupError> {
         Ok(Self {
-            placement: placement::Cluster::new(config.placement.clone())
-                .map_err(|e| e.to_string())?,
-            weights: WeightController::new(config.scoring, now).map_err(|e| e.to_string())?,
+            placement: placement::Cluster::new(config.placement.clone())?,
+            weights: WeightController::new(config.scoring, now)?,
             config,
             nodes: BTreeMap::new(),
             sessions: BTreeMap::new(),
@@ -291,12 +314,10 @@ impl Cluster {
         p: Persisted,
         now: Instant,
         unix_ms: u64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ClusterSetupError> {
         let mut c = Self::new(config.clone(), now)?;
-        c.placement = placement::Cluster::restore(config.placement.clone(), p.layout)
-            .map_err(|e| e.to_string())?;
-        c.weights = WeightController::restore(config.scoring, now, unix_ms, &p.weights)
-            .map_err(|e| e.to_string())?;
+        c.placement = placement::Cluster::restore(config.placement.clone(), p.layout)?;
+        c.weights = WeightController::restore(config.scoring, now, unix_ms, &p.weights)?;
         c.nodes = p.nodes;
         for n in c.nodes.values_mut() {
             n.last_seen = Some(now);

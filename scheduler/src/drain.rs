@@ -180,11 +180,39 @@ pub trait Migrations: Send + Sync {
         &self,
         migration: MigrationView,
         source_http: String,
-    ) -> BoxFuture<'_, Result<(), String>>;
+    ) -> BoxFuture<'_, Result<(), StartRefused>>;
 
     /// The migration's current view as its source node reports it, `None`
     /// if unknown or unreachable right now.
     fn status(&self, id: MigrationId, source_http: String) -> BoxFuture<'_, Option<MigrationView>>;
+}
+
+/// Why a migration could not be started on its source node, in words an operator can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartRefused {
+    /// This scheduler cannot order migrations ([`NoMigrator`]).
+    #[error("session migration is not available in this build")]
+    Unavailable,
+    /// The source node did not answer.
+    #[error("source node at {base} unreachable: {reason}")]
+    Unreachable {
+        /// The node's HTTP base.
+        base: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The source node answered with an error.
+    #[error("source node refused the migration ({status}): {reason}")]
+    Refused {
+        /// Its HTTP status.
+        status: u16,
+        /// Its reason.
+        reason: String,
+    },
+    /// The call itself failed (its task panicked or was cancelled).
+    #[error("calling the source node: {0}")]
+    Call(String),
 }
 
 /// A migrator that refuses every migration with a clear reason, so a drain
@@ -199,8 +227,8 @@ impl Migrations for NoMigrator {
         &self,
         _migration: MigrationView,
         _source_http: String,
-    ) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async { Err("session migration is not available in this build".to_owned()) })
+    ) -> BoxFuture<'_, Result<(), StartRefused>> {
+        Box::pin(async { Err(StartRefused::Unavailable) })
     }
 
     fn status(

@@ -14,7 +14,7 @@ use std::time::Duration;
 use ferry_proto::MigrationId;
 use ferry_proto::api::{ApiError, MigrationView};
 
-use crate::drain::{BoxFuture, Migrations};
+use crate::drain::{BoxFuture, Migrations, StartRefused};
 
 /// Longest wait for one answer from a node.
 pub const NODE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -82,7 +82,12 @@ fn reason_text(body: &str) -> String {
 }
 
 impl HttpMigrations {
-    fn put(&self, migration: &MigrationView, base: &str, traceparent: &str) -> Result<(), String> {
+    fn put(
+        &self,
+        migration: &MigrationView,
+        base: &str,
+        traceparent: &str,
+    ) -> Result<(), StartRefused> {
         let url = url(base, &migration.id);
         let mut req = self.agent.put(&url).header("Authorization", &self.auth);
         if !traceparent.is_empty() {
@@ -90,17 +95,19 @@ impl HttpMigrations {
         }
         let mut resp = req
             .send_json(migration)
-            .map_err(|e| format!("source node at {base} unreachable: {e}"))?;
+            .map_err(|e| StartRefused::Unreachable {
+                base: base.to_owned(),
+                reason: e.to_string(),
+            })?;
         let status = resp.status();
         if status.is_success() {
             return Ok(());
         }
         let body = resp.body_mut().read_to_string().unwrap_or_default();
-        Err(format!(
-            "source node refused the migration ({}): {}",
-            status.as_u16(),
-            reason_text(&body)
-        ))
+        Err(StartRefused::Refused {
+            status: status.as_u16(),
+            reason: reason_text(&body),
+        })
     }
 
     fn get(&self, id: &MigrationId, base: &str) -> Option<MigrationView> {
@@ -140,7 +147,7 @@ impl Migrations for HttpMigrations {
         &self,
         migration: MigrationView,
         source_http: String,
-    ) -> BoxFuture<'_, Result<(), String>> {
+    ) -> BoxFuture<'_, Result<(), StartRefused>> {
         let this = self.clone();
         // The span the order is sent from (the scheduler's for this migration): the source
         // node's span joins its trace.
@@ -148,7 +155,7 @@ impl Migrations for HttpMigrations {
         Box::pin(async move {
             tokio::task::spawn_blocking(move || this.put(&migration, &source_http, &traceparent))
                 .await
-                .unwrap_or_else(|e| Err(format!("calling the source node: {e}")))
+                .unwrap_or_else(|e| Err(StartRefused::Call(e.to_string())))
         })
     }
 

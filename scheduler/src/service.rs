@@ -166,9 +166,9 @@ impl Scheduler {
         let now = Instant::now();
         let cluster = match store.load()? {
             Some(p) => Cluster::restore(config.clone(), p, now, unix_ms()),
-            None => Cluster::new(config.clone(), now).map_err(|e| e.to_string()),
+            None => Cluster::new(config.clone(), now),
         }
-        .map_err(StoreError::Invalid)?;
+        .map_err(|e| StoreError::Invalid(e.to_string()))?;
         let counter = cluster.routing_version();
         let version = store.revision().unwrap_or(counter);
         let (routing, _) = watch::channel(version);
@@ -274,7 +274,8 @@ impl Scheduler {
                 return Err(TurnApiError::Exists(id.to_string()));
             }
             // What the fleet would refuse when applying it is refused now.
-            f.can_add(&parsed).map_err(TurnApiError::BadRelay)?;
+            f.can_add(&parsed)
+                .map_err(|e| TurnApiError::BadRelay(e.to_string()))?;
         }
         self.mutate(|c| c.set_turn_relay(id.as_str(), Some(spec.trim().to_owned())));
         tracing::info!(relay = %parsed.uri, "TURN relay added");
@@ -446,7 +447,7 @@ impl Scheduler {
                 return Ok(());
             };
             let c = Cluster::restore(inner.config.clone(), p, Instant::now(), unix_ms())
-                .map_err(StoreError::Invalid)?;
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
             inner.cluster = c;
             inner.dirty = false;
             inner.stored()
@@ -666,8 +667,8 @@ impl Scheduler {
                     ));
                 }
             };
-            if let Err(reason) = s.migrations.start(m.clone(), source_http.clone()).await {
-                return fail(reason);
+            if let Err(refused) = s.migrations.start(m.clone(), source_http.clone()).await {
+                return fail(refused.to_string());
             }
             let mut last_heard = Instant::now();
             // Most migrations end within tens of milliseconds: poll soon, then

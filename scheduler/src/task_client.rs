@@ -115,14 +115,14 @@ impl TaskClient {
         &self,
         req: Result<ureq::http::Request<S>, ureq::http::Error>,
         timeout: Duration,
-    ) -> Result<ureq::http::Response<ureq::Body>, String> {
-        let req = req.map_err(|e| e.to_string())?;
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        let req = req?;
         let req = self
             .agent
             .configure_request(req)
             .timeout_global(Some(timeout))
             .build();
-        self.agent.run(req).map_err(|e| e.to_string())
+        self.agent.run(req)
     }
 
     async fn blocking(

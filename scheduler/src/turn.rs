@@ -89,14 +89,46 @@ fn relay_id(uri: &str) -> NodeId {
     NodeId::new(s).unwrap_or_else(|_| unreachable!("only allowed characters, at most 64"))
 }
 
+/// Why a TURN fleet could not be made, or a relay not added to it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FleetError {
+    /// No secret, or an empty one.
+    #[error("TURN needs a non-empty secret (FERRY_TURN_SECRET)")]
+    NoSecret,
+    /// Credentials would expire too soon to be used.
+    #[error("the TURN credential TTL must be at least 60 s")]
+    ShortTtl,
+    /// The fleet's placement configuration.
+    #[error("TURN placement: {0}")]
+    Placement(#[from] crate::placement::ConfigError),
+    /// Two URIs hash to one relay id.
+    #[error("two TURN URIs map to the same relay id {0}")]
+    SameId(NodeId),
+    /// The placement refused a relay.
+    #[error("TURN relay {0}: {1}")]
+    Relay(String, crate::placement::ChangeError),
+    /// The relay is in the fleet already.
+    #[error("TURN relay {0} is already in the fleet")]
+    InFleet(NodeId),
+    /// Heavier than the fleet's scale.
+    #[error("weight {weight} is above this fleet's largest, {scale}")]
+    TooHeavy {
+        /// The relay's weight.
+        weight: f64,
+        /// The fleet's largest.
+        scale: f64,
+    },
+}
+
 impl TurnFleet {
     /// A fleet of `config.servers`; an error names what is unusable.
-    pub fn new(config: TurnConfig) -> Result<TurnFleet, String> {
+    pub fn new(config: TurnConfig) -> Result<TurnFleet, FleetError> {
         if config.secrets.is_empty() || config.secrets.iter().any(Vec::is_empty) {
-            return Err("TURN needs a non-empty secret (FERRY_TURN_SECRET)".into());
+            return Err(FleetError::NoSecret);
         }
         if config.ttl < Duration::from_secs(60) {
-            return Err("the TURN credential TTL must be at least 60 s".into());
+            return Err(FleetError::ShortTtl);
         }
         // One placement zone for all relays: shares follow the weights across zones, and a
         // relay that joins or leaves moves only the users it takes or had. A user's zone is a
@@ -111,17 +143,16 @@ impl TurnFleet {
                 .fold(MAX_ADDED_WEIGHT, f64::max),
             ..PlacementConfig::default()
         };
-        let mut placement =
-            placement::Cluster::new(pcfg).map_err(|e| format!("TURN placement: {e}"))?;
+        let mut placement = placement::Cluster::new(pcfg)?;
         let mut servers = BTreeMap::new();
         for s in &config.servers {
             let id = relay_id(&s.uri);
             if servers.contains_key(&id) {
-                return Err(format!("two TURN URIs map to the same relay id {id}"));
+                return Err(FleetError::SameId(id));
             }
             placement
                 .upsert(spec_of(&id, s))
-                .map_err(|e| format!("TURN relay {}: {e}", s.uri))?;
+                .map_err(|e| FleetError::Relay(s.uri.to_string(), e))?;
             servers.insert(id, s.clone());
         }
         Ok(TurnFleet {
@@ -141,29 +172,29 @@ impl TurnFleet {
 
     /// Adds relay `s` (a scale-out): it ramps in — bounded loads send it the users the others
     /// cannot take, consistent hashing the users whose keys it owns.
-    pub fn add_server(&mut self, s: TurnServerSpec) -> Result<NodeId, String> {
+    pub fn add_server(&mut self, s: TurnServerSpec) -> Result<NodeId, FleetError> {
         self.can_add(&s)?;
         let id = relay_id(&s.uri);
         self.placement
             .upsert(spec_of(&id, &s))
-            .map_err(|e| format!("TURN relay {}: {e}", s.uri))?;
+            .map_err(|e| FleetError::Relay(s.uri.to_string(), e))?;
         self.servers.insert(id.clone(), s);
         Ok(id)
     }
 
     /// Whether relay `s` can join: not in the fleet yet, and no heavier than the fleet's scale
     /// (the heaviest configured relay, at least [`MAX_ADDED_WEIGHT`]).
-    pub fn can_add(&self, s: &TurnServerSpec) -> Result<(), String> {
+    pub fn can_add(&self, s: &TurnServerSpec) -> Result<(), FleetError> {
         let id = relay_id(&s.uri);
         if self.servers.contains_key(&id) {
-            return Err(format!("TURN relay {id} is already in the fleet"));
+            return Err(FleetError::InFleet(id));
         }
         let scale = self.placement.config().weight_scale;
         if s.weight > scale {
-            return Err(format!(
-                "weight {} is above this fleet's largest, {scale}",
-                s.weight
-            ));
+            return Err(FleetError::TooHeavy {
+                weight: s.weight,
+                scale,
+            });
         }
         Ok(())
     }

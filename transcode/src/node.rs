@@ -461,13 +461,24 @@ impl Transcoders {
 }
 
 /// Whether `encoder` encodes a frame here.
-async fn probe(ffmpeg: &std::path::Path, encoder: Encoder) -> Result<(), String> {
+/// Why an encoder does not work here: ffmpeg's own words.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    /// ffmpeg did not run.
+    #[error("{0}: {1}")]
+    Run(String, std::io::Error),
+    /// It ran and the encoder failed.
+    #[error("{0}")]
+    Encoder(String),
+}
+
+async fn probe(ffmpeg: &std::path::Path, encoder: Encoder) -> Result<(), ProbeError> {
     let out = tokio::process::Command::new(ffmpeg)
         .args(probe_args(encoder))
         .stdin(std::process::Stdio::null())
         .output()
         .await
-        .map_err(|e| format!("{}: {e}", ffmpeg.display()))?;
+        .map_err(|e| ProbeError::Run(ffmpeg.display().to_string(), e))?;
     if out.status.success() {
         return Ok(());
     }
@@ -488,7 +499,7 @@ async fn probe(ffmpeg: &std::path::Path, encoder: Encoder) -> Result<(), String>
         })
         .or(lines.last().copied())
         .unwrap_or("failed");
-    Err(why.to_owned())
+    Err(ProbeError::Encoder(why.to_owned()))
 }
 
 async fn create(

@@ -134,7 +134,7 @@ impl Worker {
                 tracing::warn!(error = %e, "transcode failed");
                 let mut p = relock(&p);
                 p.state = "failed".into();
-                p.error = Some(e);
+                p.error = Some(e.to_string());
             }
         });
         Worker {
@@ -188,11 +188,40 @@ struct RungRun {
     reader: tokio::task::JoinHandle<()>,
 }
 
+/// Why a transcode stopped (its `error`).
+#[derive(Debug, thiserror::Error)]
+enum WorkerError {
+    /// The source stream could not be played.
+    #[error("playing {0}: {1}")]
+    Play(String, String),
+    /// No video frame came in time.
+    #[error("no video from {0} within {secs} s", secs = FIRST_FRAME_WAIT.as_secs())]
+    NoVideo(String),
+    /// The source ended before its first video frame.
+    #[error("{0} ended before any video")]
+    EndedEarly(String),
+    /// A source codec the worker does not decode.
+    #[error("{0} sends {1:?} video: only VP8 and H.264 are transcoded")]
+    Codec(String, Codec),
+    /// A rung's stream name is not one.
+    #[error("{0}")]
+    RungName(String),
+    /// A rung could not be published.
+    #[error("publishing {0}: {1}")]
+    Publish(String, String),
+    /// ffmpeg did not start.
+    #[error("starting {0}: {1}")]
+    Ffmpeg(String, std::io::Error),
+    /// ffmpeg started without its output pipe.
+    #[error("ffmpeg has no stdout")]
+    NoStdout,
+}
+
 async fn run(
     setup: WorkerSetup,
     progress: Arc<Mutex<Progress>>,
     mut stop: watch::Receiver<Stop>,
-) -> Result<(), String> {
+) -> Result<(), WorkerError> {
     let node = setup.node.trim_end_matches('/').to_owned();
     let client = FerryClient::new(&node).with_token(&setup.token);
     let mut viewer = client
@@ -204,7 +233,7 @@ async fn run(
             },
         )
         .await
-        .map_err(|e| format!("playing {}: {e}", setup.stream))?;
+        .map_err(|e| WorkerError::Play(setup.stream.to_string(), e.to_string()))?;
     // The first video frame tells the source's codec (and starts ffmpeg at a keyframe).
     let first = tokio::time::timeout(FIRST_FRAME_WAIT, async {
         loop {
@@ -216,22 +245,13 @@ async fn run(
         }
     })
     .await
-    .map_err(|_| {
-        format!(
-            "no video from {} within {} s",
-            setup.stream,
-            FIRST_FRAME_WAIT.as_secs()
-        )
-    })?
-    .ok_or_else(|| format!("{} ended before any video", setup.stream))?;
+    .map_err(|_| WorkerError::NoVideo(setup.stream.to_string()))?
+    .ok_or_else(|| WorkerError::EndedEarly(setup.stream.to_string()))?;
     let input = match first.codec {
         Codec::Vp8 => Input::Vp8,
         Codec::H264 => Input::H264,
         c => {
-            return Err(format!(
-                "{} sends {c:?} video: only VP8 and H.264 are transcoded",
-                setup.stream
-            ));
+            return Err(WorkerError::Codec(setup.stream.to_string(), c));
         }
     };
     let mut rungs = Vec::with_capacity(setup.ladder.len());
@@ -310,8 +330,10 @@ async fn start_rung(
     index: usize,
     input: Input,
     progress: &Arc<Mutex<Progress>>,
-) -> Result<RungRun, String> {
-    let stream = rung.stream_of(&setup.stream).map_err(|e| e.to_string())?;
+) -> Result<RungRun, WorkerError> {
+    let stream = rung
+        .stream_of(&setup.stream)
+        .map_err(|e| WorkerError::RungName(e.to_string()))?;
     let publisher = client
         .publish(
             stream.as_str(),
@@ -325,7 +347,7 @@ async fn start_rung(
             },
         )
         .await
-        .map_err(|e| format!("publishing {stream}: {e}"))?;
+        .map_err(|e| WorkerError::Publish(stream.to_string(), e.to_string()))?;
     relock(progress).rungs[index].session = publisher.id();
     let mut child = Command::new(&setup.ffmpeg)
         .args(ffmpeg_args(input, rung, setup.encoder))
@@ -334,9 +356,9 @@ async fn start_rung(
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("starting {}: {e}", setup.ffmpeg.display()))?;
+        .map_err(|e| WorkerError::Ffmpeg(setup.ffmpeg.display().to_string(), e))?;
     let stdin = child.stdin.take();
-    let mut stdout = child.stdout.take().ok_or("ffmpeg has no stdout")?;
+    let mut stdout = child.stdout.take().ok_or(WorkerError::NoStdout)?;
     let stderr = child.stderr.take();
     let pid = child.id();
     let pending = Arc::new(Mutex::new(VecDeque::new()));

@@ -65,17 +65,27 @@ struct WalLog {
     sent: u64,
 }
 
+/// The host's WAL does not continue the log: a position is missing or repeated.
+#[derive(Debug, thiserror::Error)]
+#[error("host WAL jumps from position {from} to {to}")]
+struct WalGap {
+    /// The last position taken.
+    from: u64,
+    /// The position the host gave next.
+    to: u64,
+}
+
 impl WalLog {
     /// Appends records the host produced, which must continue the log
     /// without gaps.
-    fn append(&mut self, records: Vec<WalRecord>) -> Result<u64, String> {
+    fn append(&mut self, records: Vec<WalRecord>) -> Result<u64, WalGap> {
         let mut bytes = 0u64;
         for r in records {
             if r.position != self.taken + 1 {
-                return Err(format!(
-                    "host WAL jumps from position {} to {}",
-                    self.taken, r.position
-                ));
+                return Err(WalGap {
+                    from: self.taken,
+                    to: r.position,
+                });
             }
             self.taken = r.position;
             let len = r.encoded_len();
@@ -565,7 +575,7 @@ impl Outgoing {
                 self.wal_bytes += bytes;
                 self.wal_records += n;
             }
-            Err(reason) => return Some(self.rollback(now, host, reason, true, out)),
+            Err(gap) => return Some(self.rollback(now, host, gap.to_string(), true, out)),
         }
         for w in log.batches(log.sent, out.cfg.wal_batch_bytes) {
             out.send(&self.plan.target, &self.plan.id, Body::Wal(w));
@@ -607,7 +617,7 @@ impl Outgoing {
                 self.wal_bytes += bytes;
                 self.wal_records += n;
             }
-            Err(reason) => return Some(self.rollback(now, host, reason, true, out)),
+            Err(gap) => return Some(self.rollback(now, host, gap.to_string(), true, out)),
         }
         log.sent = log.taken;
         let msg = Cutover {

@@ -170,9 +170,9 @@ impl Incoming {
                     return None;
                 }
                 if !self.is_ready()
-                    && let Err(reason) = self.apply(now, host, &w.records)
+                    && let Err(e) = self.apply(now, host, &w.records)
                 {
-                    return Some(self.abort(host, now, reason, out));
+                    return Some(self.abort(host, now, e.to_string(), out));
                 }
                 self.send(
                     out,
@@ -328,8 +328,8 @@ impl Incoming {
         if done {
             let bytes: Vec<u8> = std::mem::take(chunks).into_values().flatten().collect();
             self.snapshot_bytes = bytes.len() as u64;
-            if let Err(reason) = self.import(now, host, &bytes, out.cfg.snapshot_version) {
-                return Some(self.abort(host, now, reason, out));
+            if let Err(e) = self.import(now, host, &bytes, out.cfg.snapshot_version) {
+                return Some(self.abort(host, now, e.to_string(), out));
             }
             self.phases.set(Phase::Snapshot, now - self.phase_at);
             self.phase = TargetPhase::Wal;
@@ -340,13 +340,13 @@ impl Incoming {
         None
     }
 
-    fn decode(&self, bytes: &[u8], max_version: u32) -> Result<SessionSnapshot, String> {
-        let snap = decode_snapshot(bytes, max_version).map_err(|e| format!("snapshot: {e}"))?;
+    fn decode(&self, bytes: &[u8], max_version: u32) -> Result<SessionSnapshot, TargetError> {
+        let snap = decode_snapshot(bytes, max_version)?;
         if snap.session_id != self.prepare.session.as_str() {
-            return Err(format!(
-                "snapshot is of session {:?}, not {}",
-                snap.session_id, self.prepare.session
-            ));
+            return Err(TargetError::WrongSession {
+                got: snap.session_id,
+                want: self.prepare.session.to_string(),
+            });
         }
         Ok(snap)
     }
@@ -357,10 +357,10 @@ impl Incoming {
         host: &mut H,
         bytes: &[u8],
         max_version: u32,
-    ) -> Result<(), String> {
+    ) -> Result<(), TargetError> {
         let snap = self.decode(bytes, max_version)?;
         host.import_snapshot(now, snap)
-            .map_err(|e| format!("import failed: {e}"))
+            .map_err(|e| TargetError::Import(e.to_string()))
     }
 
     /// Applies the records that continue the applied WAL; a batch that starts
@@ -371,7 +371,7 @@ impl Incoming {
         now: Instant,
         host: &mut H,
         records: &[WalRecord],
-    ) -> Result<(), String> {
+    ) -> Result<(), TargetError> {
         let mut fresh: Vec<WalRecord> = Vec::new();
         let mut next = self.applied + 1;
         for r in records {
@@ -388,7 +388,7 @@ impl Incoming {
             return Ok(());
         }
         host.apply_wal(now, &self.prepare.session, &fresh)
-            .map_err(|e| format!("apply_wal failed: {e}"))?;
+            .map_err(|e| TargetError::ApplyWal(e.to_string()))?;
         self.applied = next - 1;
         self.wal_records += fresh.len() as u64;
         self.wal_bytes += fresh.iter().map(|r| r.encoded_len() as u64).sum::<u64>();
@@ -412,8 +412,8 @@ impl Incoming {
             );
             return Some(self.abort(host, now, reason, out));
         }
-        if let Err(reason) = self.apply(now, host, &c.records) {
-            return Some(self.abort(host, now, reason, out));
+        if let Err(e) = self.apply(now, host, &c.records) {
+            return Some(self.abort(host, now, e.to_string(), out));
         }
         if let Some(last) = c.records.last()
             && last.position > self.applied
@@ -426,10 +426,10 @@ impl Incoming {
             .decode(&c.final_state, out.cfg.snapshot_version)
             .and_then(|s| {
                 host.install_final(now, s)
-                    .map_err(|e| format!("install_final failed: {e}"))
+                    .map_err(|e| TargetError::InstallFinal(e.to_string()))
             });
-        if let Err(reason) = installed {
-            return Some(self.abort(host, now, reason, out));
+        if let Err(e) = installed {
+            return Some(self.abort(host, now, e.to_string(), out));
         }
         self.phases.set(Phase::Cutover, now - self.phase_at);
         self.phase = TargetPhase::Ready;
@@ -487,4 +487,29 @@ impl Incoming {
             blackout: f.blackout,
         }
     }
+}
+
+/// Why the target gives up on what the source sent: the reason its abort carries.
+#[derive(Debug, thiserror::Error)]
+enum TargetError {
+    /// The snapshot does not decode (or is of a newer version).
+    #[error("snapshot: {0}")]
+    Decode(#[from] crate::wire::WireError),
+    /// The snapshot is of another session than the one prepared.
+    #[error("snapshot is of session {got:?}, not {want}")]
+    WrongSession {
+        /// The snapshot's session.
+        got: String,
+        /// The prepared session.
+        want: String,
+    },
+    /// The host refused the snapshot.
+    #[error("import failed: {0}")]
+    Import(String),
+    /// The host refused WAL records.
+    #[error("apply_wal failed: {0}")]
+    ApplyWal(String),
+    /// The host refused the final state.
+    #[error("install_final failed: {0}")]
+    InstallFinal(String),
 }

@@ -78,13 +78,27 @@ fn transport_config() -> Arc<quinn::TransportConfig> {
     Arc::new(t)
 }
 
-fn peer_node(conn: &quinn::Connection) -> Result<NodeId, String> {
+/// Why a connection's peer has no node id.
+#[derive(Debug, thiserror::Error)]
+enum PeerIdError {
+    /// No certificate came with the connection.
+    #[error("no peer certificate")]
+    NoCertificate,
+    /// A chain without certificates.
+    #[error("empty certificate chain")]
+    EmptyChain,
+    /// The certificate names no node.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+}
+
+fn peer_node(conn: &quinn::Connection) -> Result<NodeId, PeerIdError> {
     let certs = conn
         .peer_identity()
         .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
-        .ok_or("no peer certificate")?;
-    let leaf = certs.first().ok_or("empty certificate chain")?;
-    tls::node_id_of(leaf).map_err(|e| e.to_string())
+        .ok_or(PeerIdError::NoCertificate)?;
+    let leaf = certs.first().ok_or(PeerIdError::EmptyChain)?;
+    Ok(tls::node_id_of(leaf)?)
 }
 
 impl QuicTransport {
@@ -230,7 +244,7 @@ impl Dialer {
             .map_err(|e| fail(e.to_string()))?
             .await
             .map_err(|e| fail(e.to_string()))?;
-        let found = peer_node(&c).map_err(fail)?;
+        let found = peer_node(&c).map_err(|e| fail(e.to_string()))?;
         if found != self.peer {
             c.close(1u32.into(), b"wrong node");
             return Err(TransportError::WrongPeer {

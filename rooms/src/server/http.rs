@@ -161,7 +161,7 @@ async fn websocket(
     };
     let format = match Format::parse(q.format.as_deref()) {
         Ok(f) => f,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let upgrade = upgrade
         .max_message_size(MAX_FRAME)

@@ -321,6 +321,55 @@ fn http_agent(timeout: Duration) -> ureq::Agent {
 }
 
 /// An answer's status and body (at most the largest replica message).
+/// Why a call to another node or to the scheduler's snapshot store failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// No URL to call.
+    #[error("no scheduler URL")]
+    NoUrl,
+    /// The request could not be made.
+    #[error("{0}")]
+    Request(String),
+    /// The peer did not answer.
+    #[error("{0}: {1}")]
+    Transport(String, String),
+    /// The peer answered with an error status.
+    #[error("{what}: {status} {body}")]
+    Status {
+        /// The call.
+        what: String,
+        /// The HTTP status.
+        status: u16,
+        /// The body, as text.
+        body: String,
+    },
+    /// A body in the room codec that does not encode or decode.
+    #[error("{0}: {1}")]
+    Decode(String, crate::CodecError),
+    /// A snapshot over [`crate::snapshot::MAX_SNAPSHOT_BYTES`].
+    #[error("the snapshot of {room} is {len} bytes, over the limit")]
+    TooLarge {
+        /// The room.
+        room: RoomId,
+        /// Its snapshot's size.
+        len: usize,
+    },
+    /// The blocking task that made the call failed.
+    #[error("{0}")]
+    Task(String),
+}
+
+impl CallError {
+    fn status(what: impl Into<String>, status: u16, body: &[u8]) -> Self {
+        CallError::Status {
+            what: what.into(),
+            status,
+            body: String::from_utf8_lossy(body).into_owned(),
+        }
+    }
+}
+
 fn read_answer(resp: &mut ureq::http::Response<ureq::Body>) -> Result<(u16, Vec<u8>), ureq::Error> {
     let status = resp.status().as_u16();
     let bytes = resp
@@ -780,7 +829,11 @@ impl RoomServer {
     }
 
     /// The stored snapshots of `room` came (or could not be fetched: tried again in a second).
-    fn restored(&self, room: &RoomId, got: Result<Vec<crate::snapshot::StoredSnapshot>, String>) {
+    fn restored(
+        &self,
+        room: &RoomId,
+        got: Result<Vec<crate::snapshot::StoredSnapshot>, CallError>,
+    ) {
         let now = now_ms();
         self.with_room(room, false, |r| match got {
             Ok(snapshots) => {

@@ -24,14 +24,19 @@ pub enum Format {
 
 impl Format {
     /// The `format` query parameter: `protobuf` (also when absent) or `json`.
-    pub fn parse(q: Option<&str>) -> Result<Self, String> {
+    pub fn parse(q: Option<&str>) -> Result<Self, FormatError> {
         match q {
             None | Some(ferry_proto::room::FORMAT_PROTOBUF) => Ok(Format::Protobuf),
             Some(ferry_proto::room::FORMAT_JSON) => Ok(Format::Json),
-            Some(other) => Err(format!("format is json or protobuf, not {other:?}")),
+            Some(other) => Err(FormatError(other.to_owned())),
         }
     }
 }
+
+/// A `format` query parameter that names neither encoding.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("format is json or protobuf, not {0:?}")]
+pub struct FormatError(pub String);
 
 /// One frame for clients: its JSON text, and its binary form once a binary client needs it.
 #[derive(Debug)]

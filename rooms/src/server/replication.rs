@@ -3,6 +3,7 @@
 //! cluster token), at most one request in flight per peer; the answer carries the peer's
 //! replies (acks, anti-entropy steps) and the rooms it does not host.
 
+use super::CallError;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -102,13 +103,13 @@ impl Outbox {
         url: &str,
         from: NodeId,
         rooms: RoomMessages,
-    ) -> Result<Batch, String> {
+    ) -> Result<Batch, CallError> {
         let body = codec::encode(&Batch {
             from,
             rooms,
             gone: Vec::new(),
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| CallError::Decode("encoding the batch".into(), e))?;
         let agent = self.agent.clone();
         let url = format!("{}/v1/rooms/replica", url.trim_end_matches('/'));
         let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
@@ -119,17 +120,17 @@ impl Outbox {
             if let Some(a) = &auth {
                 req = req.header("authorization", a);
             }
-            let mut resp = req.send(&body[..]).map_err(|e| e.to_string())?;
-            let (status, bytes) = super::read_answer(&mut resp).map_err(|e| e.to_string())?;
+            let mut resp = req
+                .send(&body[..])
+                .map_err(|e| CallError::Transport(url.clone(), e.to_string()))?;
+            let (status, bytes) = super::read_answer(&mut resp)
+                .map_err(|e| CallError::Transport(url.clone(), e.to_string()))?;
             if status != 200 {
-                return Err(format!(
-                    "{url}: {status} {}",
-                    String::from_utf8_lossy(&bytes)
-                ));
+                return Err(CallError::status(url, status, &bytes));
             }
-            codec::decode::<Batch>(&bytes).map_err(|e| e.to_string())
+            codec::decode::<Batch>(&bytes).map_err(|e| CallError::Decode("the batch".into(), e))
         })
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| CallError::Task(e.to_string()))?
     }
 }

@@ -3,6 +3,7 @@
 //! room it opens (`GET /v1/rooms/{room}/snapshots`), and removes its own when it stops hosting
 //! an idle room (`DELETE`), all with the cluster token.
 
+use super::CallError;
 use std::time::Duration;
 
 use crate::codec;
@@ -61,8 +62,8 @@ impl SnapshotClient {
         method: &'static str,
         path: String,
         body: Vec<u8>,
-    ) -> Result<(u16, Vec<u8>), String> {
-        let mut last = String::from("no scheduler URL");
+    ) -> Result<(u16, Vec<u8>), CallError> {
+        let mut last = CallError::NoUrl;
         for base in &self.bases {
             match self
                 .call_one(method, format!("{base}{path}"), body.clone())
@@ -80,7 +81,7 @@ impl SnapshotClient {
         method: &'static str,
         url: String,
         body: Vec<u8>,
-    ) -> Result<(u16, Vec<u8>), String> {
+    ) -> Result<(u16, Vec<u8>), CallError> {
         let agent = self.agent.clone();
         let auth = self.auth.clone();
         tokio::task::spawn_blocking(move || {
@@ -96,53 +97,56 @@ impl SnapshotClient {
                     .map(|r| agent.run(r))
             };
             let mut resp = sent
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("{url}: {e}"))?;
-            super::read_answer(&mut resp).map_err(|e| format!("{url}: {e}"))
+                .map_err(|e| CallError::Request(e.to_string()))?
+                .map_err(|e| CallError::Transport(url.clone(), e.to_string()))?;
+            super::read_answer(&mut resp).map_err(|e| CallError::Transport(url, e.to_string()))
         })
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| CallError::Task(e.to_string()))?
     }
 
     /// Stores this node's snapshot of `room` (an encoded `RoomState`).
-    pub(super) async fn put(&self, room: &RoomId, state: Vec<u8>) -> Result<(), String> {
+    pub(super) async fn put(&self, room: &RoomId, state: Vec<u8>) -> Result<(), CallError> {
         if state.len() > MAX_SNAPSHOT_BYTES {
-            return Err(format!(
-                "the snapshot of {room} is {} bytes, over the limit",
-                state.len()
-            ));
+            return Err(CallError::TooLarge {
+                room: room.clone(),
+                len: state.len(),
+            });
         }
         let (status, body) = self.call("PUT", self.path(room, true), state).await?;
         if status != 204 {
-            return Err(format!(
-                "storing the snapshot of {room}: {status} {}",
-                String::from_utf8_lossy(&body)
+            return Err(CallError::status(
+                format!("storing the snapshot of {room}"),
+                status,
+                &body,
             ));
         }
         Ok(())
     }
 
     /// Every node's stored snapshot of `room`.
-    pub(super) async fn fetch(&self, room: &RoomId) -> Result<Vec<StoredSnapshot>, String> {
+    pub(super) async fn fetch(&self, room: &RoomId) -> Result<Vec<StoredSnapshot>, CallError> {
         let (status, body) = self.call("GET", self.path(room, false), Vec::new()).await?;
         if status != 200 {
-            return Err(format!(
-                "fetching the snapshots of {room}: {status} {}",
-                String::from_utf8_lossy(&body)
+            return Err(CallError::status(
+                format!("fetching the snapshots of {room}"),
+                status,
+                &body,
             ));
         }
-        codec::decode(&body).map_err(|e| format!("the snapshots of {room}: {e}"))
+        codec::decode(&body).map_err(|e| CallError::Decode(format!("the snapshots of {room}"), e))
     }
 
     /// Removes this node's snapshot of `room` (it no longer hosts the room).
-    pub(super) async fn delete(&self, room: &RoomId) -> Result<(), String> {
+    pub(super) async fn delete(&self, room: &RoomId) -> Result<(), CallError> {
         let (status, body) = self
             .call("DELETE", self.path(room, true), Vec::new())
             .await?;
         if status != 204 && status != 404 {
-            return Err(format!(
-                "removing the snapshot of {room}: {status} {}",
-                String::from_utf8_lossy(&body)
+            return Err(CallError::status(
+                format!("removing the snapshot of {room}"),
+                status,
+                &body,
             ));
         }
         Ok(())

@@ -86,8 +86,11 @@ pub(super) struct OsslClient {
 
 impl OsslClient {
     /// A client with our certificate (DER) and its PKCS#8 private key.
-    pub fn new(cert_der: &[u8], key_der: &[u8], mtu: u32) -> Result<Self, String> {
-        let e = |what: &str, err: openssl::error::ErrorStack| format!("openssl {what}: {err}");
+    pub fn new(cert_der: &[u8], key_der: &[u8], mtu: u32) -> Result<Self, OsslError> {
+        let e = |what: &'static str, source: openssl::error::ErrorStack| OsslError::Setup {
+            what,
+            source,
+        };
         let mut ctx = SslContext::builder(SslMethod::dtls()).map_err(|err| e("context", err))?;
         ctx.set_min_proto_version(Some(SslVersion::DTLS1_2))
             .map_err(|err| e("version", err))?;
@@ -118,7 +121,7 @@ impl OsslClient {
 
     /// Feeds a datagram (if any) and advances: the handshake while it runs (which also
     /// retransmits when OpenSSL's timer has expired), then alerts and close_notify.
-    pub fn step(&mut self, input: Option<&[u8]>) -> Result<Step, String> {
+    pub fn step(&mut self, input: Option<&[u8]>) -> Result<Step, OsslError> {
         if let Some(d) = input {
             self.stream.get_mut().incoming.push_back(d.to_vec());
         }
@@ -159,16 +162,16 @@ impl OsslClient {
         self.stream.get_mut().outgoing.pop_front()
     }
 
-    fn outcome(&self) -> Result<Handshaken, String> {
+    fn outcome(&self) -> Result<Handshaken, OsslError> {
         let ssl = self.stream.ssl();
         let peer_der = ssl
             .peer_certificate()
-            .ok_or("peer presented no certificate")?
+            .ok_or(OsslError::Peer("peer presented no certificate"))?
             .to_der()
-            .map_err(|e| format!("peer certificate: {e}"))?;
+            .map_err(OsslError::PeerCertificate)?;
         let profile = ssl
             .selected_srtp_profile()
-            .ok_or("peer negotiated no SRTP profile")?
+            .ok_or(OsslError::Peer("peer negotiated no SRTP profile"))?
             .id()
             .as_raw();
         let profile = u16::try_from(profile).unwrap_or(u16::MAX);
@@ -176,11 +179,11 @@ impl OsslClient {
             0x0001 => 2 * (16 + 14),
             0x0007 => 2 * (16 + 12),
             0x0008 => 2 * (32 + 12),
-            other => return Err(format!("unsupported SRTP profile {other:#06x}")),
+            other => return Err(OsslError::Profile(other)),
         };
         let mut keying = vec![0u8; len];
         ssl.export_keying_material(&mut keying, EXPORTER_LABEL, None)
-            .map_err(|e| format!("exporting SRTP keys: {e}"))?;
+            .map_err(OsslError::Export)?;
         Ok(Handshaken {
             keying,
             profile,
@@ -195,16 +198,44 @@ fn would_block(err: &openssl::ssl::Error) -> bool {
 
 /// OpenSSL's reason, e.g. "sslv3 alert handshake failure" (an alert the peer sent) or
 /// "no shared cipher".
-fn reason(err: &openssl::ssl::Error) -> String {
-    match err.ssl_error() {
+fn reason(err: &openssl::ssl::Error) -> OsslError {
+    OsslError::Handshake(match err.ssl_error() {
         Some(stack) => {
             let reasons: Vec<String> = stack
                 .errors()
                 .iter()
                 .map(|e| e.reason().unwrap_or("unknown").to_owned())
                 .collect();
-            format!("DTLS (OpenSSL): {}", reasons.join("; "))
+            reasons.join("; ")
         }
-        None => format!("DTLS (OpenSSL): {err}"),
-    }
+        None => err.to_string(),
+    })
+}
+
+/// Why the OpenSSL client could not start or finish its handshake.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum OsslError {
+    /// Setting up the context or the session.
+    #[error("openssl {what}: {source}")]
+    Setup {
+        /// The step.
+        what: &'static str,
+        /// OpenSSL's errors.
+        source: openssl::error::ErrorStack,
+    },
+    /// The handshake failed: OpenSSL's reasons, e.g. an alert the peer sent.
+    #[error("DTLS (OpenSSL): {0}")]
+    Handshake(String),
+    /// The peer left out what DTLS-SRTP needs.
+    #[error("{0}")]
+    Peer(&'static str),
+    /// The peer's certificate could not be encoded.
+    #[error("peer certificate: {0}")]
+    PeerCertificate(openssl::error::ErrorStack),
+    /// An SRTP protection profile we did not offer.
+    #[error("unsupported SRTP profile {0:#06x}")]
+    Profile(u16),
+    /// Exporting the SRTP keying material.
+    #[error("exporting SRTP keys: {0}")]
+    Export(openssl::error::ErrorStack),
 }

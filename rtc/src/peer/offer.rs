@@ -325,14 +325,14 @@ fn bad(reason: impl Into<String>) -> PeerError {
 
 /// Reads the server's answer against our offer.
 pub(super) fn read_answer(plan: &OfferPlan, answer: &str) -> Result<Answer, PeerError> {
-    read_remote(plan, answer, false).map_err(PeerError::BadAnswer)
+    read_remote(plan, answer, false)
 }
 
 /// Reads a server's offer against the lines [`lines_for_offer`] made of it, as if it were an
 /// answer: its credentials, fingerprint, candidates and, per line, the first payload type we
 /// support. We take the DTLS client role unless the offer insists on being it.
 pub(super) fn read_offer(plan: &OfferPlan, offer: &str) -> Result<Answer, PeerError> {
-    read_remote(plan, offer, true).map_err(PeerError::BadOffer)
+    read_remote(plan, offer, true)
 }
 
 /// Our lines for answering a server's offer: one per offered m-line, in its order, receiving
@@ -370,21 +370,28 @@ pub(super) fn lines_for_offer(offer: &str, rtx: bool) -> Result<Vec<OfferLine>, 
     Ok(lines)
 }
 
-fn read_remote(plan: &OfferPlan, text: &str, offer: bool) -> Result<Answer, String> {
+fn read_remote(plan: &OfferPlan, text: &str, offer: bool) -> Result<Answer, PeerError> {
     let what = if offer { "offer" } else { "answer" };
-    let sdp = SessionDescription::parse(text).map_err(|e| e.to_string())?;
+    let fail = |reason: String| {
+        if offer {
+            PeerError::BadOffer(reason)
+        } else {
+            PeerError::BadAnswer(reason)
+        }
+    };
+    let sdp = SessionDescription::parse(text).map_err(|e| fail(e.to_string()))?;
     let first = sdp
         .media_views()
         .find(|m| m.port != 0)
-        .ok_or_else(|| format!("{what} accepts no m-line"))?;
+        .ok_or_else(|| fail(format!("{what} accepts no m-line")))?;
     let (Some(ufrag), Some(pwd)) = (first.ice_ufrag(), first.ice_pwd()) else {
-        return Err(format!("{what} has no a=ice-ufrag/a=ice-pwd"));
+        return Err(fail(format!("{what} has no a=ice-ufrag/a=ice-pwd")));
     };
     let fingerprint = first
         .fingerprints()
         .into_iter()
         .find(|f| f.algorithm.eq_ignore_ascii_case("sha-256") && f.bytes.len() == 32)
-        .ok_or_else(|| format!("{what} has no sha-256 fingerprint"))?
+        .ok_or_else(|| fail(format!("{what} has no sha-256 fingerprint")))?
         .bytes;
     // RFC 5763 §5: an answer is active or passive; active is the default. An offer is actpass
     // (we answer active, as browsers do) or, rarely, insists on one role.
@@ -393,7 +400,7 @@ fn read_remote(plan: &OfferPlan, text: &str, offer: bool) -> Result<Answer, Stri
         (false, Some(Setup::Passive)) | (true, Some(Setup::Passive | Setup::ActPass) | None) => {
             DtlsRole::Client
         }
-        (_, Some(other)) => return Err(format!("{what} has a=setup:{other:?}")),
+        (_, Some(other)) => return Err(fail(format!("{what} has a=setup:{other:?}"))),
     };
     let candidates: Vec<SocketAddr> = sdp
         .media_views()
@@ -407,18 +414,18 @@ fn read_remote(plan: &OfferPlan, text: &str, offer: bool) -> Result<Answer, Stri
             v
         });
     if candidates.is_empty() {
-        return Err(format!("{what} has no UDP host candidate"));
+        return Err(fail(format!("{what} has no UDP host candidate")));
     }
     let mut lines = Vec::new();
     for ours in &plan.lines {
         let line = match sdp.media_by_mid(&ours.mid) {
-            Some(m) => answer_line(ours, &m)?,
+            Some(m) => answer_line(ours, &m).map_err(|e| fail(e.to_string()))?,
             None => rejected(ours),
         };
         lines.push(line);
     }
     if !lines.iter().any(|l| l.accepted) {
-        return Err(format!("{what} accepts none of our m-lines"));
+        return Err(fail(format!("{what} accepts none of our m-lines")));
     }
     Ok(Answer {
         ice: IceCredentials {
@@ -455,14 +462,25 @@ fn rejected(ours: &OfferLine) -> AnswerLine {
     }
 }
 
-fn answer_line(ours: &OfferLine, m: &MediaView<'_>) -> Result<AnswerLine, String> {
+/// How a remote m-line fails to match the one of ours in its place.
+#[derive(Debug, thiserror::Error)]
+enum LineMismatch {
+    /// Audio where we had video, or the other way round.
+    #[error("m-line {0} changed its media kind")]
+    Kind(String),
+    /// None of the payload types we put on the line.
+    #[error("m-line {0} answers no payload type we offered")]
+    NoPayloadType(String),
+}
+
+fn answer_line(ours: &OfferLine, m: &MediaView<'_>) -> Result<AnswerLine, LineMismatch> {
     let mut line = rejected(ours);
     // No codec of ours: an offered line we reject.
     if m.port == 0 || ours.codecs.is_empty() {
         return Ok(line);
     }
     if (m.kind == MediaKind::Video) != ours.video {
-        return Err(format!("m-line {} changed its media kind", ours.mid));
+        return Err(LineMismatch::Kind(ours.mid.clone()));
     }
     // The first payload type of ours the answer lists is the one in use.
     let Some((codec, pt)) = m.payload_types().into_iter().find_map(|pt| {
@@ -471,10 +489,7 @@ fn answer_line(ours: &OfferLine, m: &MediaView<'_>) -> Result<AnswerLine, String
             .find(|(_, p, _)| *p == pt)
             .map(|(c, p, _)| (*c, *p))
     }) else {
-        return Err(format!(
-            "m-line {} answers no payload type we offered",
-            ours.mid
-        ));
+        return Err(LineMismatch::NoPayloadType(ours.mid.clone()));
     };
     let fbs = m.rtcp_fbs(pt);
     let has = |kind: &str, param: Option<&str>| {

@@ -249,7 +249,11 @@ impl Cluster {
     }
 
     /// A resumption ended: `Ok(node)` records it now; a failure is tried again.
-    pub fn recording_resume_done(&mut self, id: &RecordingId, result: Result<NodeId, String>) {
+    pub fn recording_resume_done(
+        &mut self,
+        id: &RecordingId,
+        result: Result<NodeId, super::OrderFailed>,
+    ) {
         let Some(t) = self.recordings.get_mut(id) else {
             return;
         };
@@ -262,7 +266,7 @@ impl Cluster {
                 t.error = None;
                 t.orphaned_at = None;
             }
-            Err(reason) => t.error = Some(reason),
+            Err(e) => t.error = Some(e.0),
         }
     }
 
@@ -602,7 +606,7 @@ mod tests {
         assert_eq!((o[0].from.is_none(), o[0].to.0.as_str()), (true, "b"));
         assert_eq!(o[0].target, "/rec/rec-1", "the same target");
         // A failed attempt is tried again on the next tick.
-        c.recording_resume_done(&id, Err("b: 502".into()));
+        c.recording_resume_done(&id, Err(super::super::OrderFailed("b: 502".into())));
         assert_eq!(orders(c.tick(later)).len(), 1);
         c.recording_resume_done(&id, Ok(node("b")));
         let t = c.recording_task(&id).unwrap();

@@ -277,7 +277,7 @@ impl Cluster {
         id: &TranscodeId,
         to: &NodeId,
         on_gpu: bool,
-        result: Result<(), String>,
+        result: Result<(), super::OrderFailed>,
     ) {
         if let Some(t) = self.transcodes.get_mut(id) {
             t.in_flight = false;
@@ -288,7 +288,7 @@ impl Cluster {
                     t.moves += 1;
                     t.error = None;
                 }
-                Err(e) => t.error = Some(e),
+                Err(e) => t.error = Some(e.0),
             }
         }
         if let Some(t) = self.transcodes.get(id).filter(|t| t.node == *to) {
@@ -538,7 +538,12 @@ mod tests {
             "not drained while its transcode moves"
         );
         // A failed move is ordered again; a done one leaves b drained.
-        c.transcode_moved(&id, &node("c"), false, Err("c refused".into()));
+        c.transcode_moved(
+            &id,
+            &node("c"),
+            false,
+            Err(super::super::OrderFailed("c refused".into())),
+        );
         assert_eq!(
             c.transcode_task(&id).unwrap().error.as_deref(),
             Some("c refused")
@@ -601,7 +606,12 @@ mod tests {
             assert_eq!(view(&mut c, r), node("b"), "a viewer of live~{r}");
         }
         // A failed move changes nothing; a done one sends the next viewers to c.
-        c.transcode_moved(&id, &node("c"), false, Err("refused".into()));
+        c.transcode_moved(
+            &id,
+            &node("c"),
+            false,
+            Err(super::super::OrderFailed("refused".into())),
+        );
         assert_eq!(view(&mut c, "360p"), node("b"));
         c.transcode_moved(&id, &node("c"), false, Ok(()));
         for r in &ladder {

@@ -170,7 +170,7 @@ impl Scheduler {
                             Err(NodeError {
                                 status: Some(409), ..
                             }) if running_on(&c, &o.to.1, &o.id).await => Ok(o.to.0.clone()),
-                            Err(e) => Err(e.reason),
+                            Err(e) => Err(crate::cluster::OrderFailed(e.reason)),
                         };
                         match &result {
                             Ok(on) => tracing::info!(%on, ms = started.elapsed().as_millis(), "recording resumed from storage"),

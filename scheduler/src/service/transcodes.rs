@@ -130,6 +130,7 @@ impl Scheduler {
                         tracing::warn!(error = %e, ms, "transcode move failed (tried again)");
                     }
                 }
+                let result = result.map_err(|e| crate::cluster::OrderFailed(e.to_string()));
                 s.mutate(|cl| cl.transcode_moved(&o.id, &o.to.0, o.on_gpu, result));
                 let _ = s.flush();
                 s.wake();
@@ -221,20 +222,46 @@ impl Scheduler {
 /// go all the same.
 const TAKEOVER_WAIT: Duration = Duration::from_secs(20);
 
+/// Why a transcode's move failed (it is tried again).
+#[derive(Debug, thiserror::Error)]
+enum MoveError {
+    /// The node it leaves gave no tickets.
+    #[error("handover on {node}: {reason}")]
+    Handover {
+        /// The node it leaves.
+        node: String,
+        /// The node's reason.
+        reason: String,
+    },
+    /// The target did not start it.
+    #[error("start on {node}: {reason}")]
+    Start {
+        /// The target.
+        node: String,
+        /// The node's reason.
+        reason: String,
+    },
+    /// It failed on the target after starting.
+    #[error("on {node}: {reason}")]
+    Failed {
+        /// The target.
+        node: String,
+        /// The worker's error.
+        reason: String,
+    },
+}
+
 /// A move's steps: the tickets from the node it leaves, the transcode started with them on the
 /// target, its first keyframe on every rung there (the viewers have switched to it), and the old
 /// worker stopped — its rungs' sessions detached, not ended.
-async fn move_transcode(c: &TaskClient, o: &TranscodeOrder) -> Result<(), String> {
+async fn move_transcode(c: &TaskClient, o: &TranscodeOrder) -> Result<(), MoveError> {
     let tickets = match &o.from {
         Some((_, http)) => {
             c.handover_transcode(http, &o.id)
                 .await
-                .map_err(|e| {
-                    format!(
-                        "handover on {}: {}",
-                        o.from.as_ref().map_or("", |f| f.0.as_str()),
-                        e.reason
-                    )
+                .map_err(|e| MoveError::Handover {
+                    node: o.from.as_ref().map_or("", |f| f.0.as_str()).to_owned(),
+                    reason: e.reason,
                 })?
                 .tickets
         }
@@ -257,18 +284,20 @@ async fn move_transcode(c: &TaskClient, o: &TranscodeOrder) -> Result<(), String
             if let Some((_, http)) = &o.from {
                 let _ = c.cancel_transcode_handover(http, &o.id).await;
             }
-            return Err(format!("start on {}: {}", o.to.0, e.reason));
+            return Err(MoveError::Start {
+                node: o.to.0.to_string(),
+                reason: e.reason,
+            });
         }
     }
     let deadline = Instant::now() + TAKEOVER_WAIT;
     loop {
         match c.transcode(&o.to.1, &o.id).await {
             Ok(v) if v.state == "failed" => {
-                return Err(format!(
-                    "on {}: {}",
-                    o.to.0,
-                    v.error.unwrap_or_else(|| "failed".into())
-                ));
+                return Err(MoveError::Failed {
+                    node: o.to.0.to_string(),
+                    reason: v.error.unwrap_or_else(|| "failed".into()),
+                });
             }
             Ok(v) if v.state == "running" && v.rungs.iter().all(|r| r.keyframes > 0) => break,
             _ if Instant::now() >= deadline => {

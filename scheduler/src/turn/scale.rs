@@ -89,23 +89,20 @@ struct Sim {
 
 impl Sim {
     /// Every user asks (again); the primaries they got.
-    fn ask_all(&mut self) -> Result<Vec<NodeId>, String> {
+    fn ask_all(&mut self) -> Result<Vec<NodeId>, ScaleError> {
         self.clock += 1;
         let mut out = Vec::with_capacity(self.users.len());
         for u in &self.users {
-            let r = self
-                .fleet
-                .credentials(
-                    self.clock,
-                    &TurnCredentialsRequest {
-                        user: u.clone(),
-                        stream: None,
-                        zone: None,
-                        isp: None,
-                        family: None,
-                    },
-                )
-                .map_err(|e| e.to_string())?;
+            let r = self.fleet.credentials(
+                self.clock,
+                &TurnCredentialsRequest {
+                    user: u.clone(),
+                    stream: None,
+                    zone: None,
+                    isp: None,
+                    family: None,
+                },
+            )?;
             let uri = &r.ice_servers[0].urls[0];
             out.push(relay_id(uri));
         }
@@ -151,7 +148,7 @@ impl Sim {
 
     /// The users' assignment after `event` (everyone asks afresh, in the same order as before
     /// it, so what differs is the event's doing); its row, with `minimum`.
-    fn measure(&mut self, event: String, minimum: u64) -> Result<TurnScaleRow, String> {
+    fn measure(&mut self, event: String, minimum: u64) -> Result<TurnScaleRow, ScaleError> {
         let t = Instant::now();
         self.fleet.reset_loads();
         let now = self.ask_all()?;
@@ -185,7 +182,7 @@ impl Sim {
         })
     }
 
-    fn add(&mut self, i: usize, zones: usize, seed: u64) -> Result<NodeId, String> {
+    fn add(&mut self, i: usize, zones: usize, seed: u64) -> Result<NodeId, ScaleError> {
         let s = spec(i, zones, seed);
         let id = self.fleet.add_server(s.clone())?;
         self.specs.push((id.clone(), s));
@@ -193,13 +190,28 @@ impl Sim {
     }
 }
 
+/// Why the scenario could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScaleError {
+    /// Parameters out of range.
+    #[error("need at least 2 relays, 1 client and 1..=relays zones")]
+    Params,
+    /// The fleet refused its relays.
+    #[error(transparent)]
+    Fleet(#[from] super::FleetError),
+    /// A user got no credentials.
+    #[error(transparent)]
+    Credentials(#[from] super::TurnError),
+}
+
 /// Runs the scenario; `on_row` sees each row as it is measured.
 pub fn simulate(
     p: &TurnScaleParams,
     mut on_row: impl FnMut(&TurnScaleRow),
-) -> Result<Vec<TurnScaleRow>, String> {
+) -> Result<Vec<TurnScaleRow>, ScaleError> {
     if p.servers < 2 || p.clients == 0 || p.zones == 0 || p.zones > p.servers {
-        return Err("need at least 2 relays, 1 client and 1..=relays zones".into());
+        return Err(ScaleError::Params);
     }
     let specs: Vec<TurnServerSpec> = (0..p.servers).map(|i| spec(i, p.zones, p.seed)).collect();
     let fleet = TurnFleet::new(TurnConfig {

@@ -15,7 +15,7 @@ use ferry_proto::api::{
 };
 use ferry_proto::{MigrationId, NodeId, SessionId, StreamId};
 use ferry_scheduler::cluster::{ClusterConfig, Persisted};
-use ferry_scheduler::drain::{BoxFuture, DrainBudget, Migrations, NoMigrator};
+use ferry_scheduler::drain::{BoxFuture, DrainBudget, Migrations, NoMigrator, StartRefused};
 use ferry_scheduler::placement::{self, NodeSpec, Requirements};
 use ferry_scheduler::service::Scheduler;
 use ferry_scheduler::store::{FileStore, MemoryStore, Store};
@@ -453,7 +453,11 @@ struct Committing {
 }
 
 impl Migrations for Committing {
-    fn start(&self, m: MigrationView, _source_http: String) -> BoxFuture<'_, Result<(), String>> {
+    fn start(
+        &self,
+        m: MigrationView,
+        _source_http: String,
+    ) -> BoxFuture<'_, Result<(), StartRefused>> {
         let mut started = self.started.lock().unwrap();
         let running = started
             .values()

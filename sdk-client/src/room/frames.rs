@@ -99,9 +99,20 @@ pub(crate) fn keyed(
 }
 
 /// The binary frame of a command's text (from `keyed`, so it has one).
-pub(crate) fn binary(text: &str) -> Result<Vec<u8>, String> {
-    let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    ferry_proto::room::encode_client(&v).map_err(|e| e.to_string())
+pub(crate) fn binary(text: &str) -> Result<Vec<u8>, BinaryError> {
+    let v: Value = serde_json::from_str(text)?;
+    Ok(ferry_proto::room::encode_client(&v)?)
+}
+
+/// Why a command's text has no binary frame.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BinaryError {
+    /// Not JSON.
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    /// JSON that is no client frame.
+    #[error("{0}")]
+    Frame(#[from] ferry_proto::room::WireError),
 }
 
 /// Parses a binary frame (protobuf); `None` for what is not a frame.

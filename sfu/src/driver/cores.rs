@@ -391,7 +391,7 @@ impl ferry_migrator::SessionHost for CoresHost<'_> {
         final_state: SessionSnapshot,
     ) -> Result<(), MigrateError> {
         let id = SessionId::new(final_state.session_id.clone())
-            .map_err(|_| MigrateError::BadSnapshot("session id".into()))?;
+            .map_err(|e| MigrateError::BadSnapshot(e.into()))?;
         self.with_session(&id, |n| n.install_final(now, final_state))
     }
 

@@ -43,7 +43,7 @@ pub enum MigrateError {
     WrongState(SessionId, &'static str),
     /// The snapshot cannot be restored.
     #[error("snapshot refused: {0}")]
-    BadSnapshot(String),
+    BadSnapshot(#[from] crate::node::negotiate::RestoreError),
     /// The target node's address is not known here.
     #[error("no address known for node {0}")]
     UnknownPeer(NodeId),
@@ -450,7 +450,7 @@ impl Node {
         final_state: SessionSnapshot,
     ) -> Result<(), MigrateError> {
         let id = SessionId::new(final_state.session_id.clone())
-            .map_err(|e| MigrateError::BadSnapshot(e.to_string()))?;
+            .map_err(|e| MigrateError::BadSnapshot(e.into()))?;
         let key = self.key_of(&id)?;
         if !self.imports.contains_key(&key) {
             return Err(MigrateError::WrongState(id, "not imported"));

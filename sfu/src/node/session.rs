@@ -16,7 +16,7 @@ use crate::media::egress::OutgoingTrack;
 use crate::media::ingest::IncomingTrack;
 use crate::nack::NackConfig;
 use crate::node::metrics::NodeMetrics;
-use crate::node::negotiate::MediaLine;
+use crate::node::negotiate::{MediaLine, RestoreError};
 use crate::node::signal::{SessionInfo, SessionKind};
 use crate::rtcp::{self, ReportBlock};
 use crate::srtp::{SrtpContext, SrtpProfile};
@@ -742,29 +742,24 @@ impl Session {
         cfg: &SessionConfig,
         dtls_config: Arc<crate::dtls::DtlsConfig>,
         now: Instant,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, RestoreError> {
         if s.version > SNAPSHOT_VERSION {
-            return Err(format!(
-                "snapshot version {} is newer than this node's {}",
-                s.version, SNAPSHOT_VERSION
-            ));
+            return Err(RestoreError::NewerVersion {
+                got: s.version,
+                ours: SNAPSHOT_VERSION,
+            });
         }
-        let id = SessionId::new(s.session_id.clone()).map_err(|e| e.to_string())?;
-        let stream = StreamId::new(s.stream.clone()).map_err(|e| e.to_string())?;
-        let ice = IceLite::restore(s.ice.as_ref().ok_or("snapshot has no ICE state")?, now);
-        let dtls_state = s.dtls.as_ref().ok_or("snapshot has no DTLS state")?;
+        let id = SessionId::new(s.session_id.clone())?;
+        let stream = StreamId::new(s.stream.clone())?;
+        let ice = IceLite::restore(s.ice.as_ref().ok_or(RestoreError::Missing("ICE"))?, now);
+        let dtls_state = s.dtls.as_ref().ok_or(RestoreError::Missing("DTLS"))?;
         let dtls = DtlsTransport::restore(dtls_state, dtls_config, now);
         let media = s
             .media
             .iter()
             .map(MediaLine::from_state)
             .collect::<Result<Vec<_>, _>>()?;
-        let line = |i: usize| {
-            media
-                .get(i)
-                .cloned()
-                .ok_or(format!("track refers to m-line {i}"))
-        };
+        let line = |i: usize| media.get(i).cloned().ok_or(RestoreError::NoSuchLine(i));
         let role = if s.publisher {
             let mut tracks = Vec::new();
             for t in &s.incoming {
@@ -781,9 +776,7 @@ impl Session {
             Role::Viewer(tracks)
         };
         let srtp = |c: &Option<ferry_proto::state::srtp::SrtpContextState>| {
-            c.as_ref()
-                .map(|c| SrtpContext::restore(c).map_err(|e| e.to_string()))
-                .transpose()
+            c.as_ref().map(SrtpContext::restore).transpose()
         };
         let srtp_tx = srtp(&s.srtp_tx)?;
         let srtp_rx = srtp(&s.srtp_rx)?;
@@ -835,7 +828,7 @@ impl Session {
                 Some(
                     s.via
                         .parse()
-                        .map_err(|_| format!("bad via address {:?}", s.via))?,
+                        .map_err(|_| RestoreError::BadVia(s.via.clone()))?,
                 )
             },
             wal: None,

@@ -139,7 +139,7 @@ fn stream_and_target(
     let stream =
         parse_stream(stream).map_err(|_| api_error(400, format!("bad stream name {stream:?}")))?;
     if let Some(t) = target {
-        check_recording_target(t).map_err(|why| api_error(400, why))?;
+        check_recording_target(t).map_err(|why| api_error(400, why.to_string()))?;
     }
     Ok(stream)
 }

@@ -128,11 +128,11 @@ impl MediaLine {
     }
 
     /// Rebuilds a line from a snapshot.
-    pub fn from_state(s: &MediaLineState) -> Result<Self, String> {
-        let codec =
-            Codec::from_wire(s.codec).ok_or_else(|| format!("unknown codec {}", s.codec))?;
-        let byte =
-            |v: u32, what: &str| u8::try_from(v).map_err(|_| format!("{what} {v} out of range"));
+    pub fn from_state(s: &MediaLineState) -> Result<Self, RestoreError> {
+        let codec = Codec::from_wire(s.codec).ok_or(RestoreError::UnknownCodec(s.codec))?;
+        let byte = |v: u32, what: &'static str| {
+            u8::try_from(v).map_err(|_| RestoreError::OutOfRange { what, value: v })
+        };
         Ok(Self {
             mid: s.mid.clone(),
             video: s.video,
@@ -150,7 +150,7 @@ impl MediaLine {
                 .extmap
                 .iter()
                 .map(|e| Ok((byte(e.id, "extension id")?, e.uri.clone())))
-                .collect::<Result<_, String>>()?,
+                .collect::<Result<_, RestoreError>>()?,
             remote_ssrcs: s
                 .remote_ssrcs
                 .iter()
@@ -798,6 +798,46 @@ pub fn write_candidates(s: &mut String, candidates: &[SocketAddr]) {
         );
     }
     s.push_str("a=end-of-candidates\r\n");
+}
+
+/// Why a session (or one of its m-lines) could not be rebuilt from a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RestoreError {
+    /// Taken by a newer node than this one.
+    #[error("snapshot version {got} is newer than this node's {ours}")]
+    NewerVersion {
+        /// The snapshot's version.
+        got: u32,
+        /// The newest this node reads.
+        ours: u32,
+    },
+    /// A session or stream id that is not one.
+    #[error("bad id: {0}")]
+    BadId(#[from] ferry_proto::ids::IdError),
+    /// A part every session has is missing.
+    #[error("snapshot has no {0} state")]
+    Missing(&'static str),
+    /// A codec this node does not know.
+    #[error("unknown codec {0}")]
+    UnknownCodec(u32),
+    /// A field past its wire range (payload types and extension ids are bytes).
+    #[error("{what} {value} out of range")]
+    OutOfRange {
+        /// Which field.
+        what: &'static str,
+        /// Its value.
+        value: u32,
+    },
+    /// A track names an m-line the snapshot does not have.
+    #[error("track refers to m-line {0}")]
+    NoSuchLine(usize),
+    /// An SRTP context that does not hold together.
+    #[error("SRTP: {0}")]
+    Srtp(#[from] crate::srtp::SrtpError),
+    /// The relay address the session came through is not an address.
+    #[error("bad via address {0:?}")]
+    BadVia(String),
 }
 
 #[cfg(test)]
