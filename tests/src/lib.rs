@@ -28,6 +28,7 @@ pub mod cluster;
 mod collector;
 pub mod coturn;
 pub mod etcd;
+mod group;
 pub mod gstreamer;
 pub mod netns;
 mod node;
@@ -35,6 +36,7 @@ pub mod sdk;
 
 pub use chromium::{Browser, CHROMIUM_ENV};
 pub use collector::{Collector, Reports, num};
+pub use group::{AreaGuard, area};
 pub use node::{
     FERRY_BIN_ENV, FerryNode, FerryProcess, LossCounters, Response, api_call, ferry_bin, http,
 };

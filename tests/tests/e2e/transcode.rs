@@ -74,6 +74,7 @@ async fn play_rung(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_plays_a_360p_rung_transcoded_on_the_gpu_node() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     ferry_testkit::require_ffprobe()?;
     let c = start_cluster_with(
         "transcode",
@@ -251,6 +252,7 @@ fn node_state(gateway: &str, node: &str) -> Result<String> {
 /// node-b's worker lets go of it. The viewer plays on at 360 lines with at most one freeze.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_the_transcode_s_node_moves_it_and_its_viewer_plays_on() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let c = start_cluster_with("tc-drain", &[], &[])?;
     wait_registered(&c.gateway, 2).await?;
     let collector = Collector::start()?;

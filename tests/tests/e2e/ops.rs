@@ -53,6 +53,7 @@ fn node_state(status: &Value, id: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_drain_and_undrain_from_the_cli() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dev = start_dev(false)?;
     wait_registered(&dev.gateway, 2).await?;
     // A dead replica first in the list: the CLI moves on to the one that answers.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use ferry_tests::{FerryNode, Response, http};
 
-const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
+const OFFER: &str = include_str!("../../../rtc/src/sdp/testdata/chrome_offer.sdp");
 const SDP: (&str, &str) = ("Content-Type", "application/sdp");
 const FRAG: (&str, &str) = ("Content-Type", "application/trickle-ice-sdpfrag");
 
@@ -34,6 +34,7 @@ fn wait_metric(node: &FerryNode, name: &str, at_least: u64) -> Result<u64> {
 
 #[test]
 fn signalling_errors_are_specific() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let node = FerryNode::spawn(&["--ice-server", "stun:stun.example.org:3478"])?;
     let url = |p: &str| format!("{}{p}", node.http);
     let bearer = node.bearer();
@@ -223,6 +224,7 @@ fn signalling_errors_are_specific() -> Result<()> {
 
 #[test]
 fn bad_datagrams_are_dropped_and_counted() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let node = FerryNode::spawn(&[])?;
     // Larger than any datagram we accept (STUN or RTP sized).
     let mut stun_like = vec![0u8; 2000];
@@ -254,6 +256,7 @@ fn bad_datagrams_are_dropped_and_counted() -> Result<()> {
 
 #[test]
 fn a_full_node_answers_503_with_retry_after() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     // Two cores, each stream on its own: the limit is the node's, not each core's.
     let node = FerryNode::spawn(&["--max-sessions", "1", "--workers", "2"])?;
     let on_core = |core: usize| {

@@ -77,6 +77,7 @@ async fn wait_frame_after(collector: &Collector, id: &str, since: f64) -> Result
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_whose_node_dies_plays_on_elsewhere_within_two_seconds() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _serial = SERIAL.lock().await;
     let mut c = start_cluster("sdk-viewer-crash")?;
     wait_registered(&c.gateway, 2).await?;
@@ -139,6 +140,7 @@ async fn a_viewer_whose_node_dies_plays_on_elsewhere_within_two_seconds() -> Res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publisher_whose_node_dies_republishes_and_viewers_keep_their_sessions() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _serial = SERIAL.lock().await;
     let mut c = start_cluster("sdk-publisher-crash")?;
     wait_registered(&c.gateway, 2).await?;

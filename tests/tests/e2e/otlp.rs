@@ -24,7 +24,7 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 
-const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
+const OFFER: &str = include_str!("../../../rtc/src/sdp/testdata/chrome_offer.sdp");
 
 #[derive(Debug, Clone)]
 struct Received {
@@ -99,6 +99,7 @@ async fn collector() -> Result<(Store, std::net::SocketAddr)> {
 /// node's span of the POST the client sent to the `Location` (its `traceparent` rides there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishing_and_playing_through_the_gateway_is_one_trace_per_request() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let (store, addr) = collector().await?;
     let endpoint = format!("http://{addr}/v1/traces");
     let dev = start_dev_env(
@@ -197,6 +198,7 @@ async fn publishing_and_playing_through_the_gateway_is_one_trace_per_request() -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_is_one_trace_with_a_span_on_each_node() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let (store, addr) = collector().await?;
 
     let dir = std::env::temp_dir().join(format!("ferry-otlp-{}", std::process::id()));

@@ -57,6 +57,7 @@ async fn play(client: &FerryClient, stream: &str, opts: &PlayOptions) -> Result<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_only_rust_sdk_sessions_play_through_coturn() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let relays = Coturn::start_fleet(SECRET, 2)?;
     let uris = format!("{},{}", relays[0].uri(), relays[1].uri());
     let dev = start_dev_with_relays(&relays, SECRET).await?;
@@ -171,6 +172,7 @@ async fn relay_only_rust_sdk_sessions_play_through_coturn() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_only_session_with_a_credential_coturn_refuses_fails_with_a_typed_error()
 -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let relays = Coturn::start_fleet(SECRET, 2)?;
     let uris = format!("{},{}", relays[0].uri(), relays[1].uri());
     // A gateway that signs with another secret than the relays check.
@@ -229,6 +231,7 @@ async fn largest_video_gap(s: &Session) -> Result<Duration> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_the_relay_moves_a_rust_sdk_viewer_without_a_gap_and_frees_the_relay() -> Result<()>
 {
+    let _area = ferry_tests::area(module_path!());
     let relays = Coturn::start_fleet(SECRET, 3)?;
     let uris: Vec<String> = relays.iter().map(Coturn::uri).collect();
     let dev = start_dev_with_relays(&relays, SECRET).await?;

@@ -197,6 +197,7 @@ fn bad_input(dev: &Dev, live: &str) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_stream_recorded_on_its_node_to_a_directory_and_to_s3() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     require_ffprobe()?;
     let moto = Moto::start()?;
     moto.create_bucket("ferry")?;
@@ -364,6 +365,7 @@ const TWO_FRAMES_S: f64 = 2.0 / 30.0 + 0.001;
 /// among them) larger than two frame intervals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_recording_follows_its_stream_across_migrations_and_a_drain() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     require_ffprobe()?;
     let dev = start_dev_env(true, &[], &[])?;
     ferry_tests::cluster::wait_registered(&dev.gateway, 2).await?;

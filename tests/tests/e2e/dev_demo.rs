@@ -28,12 +28,14 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_page_publishes_plays_and_moves_the_viewer_through_the_edge() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _serial = SERIAL.lock().await;
     run(true, "demo-plot.png", None).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_page_moves_the_viewer_with_an_ice_restart_without_the_edge() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _serial = SERIAL.lock().await;
     run(false, "demo-plot-ice-restart.png", None).await
 }
@@ -42,6 +44,7 @@ async fn demo_page_moves_the_viewer_with_an_ice_restart_without_the_edge() -> Re
 /// and the routing table go through the elected leader and its fenced writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_page_publishes_plays_and_moves_with_the_scheduler_on_etcd() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _serial = SERIAL.lock().await;
     let etcd = Etcd::start("dev-demo")?;
     run(true, "demo-plot-etcd.png", Some(&etcd)).await
@@ -451,6 +454,7 @@ fn base64_decode(s: &str) -> Result<Vec<u8>> {
 
 #[test]
 fn base64_decodes_what_the_browser_encodes() {
+    let _area = ferry_tests::area(module_path!());
     assert_eq!(base64_decode("iVBORw0KGgo=").unwrap(), b"\x89PNG\r\n\x1a\n");
     assert_eq!(base64_decode("TWFu").unwrap(), b"Man");
     assert_eq!(base64_decode("TWE=").unwrap(), b"Ma");

@@ -18,6 +18,7 @@ fn has_errors(report: &Value) -> bool {
 
 #[tokio::test]
 async fn loopback_page_plays_the_fake_camera_without_freezes() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let started = Instant::now();
     let collector = Collector::start()?;
     let browser =
@@ -70,6 +71,7 @@ async fn loopback_page_plays_the_fake_camera_without_freezes() -> Result<()> {
 
 #[tokio::test]
 async fn broken_page_reports_its_errors() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let collector = Collector::start()?;
     let _browser = Browser::open(&collector.page_url("broken.html", &[("id", "X")]))?;
 
@@ -88,6 +90,7 @@ async fn broken_page_reports_its_errors() -> Result<()> {
 
 #[tokio::test]
 async fn demo_page_renders_without_errors() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let collector = Collector::start()?;
     let _browser = Browser::open(&collector.demo_url("demo"))?;
 

@@ -13,7 +13,7 @@ use ferry_proto::api::{SessionKind, TicketClaims};
 use ferry_tests::cluster::{open_sdk_page, open_sdk_publisher, start_dev, wait_registered};
 use ferry_tests::{Response, http};
 
-const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
+const OFFER: &str = include_str!("../../../rtc/src/sdp/testdata/chrome_offer.sdp");
 const SDP: (&str, &str) = ("Content-Type", "application/sdp");
 
 /// POST `url` with `Authorization: {auth}`, following one 307 (what browsers' `fetch` does).
@@ -82,6 +82,7 @@ fn first_event(location: &str, name: &str) -> Result<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tickets_resume_once_and_every_refusal_is_specific() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dev = start_dev(true)?;
     wait_registered(&dev.gateway, 2).await?;
     let gw = |p: &str| format!("{}{p}", dev.gateway);
@@ -232,6 +233,7 @@ async fn tickets_resume_once_and_every_refusal_is_specific() -> Result<()> {
 /// and the SDK starts a clean session by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_browser_sdk_resumes_with_its_ticket_or_falls_back_to_a_clean_session() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dev = start_dev(true)?;
     wait_registered(&dev.gateway, 2).await?;
     let collector = ferry_tests::Collector::start()?;

@@ -266,6 +266,7 @@ async fn chromium_publisher_rust_player(dev: &Dev, codec: &str) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rust_sdk_publishes_files_to_chromium_and_records_chromium() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _serial = SERIAL.lock().await;
     let dev = start_dev(true)?;
     wait_registered(&dev.gateway, 2).await?;

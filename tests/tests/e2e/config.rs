@@ -8,7 +8,7 @@ use anyhow::{Context, Result, ensure};
 use ferry_proto::auth::{Grant, Verifier};
 use ferry_tests::{FerryNode, ferry_bin, http};
 
-const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
+const OFFER: &str = include_str!("../../../rtc/src/sdp/testdata/chrome_offer.sdp");
 
 fn ferry(args: &[&str], env: &[(&str, &str)]) -> Result<Output> {
     let mut c = Command::new(ferry_bin()?);
@@ -42,6 +42,7 @@ fn signed_with<'a>(out: &Output, candidates: &[&'a str]) -> Result<&'a str> {
 
 #[test]
 fn a_config_file_sets_flags_below_the_environment_and_the_command_line() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dir = std::env::temp_dir().join(format!("ferry-config-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let file = dir.join("ferry.toml");

@@ -294,6 +294,7 @@ async fn run(codec: &str, mime: &str, layering: (&str, &str), plain_viewer: bool
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shaped_viewer_plays_a_lower_simulcast_layer_and_climbs_back_vp8_then_h264() -> Result<()>
 {
+    let _area = ferry_tests::area(module_path!());
     run("vp8", "video/VP8", ("simulcast", "1"), false).await?;
     run("h264", "video/H264", ("simulcast", "1"), false).await?;
     Ok(())
@@ -303,6 +304,7 @@ async fn a_shaped_viewer_plays_a_lower_simulcast_layer_and_climbs_back_vp8_then_
 /// forwards the shaped viewer its lower spatial layer only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_vp9() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     run("vp9", "video/VP9", ("scalability", "L3T3_KEY"), false).await
 }
 
@@ -310,6 +312,7 @@ async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_vp9() -> Result
 /// a viewer that did not negotiate the descriptor plays the base layer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_av1() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     run("av1", "video/AV1", ("scalability", "L3T3_KEY"), true).await
 }
 
@@ -325,6 +328,7 @@ const WATCH_AFTER_MOVE: Duration = Duration::from_millis(4500);
 /// nothing for 3 s after the cutover.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shaped_viewer_keeps_its_layer_through_edge_and_ice_restart_migrations() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _turn = ONE_AT_A_TIME.lock().await;
     let ns = Netns::create()?;
     let dev = start_dev_at(&ns.host_ip, true, &[], &[])?;

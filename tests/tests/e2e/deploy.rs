@@ -17,15 +17,16 @@ use ferry_tests::cluster::{start_dev, start_edge, wait_registered};
 use ferry_tests::http;
 use serde_json::Value;
 
-const DASHBOARD: &str = include_str!("../../deploy/grafana/ferry-dashboard.json");
-const ALERTS: &str = include_str!("../../deploy/prometheus/alerts.yml");
-const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
+const DASHBOARD: &str = include_str!("../../../deploy/grafana/ferry-dashboard.json");
+const ALERTS: &str = include_str!("../../../deploy/prometheus/alerts.yml");
+const OFFER: &str = include_str!("../../../rtc/src/sdp/testdata/chrome_offer.sdp");
 
 /// Series Prometheus adds to every target itself.
 const SYNTHETIC: &[&str] = &["up"];
 
 #[test]
 fn dashboard_and_alerts_use_exported_metrics() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dev = start_dev(true)?;
     let (_edge, _, edge_http) =
         start_edge(dev.state.join("cluster").to_str().context("state dir")?)?;
@@ -148,7 +149,7 @@ fn dashboard_uses(json: &str) -> Result<Vec<Use>> {
             // A query variable names metrics too; this test does not read them yet.
             ensure!(
                 v["type"] != "query",
-                "template variable {} is a query: teach tests/tests/deploy.rs to check it",
+                "template variable {} is a query: teach tests/tests/e2e/deploy.rs to check it",
                 v["name"]
             );
         }
@@ -354,6 +355,7 @@ fn skip_until(s: &[char], i: usize, close: char) -> usize {
 
 #[test]
 fn metric_names_come_out_of_promql() {
+    let _area = ferry_tests::area(module_path!());
     let cases: &[(&str, &[&str])] = &[
         (
             "histogram_quantile(0.99, sum(rate(ferry_migration_blackout_seconds_bucket[5m])) by (le))",
@@ -381,6 +383,7 @@ fn metric_names_come_out_of_promql() {
 
 #[test]
 fn a_metric_nobody_exports_is_named_with_its_panel() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let page = "# HELP a_total A.\n# TYPE a_total counter\na_total 1\n\
                 # TYPE lat_seconds summary\nlat_seconds_sum 0\nlat_seconds_count 0\n\
                 # TYPE size_bytes histogram\n# TYPE quiet_total counter\n";

@@ -23,6 +23,7 @@ const SETUP: Duration = Duration::from_secs(45);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recording_resumes_on_another_node_when_its_node_is_killed() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     require_ffprobe()?;
     let mut c = start_cluster("rec-crash")?;
     wait_registered(&c.gateway, 2).await?;

@@ -22,7 +22,7 @@ use ferry_tests::coturn::Coturn;
 use ferry_tests::{Collector, ferry_bin, http, num};
 use serde_json::{Value, json};
 
-const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
+const OFFER: &str = include_str!("../../../rtc/src/sdp/testdata/chrome_offer.sdp");
 const SECRET: &str = "turn-test-secret";
 const TOKEN_SECRET: &str = "turn-test-token-secret";
 
@@ -49,6 +49,7 @@ fn token(args: &[&str]) -> Result<String> {
 
 #[test]
 fn scheduler_issued_turn_credentials_are_accepted_by_coturn_itself() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let relays = Coturn::start_fleet(SECRET, 3)?;
     let uris = format!(
         "{};zone=eu,{};zone=eu,{};zone=us",
@@ -159,6 +160,7 @@ fn scheduler_issued_turn_credentials_are_accepted_by_coturn_itself() -> Result<(
 
 #[test]
 fn a_scheduler_without_relays_says_so() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let scheduler = start_scheduler(
         &["--token", "t"],
         &[("FERRY_TURN_URIS", ""), ("FERRY_TURN_SECRET", "")],
@@ -218,6 +220,7 @@ fn issue(base: &str, api: &str, user: &str) -> Result<(String, String)> {
 /// credentials and the old ones clients still hold; after it, only new ones pass.
 #[test]
 fn a_secret_rotation_keeps_credentials_valid_across_the_switch() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     // A scheduler handing out `relay` with `secret` signs a credential for `user`.
     let issued = |relay: &Coturn, secret: &str, user: &str| -> Result<(String, String)> {
         let api = "turn-rotation-api-token";
@@ -268,6 +271,7 @@ fn a_secret_rotation_keeps_credentials_valid_across_the_switch() -> Result<()> {
 /// (`ferry_turn_relay_up{relay} 0`), the others keep their users.
 #[test]
 fn a_relay_that_stops_answering_stun_is_handed_to_nobody() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let mut relays = Coturn::start_fleet(SECRET, 3)?;
     let uris: Vec<String> = relays.iter().map(Coturn::uri).collect();
     let api = "turn-probe-api-token";
@@ -358,6 +362,7 @@ fn a_relay_that_stops_answering_stun_is_handed_to_nobody() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_publishes_and_plays_relay_only_through_coturn() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let relays = Coturn::start_fleet(SECRET, 2)?;
     let dev = start_dev_with_relays(&relays, SECRET).await?;
     let collector = Collector::start()?;
@@ -452,6 +457,7 @@ async fn chromium_publishes_and_plays_relay_only_through_coturn() -> Result<()> 
 /// freeze, and the drained coturn ends with no allocations (its relay sockets, counted in /proc).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_a_relay_moves_its_sdk_viewer_to_another_relay_without_a_freeze() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     use std::time::{Duration, Instant};
     let relays = Coturn::start_fleet(SECRET, 3)?;
     let uris: Vec<String> = relays.iter().map(Coturn::uri).collect();
@@ -655,6 +661,7 @@ async fn draining_a_relay_moves_its_sdk_viewer_to_another_relay_without_a_freeze
 /// in nobody's answer.
 #[test]
 fn relays_join_and_leave_the_fleet_through_the_api() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let first = Coturn::start(SECRET)?;
     let second = Coturn::start(SECRET)?;
     let api = "turn-fleet-api-token";

@@ -336,6 +336,7 @@ async fn operator_sees_the_room(dev: &Dev, room: &str) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn participants_on_both_nodes_share_one_room() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dev = start_dev_registered(&[], &[]).await?;
     let room = "standup";
     // Three participants the scheduler places on both nodes (two on one, one on the other).
@@ -697,6 +698,7 @@ async fn participants_on_both_nodes_share_one_room() -> Result<()> {
 /// follows it, and room events keep flowing both ways.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_participants_follow_a_room_across_a_migration() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     use ferry_tests::Browser;
     use ferry_tests::Collector;
     use ferry_tests::cluster::{migration_end, start_migration};
@@ -943,6 +945,7 @@ async fn converged(dev: &Dev, room: &str, within: Duration) -> Result<Value> {
 /// register both sides wrote, both sides' chat, and the leave made on one side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_between_the_nodes_heals_to_one_state() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dev = start_dev_registered(&[], &[]).await?;
     let room = "split";
     // x on both nodes (two connections of one participant), ya on node-a, yb on node-b.
@@ -1092,6 +1095,7 @@ async fn restart_and_join(dev: &mut Dev, room: &str, node: &str) -> Result<(Inst
 /// comes back stays, one who does not leaves after the grace; bad snapshots get 400/401/404.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_cluster_restart_keeps_the_rooms() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let mut dev = start_dev_registered(&["--room-snapshot-ms", "200"], &[]).await?;
     let room = "durable";
     let mut alice = Peer::connect(
@@ -1243,6 +1247,7 @@ async fn a_full_cluster_restart_keeps_the_rooms() -> Result<()> {
 /// and after the whole cluster is SIGKILLed and started again a node restores the room from them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn room_snapshots_on_etcd_survive_a_full_cluster_restart() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let etcd = ferry_tests::etcd::Etcd::start("rooms")?;
     let mut dev = start_dev_registered(
         &[

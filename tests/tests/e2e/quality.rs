@@ -137,6 +137,7 @@ fn viewer(collector: &Collector, dev: &Dev, id: &str) -> Result<Browser> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caps_pick_a_viewers_layer_and_dynacast_stops_the_unused_encoding() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dev = start_dev(false)?;
     wait_registered(&dev.gateway, 2).await?;
     let collector = Collector::start()?;

@@ -465,6 +465,7 @@ async fn run(codec: &str, mime: &str, mode: &str) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_sessions_migrate_and_back_in_edge_mode_vp8_then_h264() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _serial = SERIAL.lock().await;
     run("vp8", "video/VP8", "edge").await?;
     run("h264", "video/H264", "edge").await?;
@@ -473,6 +474,7 @@ async fn sdk_sessions_migrate_and_back_in_edge_mode_vp8_then_h264() -> Result<()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_sessions_migrate_and_back_in_ice_restart_mode_vp8_then_h264() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _serial = SERIAL.lock().await;
     run("vp8", "video/VP8", "ice-restart").await?;
     run("h264", "video/H264", "ice-restart").await?;
@@ -481,6 +483,7 @@ async fn sdk_sessions_migrate_and_back_in_ice_restart_mode_vp8_then_h264() -> Re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_sessions_reconnect_with_tickets_and_back_vp8_then_h264() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _serial = SERIAL.lock().await;
     run("vp8", "video/VP8", "reconnect").await?;
     run("h264", "video/H264", "reconnect").await?;

@@ -40,6 +40,7 @@ async fn stream_view(gateway: &str, stream: &str, ok: impl Fn(&Value) -> bool) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn viewers_of_a_hot_stream_spill_to_the_other_node_and_play_relayed() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dev = start_dev_registered(&["--hot-stream-viewers", "1"], &[]).await?;
     let client = FerryClient::new(&dev.gateway).with_token(&dev.token);
     let mut p = PublishOptions::new(Codec::Vp8, false);
@@ -91,6 +92,7 @@ async fn viewers_of_a_hot_stream_spill_to_the_other_node_and_play_relayed() -> R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_viewers_of_a_hot_stream_opened_at_once_play_on_both_nodes() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dev = start_dev_registered(&["--hot-stream-viewers", "1"], &[]).await?;
     let collector = Collector::start()?;
     let stream = "hot-chromium";

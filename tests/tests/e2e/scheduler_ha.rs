@@ -14,6 +14,7 @@ use serde_json::Value;
 
 #[test]
 fn leader_etcd_member_and_node_kills_lose_nothing() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let out = std::env::temp_dir().join(format!("ferry-ha-{}.json", std::process::id()));
     let lease_ttl_s = 5.0;
     let status = Command::new(ferry_bin()?)

@@ -129,6 +129,7 @@ async fn run(codec: &str, mime: &str) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_publishes_and_two_chromium_viewers_play_vp8_then_h264() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     run("vp8", "video/VP8").await?;
     run("h264", "video/H264").await?;
     Ok(())

@@ -96,6 +96,7 @@ fn fresh(r: &Receipt) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_sdk_participants_on_both_nodes_share_a_room_and_move() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dev = start_dev_registered(&[], &[]).await?;
     let room = "sdk-standup";
     let (a_node, a_http) = placement(&dev, room, "alice")?;

@@ -153,6 +153,7 @@ fn words(v: &[String]) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gstreamer_whipsink_publishes_vp8_and_h264_with_opus_to_chromium() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let ns = Netns::create()?;
     let (dev, access) = dev_on(&ns).await?;
     let collector = Collector::start()?;
@@ -226,6 +227,7 @@ fn whepsrc(url: &str, token: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gstreamer_whepsrc_plays_a_chromium_publisher_across_an_edge_migration() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let ns = Netns::create()?;
     let (dev, access) = dev_on(&ns).await?;
     let collector = Collector::start()?;
@@ -358,6 +360,7 @@ impl Drop for Aiortc {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aiortc_publishes_and_plays_and_its_delete_ends_the_session_before_and_after_a_migration()
 -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let ns = Netns::create()?;
     let (dev, access) = dev_on(&ns).await?;
     let whip = format!("{}/whip/py", dev.gateway);

@@ -69,6 +69,7 @@ fn delta(s: &Reports, e: &Reports, id: &str, p: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_target_mid_migration_leaves_the_session_on_the_source() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _serial = SERIAL.lock().await;
     let mut c = start_cluster("crash")?;
     wait_registered(&c.gateway, 2).await?;
@@ -167,6 +168,7 @@ async fn killing_the_target_mid_migration_leaves_the_session_on_the_source() -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_source_after_cutover_leaves_the_sessions_on_the_target() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let _serial = SERIAL.lock().await;
     let mut c = start_cluster("crash")?;
     wait_registered(&c.gateway, 2).await?;

@@ -18,7 +18,7 @@ use ferry_proto::auth::{Claims, Signer};
 use ferry_tests::cluster::start_dev_with;
 use ferry_tests::{Browser, Collector, FerryNode, Reports, ferry_bin, http, num};
 
-const OFFER: &str = include_str!("../../rtc/src/sdp/testdata/chrome_offer.sdp");
+const OFFER: &str = include_str!("../../../rtc/src/sdp/testdata/chrome_offer.sdp");
 const SECRET: &str = "access-test-secret";
 
 /// Runs `command`; its stdout when it succeeds, else an error with its stderr.
@@ -57,6 +57,7 @@ fn unix_now() -> u64 {
 
 #[test]
 fn whip_and_whep_need_a_token_for_the_stream_and_the_action() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let node = FerryNode::spawn(&["--token-secret", SECRET])?;
     let post = |path: &str, token: Option<&str>| {
         let bearer = token.map(|t| format!("Bearer {t}"));
@@ -162,6 +163,7 @@ fn whip_and_whep_need_a_token_for_the_stream_and_the_action() -> Result<()> {
 /// --private-key` signs with the matching private key, and nothing signed with another key.
 #[test]
 fn eddsa_tokens_are_checked_with_the_public_key() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dir = std::env::temp_dir().join(format!("ferry-eddsa-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
@@ -312,6 +314,7 @@ fn playing(r: &serde_json::Value) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_publishes_and_plays_over_https_with_tokens_and_the_certificate_reloads()
 -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
     let dir = std::env::temp_dir().join(format!("ferry-tls-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
