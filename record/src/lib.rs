@@ -23,8 +23,8 @@ pub mod fmp4;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod h264;
+mod layout;
 pub mod mux;
-mod muxer;
 pub mod output;
 pub mod playlist;
 pub mod recorder;

@@ -12,8 +12,8 @@ use ferry_rtc::seq::{SeqUnwrapper, TsUnwrapper};
 
 use crate::config::{ConfigError, InputError, RecorderConfig, TrackConfig, check_config};
 use crate::h264::{self, H264Params};
+use crate::layout::{Layout, VideoParams, opus_duration};
 use crate::mux::{Container, MuxError, Sample};
-use crate::muxer::{Layout, VideoParams, opus_duration};
 use crate::output::{Event, Object, ObjectKind, Output, RecorderStats};
 use crate::playlist;
 use crate::segmenter::{Decision, Segmenter};

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::driver::{Driver, FRAME_QUEUE, MediaSetup, Msg, Setup, Shared, Stats};
 use crate::fsm::{Config, Event, Kind, Machine, State};
-use crate::relay::{IceServer, RelayError, RelaySetup};
+use crate::turn::{IceServer, RelayError, RelaySetup};
 
 /// Why an SDK call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -46,10 +46,10 @@ pub mod fsm;
 pub mod fuzz;
 mod h264;
 pub mod js;
-mod relay;
-mod relay_move;
 mod room;
 mod signalling;
+mod turn;
+mod turn_move;
 
 pub use client::{
     Events, FerryClient, Media, PlayOptions, PublishOptions, Quality, SdkError, Session,
@@ -60,8 +60,8 @@ pub use ferry_rtc::media;
 pub use ferry_rtc::peer::{PeerStats, ReceivedFrame};
 pub use ferry_rtc::turn::{TurnError, TurnStats};
 pub use fsm::{Event, State};
-pub use relay::{IceServer, RelayError, RelayStats};
 pub use room::{
     ChatMessage, JOIN_TIMEOUT, JoinOptions, MediaKind, Participant, Receipt, RegisterValue, Room,
     RoomEvent, RoomState, Track,
 };
+pub use turn::{IceServer, RelayError, RelayStats};

@@ -15,12 +15,12 @@ use ferry_rtc::peer::{PeerRole, PeerStats, ReceivedFrame};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::fsm::{Command, Endpoint, Event, Input, Kind, LossCause, Machine, State};
-use crate::relay::{Gathered, IceServer, Relay, RelayError, RelaySetup, RelayStats};
 use crate::signalling::{self, Created, PostRequest, Refusal, SessionEvent};
+use crate::turn::{Gathered, IceServer, Relay, RelayError, RelaySetup, RelayStats};
 
 mod quality;
-mod relay;
 mod transport;
+mod turn;
 
 use transport::Transport;
 

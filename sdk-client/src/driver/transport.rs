@@ -12,9 +12,9 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 
 use super::{Driver, Msg};
-use crate::relay::Relay;
-use crate::relay_move::{RelayMove, Retiring};
 use crate::signalling::PostRequest;
+use crate::turn::Relay;
+use crate::turn_move::{RelayMove, Retiring};
 
 pub(super) struct Transport {
     pub(super) peer: Peer,

@@ -1,12 +1,12 @@
 //! The driver's side of TURN relays (`turn`, `relay_only`, `ice_servers`): a transport first
-//! allocates on a relay ([`crate::relay`]) and holds its POST until then; from there on every
+//! allocates on a relay ([`crate::turn`]) and holds its POST until then; from there on every
 //! datagram of its peer goes through the relay and what the relay hands back reaches the peer
 //! as coming from the node. The node is ICE-lite: it answers the checks from the relayed
 //! address like any other (a peer-reflexive candidate), so the peer needs no relay candidates
 //! of its own.
 //!
 //! A `turn-drain` event that names the current transport's relay moves it
-//! ([`crate::relay_move`]): fresh relays, an allocation on the new primary, an ICE restart of
+//! ([`crate::turn_move`]): fresh relays, an allocation on the new primary, an ICE restart of
 //! the same peer through it, then the old relay is deallocated; `Event::RelayMoved`, or an
 //! error event `relay-move-failed` and the old relay stays.
 
@@ -16,9 +16,9 @@ use std::time::Instant;
 use super::transport::Transport;
 use super::{Driver, Msg};
 use crate::fsm::{Event, Input, LossCause};
-use crate::relay::{self, Gathered, Progress, Relay, RelayError};
-use crate::relay_move::{Phase, RelayMove, Retiring, Step};
 use crate::signalling::{self, Refusal};
+use crate::turn::{self, Gathered, Progress, Relay, RelayError};
+use crate::turn_move::{Phase, RelayMove, Retiring, Step};
 
 impl Transport {
     /// Whether its datagrams come through relays (and only through them).
@@ -116,17 +116,18 @@ impl Driver {
             if setup.fetch() {
                 match cached {
                     Some(c) => servers.extend(c),
-                    None => match relay::fetch_credentials(&base, token.as_deref(), &user, &stream)
-                    {
-                        Ok((list, ttl)) => {
-                            servers.extend(list.iter().cloned());
-                            fetched = Some((list, ttl));
+                    None => {
+                        match turn::fetch_credentials(&base, token.as_deref(), &user, &stream) {
+                            Ok((list, ttl)) => {
+                                servers.extend(list.iter().cloned());
+                                fetched = Some((list, ttl));
+                            }
+                            Err(e) => error = Some(e),
                         }
-                        Err(e) => error = Some(e),
-                    },
+                    }
                 }
             }
-            let (candidates, skipped) = relay::resolve(&servers);
+            let (candidates, skipped) = turn::resolve(&servers);
             let _ = tx.send(done(Gathered {
                 candidates,
                 fetched,
@@ -276,7 +277,7 @@ impl Driver {
         if !located
             || tr.moving.is_some()
             || tr.restarting
-            || !relay::drains(&r.uri, r.server(), &drained)
+            || !turn::drains(&r.uri, r.server(), &drained)
         {
             return;
         }

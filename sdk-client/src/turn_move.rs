@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use ferry_rtc::turn::TurnState;
 
-use crate::relay::{Candidate, Progress, Relay, drains};
+use crate::turn::{Candidate, Progress, Relay, drains};
 
 /// From the restart answer to a working path through the new relay, at most (the browser
 /// SDK's `RELAY_MOVE_WAIT`).
@@ -263,7 +263,7 @@ mod tests {
     use ferry_rtc::turn::long_term_key;
 
     use super::*;
-    use crate::relay::{IceServer, resolve};
+    use crate::turn::{IceServer, resolve};
 
     const REALM: &str = "ferry";
 
