@@ -23,20 +23,20 @@
 //! the commands `delete` and `close` (see [`Collector::command`]). Report fields are documented
 //! at the top of each page.
 
+mod area;
 mod chromium;
 pub mod cluster;
 mod collector;
 pub mod coturn;
 pub mod etcd;
-mod group;
 pub mod gstreamer;
 pub mod netns;
 mod node;
 pub mod sdk;
 
+pub use area::{AreaGuard, area};
 pub use chromium::{Browser, CHROMIUM_ENV};
 pub use collector::{Collector, Reports, num};
-pub use group::{AreaGuard, area};
 pub use node::{
     FERRY_BIN_ENV, FerryNode, FerryProcess, LossCounters, Response, api_call, ferry_bin, http,
 };

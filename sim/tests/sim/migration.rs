@@ -33,6 +33,10 @@ fn check_invariants(tb: &Testbed, publisher: usize, viewers: &[usize], min_packe
     check_invariants_under_loss(tb, publisher, viewers, min_packets, 0);
 }
 
+/// Assertions [`check_invariants_under_loss`] makes per viewer, and for the publisher.
+const CHECKS_PER_VIEWER: usize = 6;
+const CHECKS_PER_PUBLISHER: usize = 2;
+
 /// [`check_invariants`], where up to `unrepaired` single packets may stay lost: on a lossy
 /// network a packet lost on two hops (publisher → node → viewer) can outlast the viewer's NACK
 /// retries, whatever a migration does. A hole of two packets or more (what a migration that
@@ -43,7 +47,7 @@ fn check_invariants_under_loss(
     viewers: &[usize],
     min_packets: u64,
     unrepaired: u64,
-) {
+) -> usize {
     for &v in viewers {
         let s = video(tb, v);
         let st = tb.peers[v].stats();
@@ -77,6 +81,7 @@ fn check_invariants_under_loss(
     let p = tb.peers[publisher].stats();
     assert_eq!(p.srtp_index_reuse, 0, "publisher: no SRTCP index reuse");
     assert!(p.connected, "publisher still connected");
+    CHECKS_PER_VIEWER * viewers.len() + CHECKS_PER_PUBLISHER
 }
 
 struct World {
@@ -1263,9 +1268,9 @@ fn sweep_one(seed: u64) -> Swept {
     w.tb.peers[w.publisher].pause_media();
     w.tb.run_for(Duration::from_secs(2));
     let unrepaired = if media_loss > 0.0 { 2 } else { 0 };
-    check_invariants_under_loss(&w.tb, w.publisher, &viewers, 200, unrepaired);
+    let checked = check_invariants_under_loss(&w.tb, w.publisher, &viewers, 200, unrepaired);
     Swept {
-        checks: checks + 6 * viewers.len() + 2,
+        checks: checks + checked,
         committed: outcomes
             .iter()
             .filter(|o| **o == Outcome::Committed)
