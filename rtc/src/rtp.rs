@@ -405,6 +405,23 @@ impl<'a> RtpPacketMut<'a> {
         self.header.marker = marker;
     }
 
+    /// The data of the first extension element with `id`, to rewrite in place (its length
+    /// stays).
+    pub fn extension_mut(&mut self, id: u8) -> Option<&mut [u8]> {
+        let ext = self.header.extension.as_ref()?;
+        let form = ext.form()?;
+        let range = ext.range.clone();
+        let data = self.buf.get_mut(range)?;
+        let mut pos = 0;
+        loop {
+            let e = next_element(data, pos, form)?;
+            if e.id == id {
+                return data.get_mut(e.data..e.end);
+            }
+            pos = e.end;
+        }
+    }
+
     /// Rewrites extension ids in place; see [`remap_extension_ids`].
     pub fn remap_extension_ids(&mut self, map: &ExtensionIdMap) -> Result<(), RtpError> {
         remap_extension_ids(self.buf, map)
@@ -651,6 +668,14 @@ pub fn fuzz_rtp(data: &[u8]) {
         assert!(id != 0 && ext.len() <= 256);
     }
     let _ = header.csrcs(data).count();
+    // In-place extension access finds what the iterator finds.
+    let mut copy = data.to_vec();
+    if let Ok(mut p) = RtpPacketMut::new(&mut copy) {
+        for id in [1u8, 5, 14, 20] {
+            let want = header.find_extension(data, id).map(<[u8]>::to_vec);
+            assert_eq!(p.extension_mut(id).map(|e| e.to_vec()), want);
+        }
+    }
 
     let mut buf = [0u8; MAX_PACKET_LEN + 2];
     buf[..data.len()].copy_from_slice(data);

@@ -245,13 +245,9 @@ export class Transport {
           if (track.kind === 'video' && encodings?.length) init.sendEncodings = encodings.map((e) => ({ ...e }));
           const t = this.pc.addTransceiver(track, init);
           if (track.kind === 'video' && codec) preferVideoCodec(t, codec);
-          // The SVC codecs (AV1 needs it for its layers). VP8 and H.264 go without: the node
-          // does not renumber its frames yet, and a publisher that comes back (a new encoder)
-          // restarts them, which a viewer that framed the stream by it takes for old frames
-          // until a keyframe.
-          if (track.kind === 'video' && ['av1', 'vp9'].includes(String(codec).toLowerCase())) {
-            negotiateDependencyDescriptor(t);
-          }
+          // AV1 needs it for its layers; for every codec it frames the stream for the node
+          // (which renumbers its frames per viewer across layer switches and new encoders).
+          if (track.kind === 'video') negotiateDependencyDescriptor(t);
         }
       } else {
         this.pc.addTransceiver('audio', { direction: 'recvonly' });

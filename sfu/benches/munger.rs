@@ -69,6 +69,7 @@ fn bench(c: &mut Criterion) {
                 keyframe_start: true,
                 clock_rate: 90_000,
                 vp8: Some((seq as u16 & 0x7fff, Some(3))),
+                dd_frame: None,
             };
             black_box(m.process(t0, &p))
         })
@@ -94,6 +95,7 @@ fn bench(c: &mut Criterion) {
                 keyframe_start: true,
                 clock_rate: 90_000,
                 vp8: Some((0x1234, None)),
+                dd_frame: None,
             };
             black_box(
                 track

@@ -86,6 +86,9 @@ pub struct SeqSegment {
     /// (layers the viewer did not get): not by the segment's arithmetic.
     #[prost(uint64, optional, tag = "7")]
     pub layered_from_out: Option<u64>,
+    /// Dependency-descriptor frame-number delta of the segment (mod 2^16).
+    #[prost(uint32, tag = "8")]
+    pub dd_frame_delta: u32,
 }
 
 /// A subscriber's munger: maps the source's (SSRC, seq, ts) onto one
@@ -138,6 +141,12 @@ pub struct MungerState {
     /// packet starts a segment of its own after `last_src_seq`.
     #[prost(bool, tag = "15")]
     pub layered: bool,
+    /// Dependency-descriptor frame-number delta (mod 2^16).
+    #[prost(uint32, tag = "16")]
+    pub dd_frame_delta: u32,
+    /// Last outgoing dependency-descriptor frame number, for continuity on a switch.
+    #[prost(uint32, optional, tag = "17")]
+    pub dd_last_frame: Option<u32>,
 }
 
 /// The last sender report received on a stream (its NTP↔RTP mapping).

@@ -142,6 +142,31 @@ fn iterates_two_byte_extensions() {
 }
 
 #[test]
+fn extension_data_is_rewritten_in_place_in_either_form() {
+    for (hex, id, want) in [(ONE_BYTE, 2, [0xBB, 0xCC]), (TWO_BYTE, 20, [0xEE, 0xEE])] {
+        let mut pkt = bytes(hex);
+        let before = pkt.clone();
+        let mut p = RtpPacketMut::new(&mut pkt).unwrap();
+        assert!(p.extension_mut(4).is_none());
+        let data = p.extension_mut(id).unwrap();
+        assert_eq!(data, want);
+        data.copy_from_slice(&[1, 2]);
+        let h = RtpHeader::parse(&pkt).unwrap();
+        assert_eq!(h.find_extension(&pkt, id), Some(&[1, 2][..]));
+        // Nothing else moved.
+        let changed: Vec<usize> = (0..pkt.len()).filter(|&i| pkt[i] != before[i]).collect();
+        assert_eq!(changed.len(), 2, "{changed:?}");
+    }
+    let mut plain = bytes("8060 0001 00000002 00000003 99");
+    assert!(
+        RtpPacketMut::new(&mut plain)
+            .unwrap()
+            .extension_mut(1)
+            .is_none()
+    );
+}
+
+#[test]
 fn extension_walk_stops_at_id_15_truncation_and_unknown_profiles() {
     // id 15 ends processing even though an element follows.
     let pkt = bytes("9060 0001 00000002 00000003 bede0001 10aa f010");

@@ -175,6 +175,7 @@ pub fn read_media<'a>(
                 clock_rate: 0,
                 vp8: (flags & FLAG_VP8 != 0)
                     .then_some((pic, (flags & FLAG_TL0 != 0).then_some(tl0))),
+                dd_frame: None,
             },
         },
         rtp,
@@ -692,6 +693,7 @@ mod tests {
                 keyframe_start: true,
                 clock_rate: 0,
                 vp8: Some((300, Some(9))),
+                dd_frame: None,
             },
         };
         let mut buf = Vec::new();
@@ -737,6 +739,7 @@ mod tests {
             keyframe_start: false,
             clock_rate: 90_000,
             vp8: None,
+            dd_frame: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The send side of a viewer's tracks: munging forwarded packets into the
 //! viewer's continuous outgoing streams (sequence, timestamp, SSRC, payload
-//! type, header-extension ids, VP8 picture ids), and rebuilding earlier
+//! type, header-extension ids, VP8 picture ids, dependency-descriptor frame
+//! numbers), and rebuilding earlier
 //! packets from the publisher's cache when the viewer NACKs (RTX when
 //! negotiated).
 
@@ -26,6 +27,8 @@ pub struct OutgoingTrack {
     /// The munger.
     pub munger: Munger,
     ext_map: ExtensionIdMap,
+    /// Our dependency-descriptor id, once the source's ids are mapped onto ours.
+    dd_ext: Option<u8>,
     rtx_seq: u16,
     /// Packets sent (for SR).
     pub packets_sent: u64,
@@ -49,6 +52,14 @@ pub struct OutgoingTrack {
     pub svc: Option<LayerSelector>,
     /// The highest temporal layer it takes (its frame-rate cap), if any.
     pub temporal_cap: Option<u8>,
+}
+
+/// What the munger adds to a packet's payload numbering.
+#[derive(Debug, Clone, Copy)]
+struct Deltas {
+    vp8_pic: u16,
+    vp8_tl0: u8,
+    dd_frame: u16,
 }
 
 /// Whether a packet of a simulcast source is for a viewer's track ([`OutgoingTrack::takes`]).
@@ -76,6 +87,7 @@ impl OutgoingTrack {
             index,
             line,
             ext_map: [0; 256],
+            dd_ext: None,
             rtx_seq,
             packets_sent: 0,
             octets_sent: 0,
@@ -207,6 +219,9 @@ impl OutgoingTrack {
     /// extensions we did not negotiate become padding.
     pub fn set_source_extmap(&mut self, publisher: &[(u8, String)]) {
         self.ext_map = [0; 256];
+        self.dd_ext = self
+            .line
+            .ext_id(crate::node::negotiate::EXT_DEPENDENCY_DESCRIPTOR);
         for (id, uri) in publisher {
             if let Some(ours) = self.line.ext_id(uri) {
                 self.ext_map[usize::from(*id)] = ours;
@@ -214,7 +229,7 @@ impl OutgoingTrack {
         }
     }
 
-    fn rewrite(&self, buf: &mut [u8], ssrc: u32, seq: u16, ts: u32, pic: u16, tl0: u8) -> bool {
+    fn rewrite(&self, buf: &mut [u8], ssrc: u32, seq: u16, ts: u32, d: Deltas) -> bool {
         let Ok(mut p) = RtpPacketMut::new(buf) else {
             return false;
         };
@@ -226,8 +241,18 @@ impl OutgoingTrack {
             // An id we cannot express in this header form: drop them all.
             let _ = p.remap_extension_ids(&[0; 256]);
         }
-        if self.line.codec == Codec::Vp8 && (pic != 0 || tl0 != 0) {
-            codec::vp8_rewrite(p.payload_mut(), pic, tl0);
+        if self.line.codec == Codec::Vp8 && (d.vp8_pic != 0 || d.vp8_tl0 != 0) {
+            codec::vp8_rewrite(p.payload_mut(), d.vp8_pic, d.vp8_tl0);
+        }
+        // The descriptor's frame number: bytes 1-2 of its mandatory fields.
+        if d.dd_frame != 0
+            && let Some(b) = self
+                .dd_ext
+                .and_then(|id| p.extension_mut(id))
+                .and_then(|e| e.get_mut(1..3))
+        {
+            let f = u16::from_be_bytes([b[0], b[1]]).wrapping_add(d.dd_frame);
+            b.copy_from_slice(&f.to_be_bytes());
         }
         true
     }
@@ -254,20 +279,29 @@ impl OutgoingTrack {
         marker: Option<bool>,
         out: &mut Vec<u8>,
     ) -> Result<usize, DropReason> {
-        let (ssrc, ext_seq, ts, vp8_pic_delta, vp8_tl0_delta) = match self.munger.process(now, src)
-        {
+        let (ssrc, ext_seq, ts, deltas) = match self.munger.process(now, src) {
             Munged::Forward {
                 ssrc,
                 ext_seq,
                 ts,
                 vp8_pic_delta,
                 vp8_tl0_delta,
-            } => (ssrc, ext_seq, ts, vp8_pic_delta, vp8_tl0_delta),
+                dd_frame_delta,
+            } => (
+                ssrc,
+                ext_seq,
+                ts,
+                Deltas {
+                    vp8_pic: vp8_pic_delta,
+                    vp8_tl0: vp8_tl0_delta,
+                    dd_frame: dd_frame_delta,
+                },
+            ),
             Munged::Drop(reason) => return Err(reason),
         };
         out.clear();
         out.extend_from_slice(pkt);
-        if !self.rewrite(out, ssrc, ext_seq as u16, ts, vp8_pic_delta, vp8_tl0_delta) {
+        if !self.rewrite(out, ssrc, ext_seq as u16, ts, deltas) {
             return Err(DropReason::Late);
         }
         if let (Some(m), Ok(mut p)) = (marker, RtpPacketMut::new(out)) {
@@ -316,14 +350,12 @@ impl OutgoingTrack {
         out.clear();
         out.extend_from_slice(cached);
         let ts = u64::from(h.timestamp).wrapping_add(r.ts_delta) as u32;
-        if !self.rewrite(
-            out,
-            r.out_ssrc,
-            r.out_ext_seq as u16,
-            ts,
-            r.vp8_pic_delta,
-            r.vp8_tl0_delta,
-        ) {
+        let deltas = Deltas {
+            vp8_pic: r.vp8_pic_delta,
+            vp8_tl0: r.vp8_tl0_delta,
+            dd_frame: r.dd_frame_delta,
+        };
+        if !self.rewrite(out, r.out_ssrc, r.out_ext_seq as u16, ts, deltas) {
             return None;
         }
         let mut len = out.len();
@@ -412,6 +444,7 @@ impl OutgoingTrack {
             line,
             munger,
             ext_map: [0; 256],
+            dd_ext: None,
             rtx_seq: s.rtx_seq as u16,
             packets_sent: s.packets_sent,
             octets_sent: s.octets_sent,

@@ -479,6 +479,7 @@ impl IncomingTrack {
                 keyframe_start,
                 clock_rate,
                 vp8,
+                dd_frame: None,
             },
             len,
         })

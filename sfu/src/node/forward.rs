@@ -117,7 +117,7 @@ impl Node {
         // Simulcast is what the publisher negotiated (rids), not how many SSRCs came: a
         // publisher that restarts its encoder sends a new SSRC that replaces the old one.
         let sessions = &self.sessions;
-        let (simulcast, recorded, layer_info) = match self.streams.get_mut(stream) {
+        let (simulcast, recorded, layer_info, dd_ext) = match self.streams.get_mut(stream) {
             Some(entry) => {
                 let source = match entry.publisher.and_then(|k| sessions.get(k)?.as_ref()) {
                     Some(p) => p.media.get(line),
@@ -148,9 +148,22 @@ impl Node {
                     layers.simulcast,
                     !layers.simulcast || layers.top(now) == Some(src.ssrc),
                     info,
+                    dd_ext,
                 )
             }
-            None => (false, true, None),
+            None => (false, true, None, None),
+        };
+        // The descriptor's frame number, which each viewer's munger renumbers.
+        let with_dd;
+        let src = match dd_ext.and_then(|id| dd_frame(pkt, id)) {
+            Some(f) => {
+                with_dd = SourcePacket {
+                    dd_frame: Some(f),
+                    ..*src
+                };
+                &with_dd
+            }
+            None => src,
         };
         if recorded {
             self.record(now, stream, line, pkt);
@@ -626,5 +639,16 @@ pub(super) fn source_packet(
         keyframe_start: line.codec.is_keyframe_start(payload),
         clock_rate: line.codec.clock_rate(),
         vp8,
+        dd_frame: line
+            .ext_id(crate::node::negotiate::EXT_DEPENDENCY_DESCRIPTOR)
+            .and_then(|id| dd_frame(pkt, id)),
     })
+}
+
+/// The dependency-descriptor frame number of an RTP packet whose descriptor has id `id`.
+fn dd_frame(pkt: &[u8], id: u8) -> Option<u16> {
+    let h = RtpHeader::parse(pkt).ok()?;
+    let m = crate::codec::av1::DependencyDescriptor::parse_mandatory(h.find_extension(pkt, id)?)
+        .ok()?;
+    Some(m.frame_number)
 }

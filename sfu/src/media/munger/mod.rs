@@ -4,7 +4,8 @@
 //! Any switch of source (publisher reconnect, migration, layer change) looks
 //! to the receiver like one stream: the outgoing sequence continues at +1,
 //! the timestamp advances by the wall time that elapsed, and VP8 picture ids
-//! continue. After a switch (and at the start) the munger drops packets until
+//! and dependency-descriptor frame numbers continue (a receiver that saw frame
+//! numbers go back would take the new source's frames for old ones and drop them). After a switch (and at the start) the munger drops packets until
 //! a keyframe starts, so the receiver never gets a delta frame whose
 //! reference it lacks.
 
@@ -34,6 +35,8 @@ pub struct SourcePacket {
     pub clock_rate: u32,
     /// VP8 picture id and TL0PICIDX, if the packet carries them.
     pub vp8: Option<(u16, Option<u8>)>,
+    /// Dependency-descriptor frame number, if the packet carries the descriptor.
+    pub dd_frame: Option<u16>,
 }
 
 /// Why a packet is not forwarded. These are normal outcomes, not errors.
@@ -60,6 +63,8 @@ pub enum Munged {
         vp8_pic_delta: u16,
         /// Add to the VP8 TL0PICIDX (mod 2^8).
         vp8_tl0_delta: u8,
+        /// Add to the dependency-descriptor frame number (mod 2^16).
+        dd_frame_delta: u16,
     },
     /// Do not forward.
     Drop(DropReason),
@@ -82,6 +87,8 @@ pub struct Retransmit {
     pub vp8_pic_delta: u16,
     /// VP8 TL0PICIDX delta in force for the packet.
     pub vp8_tl0_delta: u8,
+    /// Dependency-descriptor frame-number delta in force for the packet.
+    pub dd_frame_delta: u16,
     /// The outgoing number carried nothing (its source packet was dropped from the layers the
     /// viewer gets): answer with a padding packet of that number.
     pub hole: bool,
@@ -103,6 +110,9 @@ pub struct Munger {
     vp8_pic_delta: u16,
     vp8_tl0_delta: u8,
     vp8_last: Option<(u16, Option<u8>)>,
+    dd_frame_delta: u16,
+    /// The newest outgoing dependency-descriptor frame number.
+    dd_last: Option<u16>,
     /// Numbering while packets of the source are dropped (layers the viewer does not get);
     /// `None` while it gets every packet.
     layered: Option<Box<LayeredMap>>,
@@ -128,6 +138,8 @@ impl Munger {
             vp8_pic_delta: 0,
             vp8_tl0_delta: 0,
             vp8_last: None,
+            dd_frame_delta: 0,
+            dd_last: None,
             layered: None,
         }
     }
@@ -236,6 +248,14 @@ impl Munger {
                     tl0.map(|t| t.wrapping_add(self.vp8_tl0_delta)),
                 ));
             }
+            if let Some(f) = p.dd_frame {
+                let out = f.wrapping_add(self.dd_frame_delta);
+                // Frames of a picture share a number and later frames number higher
+                // (mod 2^16); a straggler of an older frame does not move it back.
+                if self.dd_last.is_none_or(|l| out.wrapping_sub(l) < 0x8000) {
+                    self.dd_last = Some(out);
+                }
+            }
         }
         Munged::Forward {
             ssrc: self.out_ssrc,
@@ -243,6 +263,7 @@ impl Munger {
             ts: ts_ext as u32,
             vp8_pic_delta: pic_delta,
             vp8_tl0_delta: self.vp8_tl0_delta,
+            dd_frame_delta: self.dd_frame_delta,
         }
     }
 
@@ -301,6 +322,12 @@ impl Munger {
                 }
             }
         }
+        // The new source's first frame follows the last one sent.
+        if let Some(f) = p.dd_frame {
+            self.dd_frame_delta = self
+                .dd_last
+                .map_or(0, |l| l.wrapping_add(1).wrapping_sub(f));
+        }
         self.segments.push(SeqSegment {
             src_ssrc: p.ssrc,
             src_start: p.ext_seq,
@@ -309,6 +336,7 @@ impl Munger {
             vp8_pic_delta: u32::from(self.vp8_pic_delta),
             vp8_tl0_delta: u32::from(self.vp8_tl0_delta),
             layered_from_out: None,
+            dd_frame_delta: u32::from(self.dd_frame_delta),
         });
         if self.segments.len() > MAX_SEGMENTS {
             self.segments.remove(0);
@@ -342,6 +370,7 @@ impl Munger {
             ts_delta: s.ts_delta,
             vp8_pic_delta: (s.vp8_pic_delta & 0x7fff) as u16,
             vp8_tl0_delta: s.vp8_tl0_delta as u8,
+            dd_frame_delta: s.dd_frame_delta as u16,
             hole: false,
         };
         // Numbers handed out while packets were dropped are mapped by the window alone (the
@@ -382,6 +411,8 @@ impl Munger {
             vp8_last_tl0: self.vp8_last.and_then(|(_, t)| t).map(u32::from),
             last_src_seq: self.last_src_seq,
             layered: self.layered.is_some(),
+            dd_frame_delta: u32::from(self.dd_frame_delta),
+            dd_last_frame: self.dd_last.map(u32::from),
         }
     }
 
@@ -412,6 +443,8 @@ impl Munger {
             vp8_last: s
                 .vp8_last_pic
                 .map(|p| ((p & 0x7fff) as u16, s.vp8_last_tl0.map(|t| t as u8))),
+            dd_frame_delta: s.dd_frame_delta as u16,
+            dd_last: s.dd_last_frame.map(|f| f as u16),
             layered: None,
         };
         // Packets were being dropped: the last segment's arithmetic no longer holds past the
@@ -426,6 +459,7 @@ impl Munger {
                 vp8_pic_delta: u32::from(m.vp8_pic_delta),
                 vp8_tl0_delta: u32::from(m.vp8_tl0_delta),
                 layered_from_out: None,
+                dd_frame_delta: u32::from(m.dd_frame_delta),
             });
             if m.segments.len() > MAX_SEGMENTS {
                 m.segments.remove(0);
@@ -448,6 +482,7 @@ mod tests {
             keyframe_start: key,
             clock_rate: 90_000,
             vp8: None,
+            dd_frame: None,
         }
     }
 
@@ -521,6 +556,45 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn descriptor_frame_numbers_continue_across_switches_and_moves() {
+        let t0 = Instant::now();
+        let mut m = Munger::new(7, 0, 0);
+        let dd = |ssrc: u32, seq: u64, frame: u16, key: bool| {
+            let mut p = pkt(ssrc, seq, seq * 3000, key);
+            p.dd_frame = Some(frame);
+            p
+        };
+        let delta = |r: Munged| match r {
+            Munged::Forward { dd_frame_delta, .. } => dd_frame_delta,
+            other => panic!("{other:?}"),
+        };
+        // Source 1 numbers frames 65534, 65535 (a picture of two packets), 0; the second
+        // packet of 65535 comes late, after frame 0: it does not move the newest back.
+        assert_eq!(delta(m.process(t0, &dd(1, 10, 65534, true))), 0);
+        assert_eq!(delta(m.process(t0, &dd(1, 11, 65535, false))), 0);
+        assert_eq!(delta(m.process(t0, &dd(1, 13, 0, false))), 0);
+        assert_eq!(delta(m.process(t0, &dd(1, 12, 65535, false))), 0);
+        // Source 2 (another layer, a restarted encoder) starts at 5: it goes out as 1.
+        m.switch_source();
+        let d = delta(m.process(t0, &dd(2, 500, 5, true)));
+        assert_eq!(5u16.wrapping_add(d), 1);
+        assert_eq!(
+            6u16.wrapping_add(delta(m.process(t0, &dd(2, 501, 6, false)))),
+            2
+        );
+        // A retransmission of either source's packet carries its segment's delta.
+        let first = m.reverse(m.extend_out_seq(0)).unwrap();
+        assert_eq!(first.dd_frame_delta, 0);
+        let last = m.reverse(m.last_out_seq().unwrap()).unwrap();
+        assert_eq!(last.dd_frame_delta, d);
+        // Moved to another node, then a source that starts at 40_000: it goes out as 3.
+        let mut r = Munger::restore(&m.snapshot(t0), t0);
+        r.switch_source();
+        let d2 = delta(r.process(t0, &dd(3, 7, 40_000, true)));
+        assert_eq!(40_000u16.wrapping_add(d2), 3);
     }
 
     #[test]
