@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dimpl::{Dtls, DtlsCertificate, Output};
 use ferry_proto::state::DtlsState;
@@ -139,10 +139,22 @@ impl std::fmt::Debug for DtlsTransport {
 /// The MTU of our DTLS records (fits any path with ICE/TURN overhead).
 const MTU: usize = 1200;
 
+/// The first retransmission of an unanswered handshake flight; doubled on each retry. RFC 6347
+/// suggests 1 s, which on a lossy path held a session `Connecting` for 3.8 s (our final flight's
+/// answer lost; retries at 1 s and 3 s). libwebrtc starts at twice the ICE RTT, 50 ms to 3 s; an
+/// ICE-lite node has no RTT of its own, so 200 ms: above any RTT a media session lives with.
+const FLIGHT_START_RTO: Duration = Duration::from_millis(200);
+/// Retries per flight: 0.2 + 0.4 + … + 25.6 s reaches past dimpl's 40 s handshake deadline, as
+/// its defaults (4 retries from 1 s: 31 s) nearly did.
+const FLIGHT_RETRIES: usize = 8;
+
 /// The engine configuration Ferry uses; `seed` makes the handshake's randomness reproducible
 /// in simulations (and keeps the client side on `dimpl`, whose randomness is seedable).
 pub fn engine_config(seed: Option<u64>) -> Arc<DtlsConfig> {
-    let mut b = dimpl::Config::builder().mtu(MTU);
+    let mut b = dimpl::Config::builder()
+        .mtu(MTU)
+        .flight_start_rto(FLIGHT_START_RTO)
+        .flight_retries(FLIGHT_RETRIES);
     if let Some(seed) = seed {
         b = b.dangerously_set_rng_seed(seed);
     }

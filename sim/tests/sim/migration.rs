@@ -922,7 +922,8 @@ fn the_migrator_moves_sessions_and_replays_change_nothing() {
         assert_eq!(reports, reports_after, "a replay produced another report");
         w.tb.peers[w.publisher].pause_media();
         w.tb.run_for(Duration::from_secs(2));
-        check_invariants(&w.tb, w.publisher, &[w.local, w.remote], 400);
+        // 2 % loss on every link: a single packet may outlast its NACKs, as in the sweep.
+        check_invariants_under_loss(&w.tb, w.publisher, &[w.local, w.remote], 400, 1);
         for v in [w.local, w.remote] {
             let gap = video(&w.tb, v).max_arrival_gap;
             assert!(
