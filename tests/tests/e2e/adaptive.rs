@@ -399,8 +399,6 @@ async fn a_shaped_viewer_keeps_its_layer_through_edge_and_ice_restart_migrations
         ("edge", "node-b", dev.node_b.clone()),
         ("ice-restart", "node-a", dev.node_a.clone()),
     ] {
-        let before = session_view(&node, &session)?;
-        let before_estimate = before["adaptation"]["estimate_bps"].as_f64().unwrap_or(0.0);
         let before_report = collector.reports();
         let before_height = height(&before_report["C"]);
         let reset_at = unix_ms();
@@ -412,6 +410,10 @@ async fn a_shaped_viewer_keeps_its_layer_through_edge_and_ice_restart_migrations
                     .is_some_and(|t| t > reset_at + 600.0)
             })
             .await?;
+        // The estimate as close to the snapshot as the test can read it: it moves by a probe's
+        // result or 8 %/s on a clean path, so a reading a second early is not what moved.
+        let before = session_view(&node, &session)?;
+        let before_estimate = before["adaptation"]["estimate_bps"].as_f64().unwrap_or(0.0);
         let id = start_migration(&dev.gateway, &dev.token, &session, target, mode)?;
         let v = migration_end(&dev.gateway, &id).await?;
         ensure!(v["state"] == "committed", "{mode} migration ended {v}");
