@@ -141,6 +141,16 @@ fn world_linked(
     let stream = StreamId::new(name).unwrap();
     tb.core(b, &stream).subscribe_relay(now, &stream, a);
     tb.run_for(Duration::from_millis(300));
+    // Under loss the relay's offer may take a resubscription (every second) or two.
+    let mut waited = Duration::ZERO;
+    while !tb.core(b, &stream).has_stream(&stream) {
+        assert!(
+            waited < Duration::from_secs(10),
+            "no relay of {name} to B in 10 s"
+        );
+        tb.run_for(Duration::from_millis(100));
+        waited += Duration::from_millis(100);
+    }
     let (local, local_id) = tb.view(a, name, addr("10.0.0.2:4000")).unwrap();
     let (remote, remote_id) = tb.view(b, name, addr("10.0.0.3:4000")).unwrap();
     tb.run_for(Duration::from_secs(2));
