@@ -137,7 +137,9 @@ impl Default for NackConfig {
 /// What the generator learnt from one arriving packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
-    /// The next packet or a new one after a gap.
+    /// A packet not seen before that repairs nothing: the next one, one after a gap, or one
+    /// older than the first packet received (reordered at the stream's start; the packets
+    /// between it and the first are NACKed).
     New,
     /// A packet that was missing and has now arrived (repair or reorder).
     Recovered,
@@ -160,6 +162,9 @@ pub struct NackGenerator {
     config: NackConfig,
     seq: SeqUnwrapper,
     missing: BTreeMap<u64, Missing>,
+    /// Lowest extended sequence number received, while everything below it is unseen (not after
+    /// a restore, which carries no record of what came before).
+    lowest: Option<u64>,
     /// Smoothed time from a NACK to the repaired packet, used as the retry interval.
     srtt: Duration,
     gave_up: u64,
@@ -173,6 +178,7 @@ impl NackGenerator {
             config,
             seq: SeqUnwrapper::new(),
             missing: BTreeMap::new(),
+            lowest: None,
             srtt: Duration::from_millis(50),
             gave_up: 0,
             recovered: 0,
@@ -205,6 +211,7 @@ impl NackGenerator {
         let prev = self.seq.highest();
         let ext = self.seq.unwrap(u64::from(seq));
         let Some(prev) = prev else {
+            self.lowest = Some(ext);
             return (ext, Arrival::New);
         };
         if ext > prev {
@@ -213,25 +220,30 @@ impl NackGenerator {
                 self.missing.clear();
                 return (ext, Arrival::Reset);
             }
-            for s in prev + 1..ext {
-                self.missing.insert(
-                    s,
-                    Missing {
-                        since: now,
-                        last_nack: None,
-                        retries: 0,
-                    },
-                );
+            self.mark_missing(now, prev + 1..ext);
+            return (ext, Arrival::New);
+        }
+        if let Some(lowest) = self.lowest
+            && ext < lowest
+        {
+            // Older than the first packet: reordered at the start. What lies between is missing
+            // like any gap (within the same bound); far older is stale.
+            if (lowest - ext - 1) as usize > self.config.max_missing {
+                return (ext, Arrival::Duplicate);
             }
-            while self.missing.len() > self.config.max_missing {
-                self.missing.pop_first();
-                self.gave_up += 1;
-            }
+            self.lowest = Some(ext);
+            self.mark_missing(now, ext + 1..lowest);
             return (ext, Arrival::New);
         }
         match self.missing.remove(&ext) {
             Some(m) => {
-                if let Some(sent) = m.last_nack {
+                // Karn's rule: only a packet asked for once times the repair. After several
+                // NACKs the repair may answer an earlier one, and timing it from the last
+                // would shrink the interval until the retries run out before a repair that
+                // takes more than one hop (node → relay → origin → publisher) can arrive.
+                if m.retries == 1
+                    && let Some(sent) = m.last_nack
+                {
                     let sample = now.saturating_duration_since(sent);
                     self.srtt = (self.srtt * 7 + sample) / 8;
                 }
@@ -240,6 +252,32 @@ impl NackGenerator {
             }
             None => (ext, Arrival::Duplicate),
         }
+    }
+
+    /// Records `range` as missing since `now`; past `max_missing` the oldest are given up.
+    fn mark_missing(&mut self, now: Instant, range: std::ops::Range<u64>) {
+        for s in range {
+            self.missing.insert(
+                s,
+                Missing {
+                    since: now,
+                    last_nack: None,
+                    retries: 0,
+                },
+            );
+        }
+        while self.missing.len() > self.config.max_missing {
+            self.missing.pop_first();
+            self.gave_up += 1;
+        }
+    }
+
+    /// Takes `seq` as the last packet a previous source delivered (a viewer moving in): later
+    /// gaps are asked for, nothing older is. Returns its extended number.
+    pub fn resume_after(&mut self, now: Instant, seq: u16) -> u64 {
+        let (ext, _) = self.on_packet(now, seq);
+        self.lowest = None;
+        ext
     }
 
     fn retry_interval(&self) -> Duration {
@@ -334,6 +372,7 @@ impl NackGenerator {
                     )
                 })
                 .collect(),
+            lowest: None,
             srtt: Duration::from_micros(state.srtt_us.max(1)),
             gave_up: state.gave_up,
             recovered: state.recovered,
@@ -383,6 +422,33 @@ mod tests {
         assert_eq!(g.missing(), 0);
         assert_eq!(g.gave_up(), 1);
         assert_eq!(g.recovered(), 1);
+    }
+
+    #[test]
+    fn a_packet_older_than_the_first_is_new_and_what_lies_between_is_nacked() {
+        let t0 = Instant::now();
+        let mut g = NackGenerator::new(NackConfig::default());
+        assert_eq!(g.on_packet(t0, 1).1, Arrival::New);
+        // Reordered at the start, across the wrap: 65534 came before 1.
+        assert_eq!(g.on_packet(t0, 65534).1, Arrival::New);
+        let mut out = vec![];
+        g.poll_nacks(t0, &mut out);
+        assert_eq!(out, vec![65535, 0]);
+        assert_eq!(g.on_packet(t0, 0).1, Arrival::Recovered);
+        assert_eq!(g.on_packet(t0, 65534).1, Arrival::Duplicate);
+        // Far older than the bound: stale, nothing asked for.
+        assert_eq!(g.on_packet(t0, 60000).1, Arrival::Duplicate);
+        assert_eq!(g.missing(), 1);
+        // Nor does one that resumes after another source's last packet.
+        let mut h = NackGenerator::new(NackConfig::default());
+        h.resume_after(t0, 500);
+        assert_eq!(h.on_packet(t0, 498).1, Arrival::Duplicate);
+        assert_eq!(h.on_packet(t0, 503).1, Arrival::New);
+        assert_eq!(h.missing(), 2);
+        // A restored generator knows nothing of what came before its highest: older is stale.
+        let mut r = NackGenerator::restore(&g.snapshot(t0), NackConfig::default(), t0);
+        assert_eq!(r.on_packet(t0, 65000).1, Arrival::Duplicate);
+        assert_eq!(r.missing(), 1);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! between nodes (viewer migration) or a source that moves (publisher
 //! migration) continues without a seam.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -428,15 +428,15 @@ pub struct RelayIn {
     pub media: Vec<MediaLine>,
     /// Per (track, SSRC): the cache, loss tracking, and the offset from the
     /// generator's numbering to the origin's extended sequence numbers.
-    caches: HashMap<(u8, u32), (PacketCache, NackGenerator, u64)>,
+    caches: BTreeMap<(u8, u32), (PacketCache, NackGenerator, u64)>,
     /// Per (track, SSRC): the highest extended timestamp received (to extend a cached packet's).
-    highest_ts: HashMap<(u8, u32), u64>,
+    highest_ts: BTreeMap<(u8, u32), u64>,
     /// Per (track, SSRC; 0 for the track's top layer): the origin's last NTP↔RTP mapping.
-    sr: HashMap<(u8, u32), (u64, u64, Instant)>,
+    sr: BTreeMap<(u8, u32), (u64, u64, Instant)>,
     /// Next subscription refresh.
     pub next_refresh: Instant,
     /// Per (track, SSRC; 0 for every stream): the last keyframe request sent upstream.
-    last_keyframe_request: HashMap<(u8, u32), Instant>,
+    last_keyframe_request: BTreeMap<(u8, u32), Instant>,
     cache_size: usize,
     /// When it was asked for: a relay no viewer has used yet is kept
     /// [`RELAY_IDLE`] after that (the viewer that asked for it is set up
@@ -476,11 +476,11 @@ impl RelayIn {
             origin,
             relay_id: None,
             media: Vec::new(),
-            caches: HashMap::new(),
-            highest_ts: HashMap::new(),
-            sr: HashMap::new(),
+            caches: BTreeMap::new(),
+            highest_ts: BTreeMap::new(),
+            sr: BTreeMap::new(),
             next_refresh: now,
-            last_keyframe_request: HashMap::new(),
+            last_keyframe_request: BTreeMap::new(),
             cache_size,
             created: now,
             used: false,
@@ -520,7 +520,7 @@ impl RelayIn {
         if nack.highest().is_some() {
             return;
         }
-        let (gen_ext, _) = nack.on_packet(now, last_ext_seq as u16);
+        let gen_ext = nack.resume_after(now, last_ext_seq as u16);
         *delta = last_ext_seq.wrapping_sub(gen_ext);
     }
 
