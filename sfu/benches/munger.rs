@@ -38,6 +38,7 @@ fn line() -> MediaLine {
         local_ssrc: 0xabcd,
         local_rtx_ssrc: Some(0xabce),
         source: Some(1),
+        rejected: None,
     }
 }
 

@@ -39,6 +39,28 @@ pub fn ferry_bin() -> Result<PathBuf> {
 pub struct FerryProcess {
     child: Child,
     words: Vec<String>,
+    warnings: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// Most WARN/ERROR lines a [`FerryProcess`] keeps.
+const MAX_WARNINGS: usize = 1_000;
+
+/// A log line without its terminal colours (`ESC [ … letter`).
+fn without_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl FerryProcess {
@@ -62,18 +84,34 @@ impl FerryProcess {
         reader
             .read_line(&mut line)
             .context("reading ferry's first line")?;
-        // Keep draining its stdout (logs) so it never writes into a closed pipe.
+        // Keep draining its stdout (logs) so it never writes into a closed pipe; its warnings
+        // and errors are kept for [`FerryProcess::warnings`].
+        let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = warnings.clone();
         std::thread::spawn(move || {
             let mut sink = String::new();
             while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
                 eprint!("[ferry] {sink}");
+                let plain = without_ansi(&sink);
+                if (plain.contains(" WARN ") || plain.contains(" ERROR "))
+                    && let Ok(mut w) = kept.lock()
+                    && w.len() < MAX_WARNINGS
+                {
+                    w.push(plain.trim_end().to_owned());
+                }
                 sink.clear();
             }
         });
         Ok(FerryProcess {
             child,
             words: line.split_whitespace().map(str::to_owned).collect(),
+            warnings,
         })
+    }
+
+    /// The WARN and ERROR lines it logged so far (the first [`MAX_WARNINGS`]).
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.lock().map(|w| w.clone()).unwrap_or_default()
     }
 
     /// The word after `key` on the first line.
@@ -365,5 +403,18 @@ impl LossCounters {
         } else {
             grew.join("\n")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn log_lines_lose_their_colours() {
+        let line =
+            "\x1b[2m2026-12-06T02:09:21Z\x1b[0m \x1b[33m WARN\x1b[0m \x1b[1mrequest\x1b[0m: x";
+        assert_eq!(
+            super::without_ansi(line),
+            "2026-12-06T02:09:21Z  WARN request: x"
+        );
     }
 }

@@ -108,6 +108,9 @@ pub struct MediaLineState {
     /// Transport-wide congestion control feedback (`transport-cc`).
     #[prost(bool, tag = "19")]
     pub twcc: bool,
+    /// Why the node did not accept a live m-line (absent when it did, or the offer disabled it).
+    #[prost(string, optional, tag = "20")]
+    pub rejected: Option<String>,
 }
 
 /// A published track (one accepted m-line) on the receive side.

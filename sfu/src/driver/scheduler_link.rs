@@ -104,6 +104,9 @@ pub struct SchedulerUnreachable {
     pub path: String,
     /// The last replica's error.
     pub last: String,
+    /// The last 503 a replica answered (no leader yet, or nothing to give: say, no TURN fleet),
+    /// `None` when no replica answered at all.
+    pub unavailable: Option<Box<SchedulerAnswer>>,
 }
 
 /// An answer from a scheduler replica.
@@ -181,6 +184,7 @@ impl SchedulerLink {
         let n = self.urls.len().max(1);
         let first = self.preferred.load(Ordering::Relaxed) % n;
         let mut last = String::from("no scheduler URL configured");
+        let mut unavailable = None;
         for i in 0..self.urls.len() {
             let idx = (first + i) % n;
             let url = format!("{}{path}", self.urls[idx]);
@@ -191,7 +195,10 @@ impl SchedulerLink {
                 answer = self.once(method, location, body, timeout);
             }
             match answer {
-                Ok((_, a)) if a.status == 503 => last = format!("{url}: 503 {}", a.body),
+                Ok((_, a)) if a.status == 503 => {
+                    last = format!("{url}: 503 {}", a.body);
+                    unavailable = Some(Box::new(a));
+                }
                 Ok((_, a)) => {
                     self.preferred.store(idx, Ordering::Relaxed);
                     return Ok(a);
@@ -202,6 +209,7 @@ impl SchedulerLink {
         Err(SchedulerUnreachable {
             path: path.to_owned(),
             last,
+            unavailable,
         })
     }
 
@@ -287,5 +295,6 @@ mod tests {
             .call("/healthz", None, Duration::from_millis(500))
             .unwrap_err();
         assert!(e.last.contains("127.0.0.1:9"), "{e}");
+        assert!(e.unavailable.is_none(), "nobody answered");
     }
 }

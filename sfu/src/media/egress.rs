@@ -525,6 +525,7 @@ mod tests {
             local_ssrc: 1,
             local_rtx_ssrc: Some(2),
             source: Some(1),
+            rejected: None,
         }
     }
 

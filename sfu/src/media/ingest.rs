@@ -629,6 +629,7 @@ mod tests {
             local_ssrc: 0,
             local_rtx_ssrc: None,
             source: None,
+            rejected: None,
         }
     }
 

@@ -9,7 +9,9 @@ use super::Node;
 use crate::bwe::Congestion;
 use crate::media::adapt::allocator::{self, AllocConfig, TrackInput, TrackState};
 use crate::media::adapt::layers::SourceLayer;
-use crate::media::adapt::view::{AdaptationView, LayerView, SessionView, TrackView};
+use crate::media::adapt::view::{
+    AdaptationView, LayerView, RejectedLineView, SessionView, TrackView,
+};
 use crate::node::session::{Phase, Role};
 use crate::node::signal::SignalError;
 
@@ -412,10 +414,21 @@ impl Node {
             .get(id)
             .and_then(|&k| self.sessions[k].as_ref())
             .ok_or_else(|| SignalError::SessionNotFound(id.to_string()))?;
+        let rejected = s
+            .media
+            .iter()
+            .filter_map(|m| {
+                Some(RejectedLineView {
+                    mid: m.mid.clone(),
+                    reason: m.rejected.clone()?,
+                })
+            })
+            .collect();
         let Role::Viewer(tracks) = &s.role else {
             return Ok(SessionView {
                 info: s.info(),
                 adaptation: None,
+                rejected,
             });
         };
         let entry = self.streams.get(&s.stream);
@@ -485,6 +498,7 @@ impl Node {
                     })
                     .collect(),
             }),
+            rejected,
         })
     }
 

@@ -157,6 +157,11 @@ impl Node {
                 break id;
             }
         };
+        for m in &neg.media {
+            if let Some(reason) = &m.rejected {
+                tracing::info!(session = %id, %stream, mid = %m.mid, %reason, "m-line not accepted");
+            }
+        }
         let session = Session::new(
             id,
             stream.clone(),

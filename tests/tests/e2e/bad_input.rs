@@ -132,6 +132,46 @@ fn signalling_errors_are_specific() -> Result<()> {
     );
     ensure!(v1.header("location") == v2.header("location") && v1.body == v2.body);
 
+    // One payload type for two codecs in the BUNDLE group (GStreamer's payloaders all default
+    // to 96): 400 with the reason.
+    let clash = OFFER
+        .replace("SAVPF 111 ", "SAVPF 96 ")
+        .replace("a=rtpmap:111 opus", "a=rtpmap:96 opus");
+    let r = http(&url("/whep/cam"), "POST", &[SDP, auth], clash.as_bytes())?;
+    expect(&r, 400, "RFC 8843")?;
+    // A line the node does not accept: the answer rejects it, the session view says why.
+    let mut seen = 0;
+    let no_video = OFFER
+        .lines()
+        .map(|l| {
+            if l == "a=sendrecv" {
+                seen += 1;
+                if seen == 2 {
+                    return "a=sendonly";
+                }
+            }
+            l
+        })
+        .collect::<Vec<_>>()
+        .join("\r\n")
+        + "\r\n";
+    let r = http(&url("/whep/cam"), "POST", &[SDP, auth], no_video.as_bytes())?;
+    ensure!(r.status == 201, "{} {}", r.status, r.body);
+    let viewer = r
+        .header("ferry-session")
+        .context("Ferry-Session")?
+        .to_owned();
+    let r = http(&url(&format!("/v1/sessions/{viewer}")), "GET", &[auth], b"")?;
+    ensure!(r.status == 200, "{} {}", r.status, r.body);
+    let view: serde_json::Value = serde_json::from_str(&r.body)?;
+    ensure!(
+        view["rejected"][0]["mid"] == "1"
+            && view["rejected"][0]["reason"]
+                .as_str()
+                .is_some_and(|w| w.contains("must receive")),
+        "{view}"
+    );
+
     // CORS preflight from another origin.
     let r = http(
         &url("/whip/cam"),

@@ -359,6 +359,14 @@ async fn run(edge: bool, png_name: &str, etcd: Option<&Etcd>) -> Result<()> {
             ensure!(state.contains(id), "{id} is not in etcd's state");
         }
     }
+    // `ferry dev` has no TURN fleet: the nodes' WHIP/WHEP answers go without relays, quietly.
+    let turn: Vec<String> = dev
+        ._process
+        .warnings()
+        .into_iter()
+        .filter(|l| l.contains("TURN"))
+        .collect();
+    ensure!(turn.is_empty(), "warnings about TURN: {turn:?}");
     Ok(())
 }
 

@@ -123,7 +123,9 @@ async fn stop(dev: &Dev, gst: &mut GstLaunch, id: &str, who: &str, node: &str) -
     Ok(())
 }
 
-/// whipsink's pipeline for `codec` (`vp8` or `h264`) with Opus, to `url`.
+/// whipsink's pipeline for `codec` (`vp8` or `h264`) with Opus, to `url`. Every GStreamer
+/// payloader defaults to payload type 96: Opus takes 111, for one BUNDLE group must not give
+/// one payload type two codecs (RFC 8843 §9.1; the node answers 400).
 fn whipsink(codec: &str, url: &str, token: &str) -> Vec<String> {
     let video = match codec {
         "vp8" => "vp8enc deadline=1 keyframe-max-dist=30 ! rtpvp8pay",
@@ -136,7 +138,7 @@ fn whipsink(codec: &str, url: &str, token: &str) -> Vec<String> {
         "videotestsrc is-live=true ! video/x-raw,width=640,height=360,framerate=30/1 ! \
          videoconvert ! {video} ! whip.sink_0 \
          audiotestsrc is-live=true wave=ticks ! audioconvert ! audioresample ! opusenc ! \
-         rtpopuspay ! whip.sink_1 \
+         rtpopuspay pt=111 ! whip.sink_1 \
          whipsink name=whip whip-endpoint={url} auth-token={token}"
     );
     pipeline(&line)

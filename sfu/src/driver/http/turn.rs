@@ -17,6 +17,9 @@ use crate::driver::NodeHandle;
 const ASK_TIMEOUT: Duration = Duration::from_millis(500);
 /// After the scheduler said it has no relays (503), how long the node stops asking.
 const NO_FLEET_BACKOFF_MS: u64 = 60_000;
+/// What the scheduler's 503 says when it has no TURN relay to give
+/// (`scheduler/src/service.rs`, `scheduler/src/turn.rs`).
+const NO_FLEET: &str = "no TURN relay";
 /// After the scheduler did not answer, how long new sessions go without relays before the
 /// node asks again (sessions must not wait on a scheduler that is down).
 const UNREACHABLE_BACKOFF_MS: u64 = 5_000;
@@ -55,6 +58,19 @@ impl TurnLinks {
         .await;
         let answer = match asked {
             Ok(Ok(a)) => a,
+            Ok(Err(e))
+                if e.unavailable
+                    .as_ref()
+                    .is_some_and(|a| a.body.contains(NO_FLEET)) =>
+            {
+                // No fleet configured (or no relay can take the user): nothing to warn about
+                // on every session; ask again in a minute. (A 503 for want of a leader is
+                // an unreachable scheduler, below.)
+                tracing::debug!(answer = %e.last, "TURN relays: none from the scheduler");
+                self.quiet_until_ms
+                    .store(unix_ms() + NO_FLEET_BACKOFF_MS, Ordering::Relaxed);
+                return Vec::new();
+            }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e.last, "TURN relays: scheduler unreachable");
                 self.quiet_until_ms
@@ -63,12 +79,6 @@ impl TurnLinks {
             }
             Err(_) => return Vec::new(),
         };
-        if answer.status == 503 {
-            // No fleet configured (or every relay draining): ask again in a minute.
-            self.quiet_until_ms
-                .store(unix_ms() + NO_FLEET_BACKOFF_MS, Ordering::Relaxed);
-            return Vec::new();
-        }
         match serde_json::from_str::<TurnCredentialsResponse>(&answer.body) {
             Ok(r) if answer.status == 200 => r
                 .ice_servers

@@ -15,6 +15,18 @@ pub struct SessionView {
     /// A viewer's adaptation (`None` for a publisher).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptation: Option<AdaptationView>,
+    /// The offer's live m-lines the node did not accept, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<RejectedLineView>,
+}
+
+/// An m-line of the offer the node did not accept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RejectedLineView {
+    /// Its `a=mid`.
+    pub mid: String,
+    /// Why.
+    pub reason: String,
 }
 
 /// A viewer's adaptation.

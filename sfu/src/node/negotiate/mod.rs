@@ -22,6 +22,9 @@ pub use ferry_rtc::sdp::extmap::{
     EXT_TRANSPORT_CC, EXT_VIDEO_ORIENTATION,
 };
 
+/// The codecs a node carries, as a reason names them.
+const TAKES: &str = "opus, VP8, H264 packetization-mode=1, VP9 and AV1 profile 0";
+
 const PUBLISH_EXTS: &[&str] = &[
     EXT_MID,
     EXT_RID,
@@ -80,6 +83,9 @@ pub struct MediaLine {
     pub local_rtx_ssrc: Option<u32>,
     /// Viewer: which of the publisher's m-lines this one plays.
     pub source: Option<usize>,
+    /// Why a live line was not accepted (logged, and shown in `GET /v1/sessions/{id}`: a viewer
+    /// that gets audio only can find out why); `None` when accepted or disabled by the offer.
+    pub rejected: Option<String>,
 }
 
 impl MediaLine {
@@ -124,6 +130,7 @@ impl MediaLine {
             local_ssrc: self.local_ssrc,
             local_rtx_ssrc: self.local_rtx_ssrc,
             source: self.source.map(|s| s as u32),
+            rejected: self.rejected.clone(),
         }
     }
 
@@ -164,6 +171,7 @@ impl MediaLine {
             local_ssrc: s.local_ssrc,
             local_rtx_ssrc: s.local_rtx_ssrc,
             source: s.source.map(|v| v as usize),
+            rejected: s.rejected.clone(),
         })
     }
 }
@@ -265,6 +273,7 @@ fn transport(sdp: &SessionDescription) -> Result<Transport, SignalError> {
     if !first.rtcp_mux() {
         return Err(unsupported("offer must use a=rtcp-mux"));
     }
+    check_bundle_payload_types(sdp, &bundle)?;
     let live_lines = sdp.media_views().filter(|m| live(m, &bundle)).count();
     if live_lines > 1 && bundle.is_empty() {
         return Err(unsupported(
@@ -282,6 +291,48 @@ fn transport(sdp: &SessionDescription) -> Result<Transport, SignalError> {
     })
 }
 
+/// One BUNDLE group maps each payload type to one codec (RFC 8843 §9.1: the RTP packets of all
+/// its m-lines share one transport, and a receiver tells their codecs apart by payload type).
+/// Payload types without `a=rtpmap` (static ones) are the same everywhere by definition.
+fn check_bundle_payload_types(
+    sdp: &SessionDescription,
+    bundle: &[String],
+) -> Result<(), SignalError> {
+    let mut seen: Vec<(u8, String, u32, u16, String)> = Vec::new();
+    for m in sdp.media_views().filter(|m| live(m, bundle)) {
+        let Some(mid) = m.mid().filter(|mid| bundle.iter().any(|b| b == mid)) else {
+            continue;
+        };
+        for pt in m.payload_types() {
+            let Some(map) = m.rtpmap(pt) else { continue };
+            let channels = map.channels.unwrap_or(1);
+            match seen.iter().find(|s| s.0 == pt) {
+                Some((_, enc, rate, ch, other))
+                    if !enc.eq_ignore_ascii_case(&map.encoding)
+                        || *rate != map.clock_rate
+                        || *ch != channels =>
+                {
+                    return Err(bad(format!(
+                        "payload type {pt} is {enc}/{rate} on m-line {other} and {}/{} on m-line {mid}: \
+                         one BUNDLE group maps each payload type to one codec (RFC 8843 §9.1; \
+                         GStreamer: give each payloader its own pt)",
+                        map.encoding, map.clock_rate
+                    )));
+                }
+                Some(_) => {}
+                None => seen.push((
+                    pt,
+                    map.encoding.clone(),
+                    map.clock_rate,
+                    channels,
+                    mid.to_owned(),
+                )),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Negotiates a WHIP offer.
 pub fn negotiate_publish(offer: &str, p: &AnswerParams<'_>) -> Result<Negotiated, SignalError> {
     let sdp = SessionDescription::parse(offer).map_err(|e| bad(e.to_string()))?;
@@ -297,7 +348,9 @@ pub fn negotiate_publish(offer: &str, p: &AnswerParams<'_>) -> Result<Negotiated
             .find_map(|m| why_unsupported(&m).map(|w| format!("m={}: {w}", m.kind.as_str())));
         return Err(unsupported(match why {
             Some(why) => format!("offer sends no supported media: {why}"),
-            None => "offer sends no supported media (Ferry takes opus, VP8, H264 packetization-mode=1, VP9 and AV1 profile 0 on sendonly/sendrecv m-lines)".into(),
+            None => format!(
+                "offer sends no supported media (Ferry takes {TAKES} on sendonly/sendrecv m-lines)"
+            ),
         }));
     }
     let answer = write_answer(&sdp, &media, &t, p, SessionKind::Publish);
@@ -362,6 +415,7 @@ fn rejected(m: &MediaView<'_>, i: usize) -> MediaLine {
         local_ssrc: 0,
         local_rtx_ssrc: None,
         source: None,
+        rejected: None,
     }
 }
 
@@ -385,6 +439,21 @@ fn usable(m: &MediaView<'_>, t: &Transport) -> Result<bool, SignalError> {
     }
     // Bundled lines share the tagged line's transport, rtcp-mux included (RFC 8843 §7.2).
     Ok(t.bundle.iter().any(|b| b == mid))
+}
+
+/// Why [`usable`] said no to a line, where the peer should hear it: `None` for a line the offer
+/// disabled itself (port 0).
+fn why_not_usable(m: &MediaView<'_>, t: &Transport) -> Option<String> {
+    if !live(m, &t.bundle) {
+        return None;
+    }
+    Some(match &m.kind {
+        MediaKind::Audio | MediaKind::Video => {
+            "not in the offer's BUNDLE group: Ferry serves one transport per session".into()
+        }
+        MediaKind::Application => "data channels (m=application) are not supported".into(),
+        MediaKind::Other(kind) => format!("m={kind} is not supported"),
+    })
 }
 
 /// Why none of a line's payload types is one we carry, when it offers a codec we know in a
@@ -526,7 +595,15 @@ fn extmaps(m: &MediaView<'_>, allowed: &[&str], twcc: bool) -> Vec<(u8, String)>
 
 fn publish_line(m: &MediaView<'_>, i: usize, t: &Transport) -> Result<MediaLine, SignalError> {
     let mut line = rejected(m, i);
-    if !usable(m, t)? || !matches!(m.direction(), Direction::SendOnly | Direction::SendRecv) {
+    if !usable(m, t)? {
+        line.rejected = why_not_usable(m, t);
+        return Ok(line);
+    }
+    if !matches!(m.direction(), Direction::SendOnly | Direction::SendRecv) {
+        line.rejected = Some(format!(
+            "a WHIP offer's m={} line must send (sendonly or sendrecv)",
+            m.kind.as_str()
+        ));
         return Ok(line);
     }
     let Some((pt, codec)) = m
@@ -534,9 +611,20 @@ fn publish_line(m: &MediaView<'_>, i: usize, t: &Transport) -> Result<MediaLine,
         .into_iter()
         .find_map(|pt| codec_of(m, pt).map(|c| (pt, c)))
     else {
+        line.rejected = Some(why_unsupported(m).unwrap_or_else(|| {
+            format!(
+                "m={} offers no codec Ferry takes ({TAKES})",
+                m.kind.as_str()
+            )
+        }));
         return Ok(line);
     };
     if codec.is_video() != (m.kind == MediaKind::Video) {
+        line.rejected = Some(format!(
+            "payload type {pt} is {} on an m={} line",
+            codec.encoding_name(),
+            m.kind.as_str()
+        ));
         return Ok(line);
     }
     let fb = feedback(m, pt);
@@ -579,9 +667,15 @@ fn view_line(
     mismatch: &mut Option<String>,
 ) -> MediaLine {
     let mut line = rejected(m, i);
-    if !matches!(usable(m, t), Ok(true))
-        || !matches!(m.direction(), Direction::RecvOnly | Direction::SendRecv)
-    {
+    if !matches!(usable(m, t), Ok(true)) {
+        line.rejected = why_not_usable(m, t);
+        return line;
+    }
+    if !matches!(m.direction(), Direction::RecvOnly | Direction::SendRecv) {
+        line.rejected = Some(format!(
+            "a WHEP offer's m={} line must receive (recvonly or sendrecv)",
+            m.kind.as_str()
+        ));
         return line;
     }
     let video = m.kind == MediaKind::Video;
@@ -625,11 +719,13 @@ fn view_line(
     };
     let Some(pt) = pick else {
         let why = why_unsupported(m).map_or_else(String::new, |w| format!(" ({w})"));
-        *mismatch = Some(format!(
+        let reason = format!(
             "the stream's {} track is {} and the offer does not accept it{why}",
             if video { "video" } else { "audio" },
             src.codec.encoding_name()
-        ));
+        );
+        line.rejected = Some(reason.clone());
+        *mismatch = Some(reason);
         return line;
     };
     taken[src_idx] = true;

@@ -23,6 +23,92 @@ fn ice() -> IceCredentials {
     }
 }
 
+/// [`GSTREAMER`] with its Opus on payload type 111 (`rtpopuspay pt=111`).
+fn gstreamer() -> String {
+    let (video, audio) = GSTREAMER.split_at(GSTREAMER.find("m=audio").unwrap());
+    let audio = audio
+        .replace("SAVPF 96", "SAVPF 111")
+        .replace("a=rtpmap:96 ", "a=rtpmap:111 ")
+        .replace("a=rtcp-fb:96 ", "a=rtcp-fb:111 ")
+        .replace("a=fmtp:96 ", "a=fmtp:111 ");
+    format!("{video}{audio}")
+}
+
+#[test]
+fn one_payload_type_for_two_codecs_in_a_bundle_is_refused() {
+    let ice = ice();
+    // GStreamer's payloaders all default to 96: VP8 and Opus on one payload type.
+    let e = negotiate_publish(GSTREAMER, &params(&ice, &[])).unwrap_err();
+    let SignalError::BadSdp(why) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(
+        why.contains(
+            "payload type 96 is VP8/90000 on m-line video0 and OPUS/48000 on m-line audio1"
+        ) && why.contains("RFC 8843"),
+        "{why}"
+    );
+    // The same in a viewer's offer.
+    let e = negotiate_view(&as_viewer(GSTREAMER), &[], &params(&ice, &[]), &mut || 1).unwrap_err();
+    assert!(matches!(e, SignalError::BadSdp(_)), "{e:?}");
+    // Outside the group (a line the offer disabled) a payload type may mean something else.
+    let unbundled = GSTREAMER
+        .replace("a=group:BUNDLE video0 audio1", "a=group:BUNDLE video0")
+        .replace("a=bundle-only\r\n", "");
+    assert!(negotiate_publish(&unbundled, &params(&ice, &[])).is_ok());
+    // The same codec on one payload type in two lines (Chrome's camera and screen) is fine.
+    let two = CHROME.replace("a=group:BUNDLE 0 1", "a=group:BUNDLE 0 1 2")
+        + &CHROME[CHROME.find("m=video").unwrap()..].replace("a=mid:1", "a=mid:2");
+    let n = negotiate_publish(&two, &params(&ice, &[])).unwrap();
+    assert_eq!(n.media.len(), 3);
+    assert!(n.media[2].accepted);
+}
+
+#[test]
+fn lines_not_accepted_say_why() {
+    let ice = ice();
+    let n = negotiate_publish(
+        &CHROME
+            .replacen("a=sendrecv", "a=recvonly", 2)
+            .replacen("a=recvonly", "a=sendrecv", 1),
+        &params(&ice, &[]),
+    )
+    .unwrap();
+    assert!(n.media[0].accepted && n.media[0].rejected.is_none());
+    assert_eq!(
+        n.media[1].rejected.as_deref(),
+        Some("a WHIP offer's m=video line must send (sendonly or sendrecv)")
+    );
+    let state = n.media[1].to_state();
+    assert_eq!(MediaLine::from_state(&state).unwrap(), n.media[1]);
+    // A viewer whose video takes only H.264 packetization-mode=0 gets audio, and the reason.
+    let publisher = negotiate_publish(CHROME, &params(&ice, &[])).unwrap();
+    let video = CHROME[CHROME.find("m=video").unwrap()..]
+        .lines()
+        .next()
+        .unwrap();
+    let only_h264_0 = as_viewer(CHROME)
+        .replace(video, "m=video 9 UDP/TLS/RTP/SAVPF 102")
+        .replace(
+            "a=fmtp:102 level-asymmetry-allowed=1;packetization-mode=1",
+            "a=fmtp:102 level-asymmetry-allowed=1;packetization-mode=0",
+        );
+    let n = negotiate_view(
+        &only_h264_0,
+        &publisher.media,
+        &params(&ice, &[]),
+        &mut || 7,
+    )
+    .unwrap();
+    assert!(n.media[0].accepted);
+    let why = n.media[1].rejected.as_deref().unwrap();
+    assert!(
+        why.contains("the stream's video track is VP8")
+            && why.contains("payload type 102 is H264 packetization-mode=0"),
+        "{why}"
+    );
+}
+
 fn as_viewer(offer: &str) -> String {
     offer
         .replace("a=sendrecv", "a=recvonly")
@@ -222,11 +308,11 @@ fn media_lines_round_trip_through_state() {
 #[test]
 fn bundle_only_lines_with_port_0_are_live_and_rejected_lines_carry_the_transport() {
     let ice = ice();
-    let n = negotiate_publish(GSTREAMER, &params(&ice, &[])).unwrap();
+    let n = negotiate_publish(&gstreamer(), &params(&ice, &[])).unwrap();
     let (v, a) = (&n.media[0], &n.media[1]);
     assert!(v.accepted && a.accepted, "{:?}", n.media);
     assert_eq!((v.codec, v.pt), (Codec::Vp8, 96));
-    assert_eq!((a.codec, a.pt), (Codec::Opus, 96));
+    assert_eq!((a.codec, a.pt), (Codec::Opus, 111));
     let answer = SessionDescription::parse(&n.answer).unwrap();
     assert_eq!(
         answer.group_bundle(),
@@ -235,10 +321,10 @@ fn bundle_only_lines_with_port_0_are_live_and_rejected_lines_carry_the_transport
     let al = answer.media_view(1).unwrap();
     assert_eq!((al.port, al.mid()), (9, Some("audio1")));
     // A bundle-only line need not repeat the transport (RFC 8843 §7.2).
-    let bare = GSTREAMER.replace("a=bundle-only\r\na=rtcp-mux\r\n", "a=bundle-only\r\n");
+    let bare = gstreamer().replace("a=bundle-only\r\na=rtcp-mux\r\n", "a=bundle-only\r\n");
     assert!(negotiate_publish(&bare, &params(&ice, &[])).unwrap().media[1].accepted);
     // Outside the BUNDLE group a port-0 line stays rejected.
-    let unbundled = GSTREAMER.replace("a=group:BUNDLE video0 audio1", "a=group:BUNDLE video0");
+    let unbundled = gstreamer().replace("a=group:BUNDLE video0 audio1", "a=group:BUNDLE video0");
     let n = negotiate_publish(&unbundled, &params(&ice, &[])).unwrap();
     assert!(!n.media[1].accepted);
     // ... and its answer line carries ICE credentials, fingerprint and setup, which webrtcbin
@@ -255,18 +341,18 @@ fn bundle_only_lines_with_port_0_are_live_and_rejected_lines_carry_the_transport
 fn opus_without_a_channel_count_is_taken_and_h264_without_packetization_mode_is_named() {
     let ice = ice();
     let p = params(&ice, &[]);
-    let n = negotiate_publish(&GSTREAMER.replace("OPUS/48000/2", "OPUS/48000"), &p).unwrap();
+    let n = negotiate_publish(&gstreamer().replace("OPUS/48000/2", "OPUS/48000"), &p).unwrap();
     assert_eq!(n.media[1].codec, Codec::Opus);
     assert!(n.answer.contains("opus/48000/2"));
-    let mono = negotiate_publish(&GSTREAMER.replace("OPUS/48000/2", "OPUS/48000/1"), &p).unwrap();
+    let mono = negotiate_publish(&gstreamer().replace("OPUS/48000/2", "OPUS/48000/1"), &p).unwrap();
     assert!(!mono.media[1].accepted);
 
-    let h264 = GSTREAMER
+    let h264 = gstreamer()
         .replace(
             "a=rtpmap:96 VP8/90000",
             "a=rtpmap:96 H264/90000\r\na=fmtp:96 profile-level-id=42e01f",
         )
-        .replace("a=rtpmap:96 OPUS/48000/2", "a=rtpmap:96 OPUS/48000/1");
+        .replace("a=rtpmap:111 OPUS/48000/2", "a=rtpmap:111 OPUS/48000/1");
     let e = negotiate_publish(&h264, &p).unwrap_err();
     assert_eq!(e.status(), 422);
     let r = e.to_string();
@@ -281,7 +367,7 @@ fn opus_without_a_channel_count_is_taken_and_h264_without_packetization_mode_is_
     let r = negotiate_publish(&mode0, &p).unwrap_err().to_string();
     assert!(r.contains("packetization-mode=0"), "{r}");
     let e = negotiate_publish(
-        &GSTREAMER
+        &gstreamer()
             .replace("VP8/90000", "VP8/48000")
             .replace("OPUS/48000/2", "OPUS/48000/1"),
         &p,
