@@ -1172,22 +1172,35 @@ impl Cluster {
         Ok(status)
     }
 
-    /// How unevenly sessions are spread: the most loaded active node's sessions over the
-    /// average of the active nodes (1 = even). 0 when no node is active or none holds a
-    /// session (nothing to compare).
+    /// How unevenly sessions are spread for the nodes' weights: the largest ratio of an active
+    /// node's sessions to its weighted share of the active nodes' sessions (1 = every node
+    /// carries its share: a node of weight 1 beside one of 2/3 with 60 and 40 sessions reads 1,
+    /// not the 1.2 of an unweighted average). Nodes of weight 0 take no placements and are left
+    /// out. 0 when no weighted node is active or none holds a session (nothing to compare).
     pub fn placement_skew(&self) -> f64 {
         let loads = self.loads();
-        let active: Vec<u64> = self
+        let scale = self.config.placement.weight_scale;
+        let active: Vec<(f64, f64)> = self
             .nodes
             .iter()
             .filter(|(_, n)| n.state == NodeState::Active)
-            .map(|(id, _)| loads.get(id).copied().unwrap_or(0))
+            .map(|(id, n)| {
+                let w = self
+                    .effective_weight(id, NodeState::Active, n.weight_override)
+                    .clamp(0.0, scale);
+                (loads.get(id).copied().unwrap_or(0) as f64, w)
+            })
+            .filter(|&(_, w)| w > 0.0)
             .collect();
-        let total: u64 = active.iter().sum();
-        match active.iter().max() {
-            Some(&max) if total > 0 => max as f64 * active.len() as f64 / total as f64,
-            _ => 0.0,
+        let total: f64 = active.iter().map(|(l, _)| l).sum();
+        let weight: f64 = active.iter().map(|(_, w)| w).sum();
+        if total <= 0.0 || weight <= 0.0 {
+            return 0.0;
         }
+        active
+            .iter()
+            .map(|&(l, w)| l / (total * w / weight))
+            .fold(0.0, f64::max)
     }
 
     /// `GET /v1/nodes/{id}/drain`: the node's drain, if it has one (draining, or drained and
@@ -1490,6 +1503,50 @@ mod tests {
                 .collect(),
             ..Heartbeat::default()
         }
+    }
+
+    #[test]
+    fn placement_skew_is_load_over_each_nodes_weighted_share() {
+        let t0 = Instant::now();
+        let mut c = Cluster::new(ClusterConfig::default(), t0).unwrap();
+        let (a, b) = (NodeId::new("a").unwrap(), NodeId::new("b").unwrap());
+        assert_eq!(c.placement_skew(), 0.0, "no node");
+        let ids: Vec<String> = (0..100).map(|i| format!("s{i}")).collect();
+        let sessions: Vec<(&str, SessionKind)> = ids
+            .iter()
+            .map(|s| (s.as_str(), SessionKind::View))
+            .collect();
+        beat_with(&mut c, t0, &a, &sessions[..60]);
+        beat_with(&mut c, t0, &b, &sessions[60..]);
+        // Weights 1 and 2/3: 60 and 40 sessions are each node's share.
+        c.set_weight(&a, Some(1.0)).unwrap();
+        c.set_weight(&b, Some(2.0 / 3.0)).unwrap();
+        assert!(
+            (c.placement_skew() - 1.0).abs() < 1e-9,
+            "{}",
+            c.placement_skew()
+        );
+        // Equal weights: a carries 60 of a share of 50.
+        c.set_weight(&b, Some(1.0)).unwrap();
+        assert!(
+            (c.placement_skew() - 1.2).abs() < 1e-9,
+            "{}",
+            c.placement_skew()
+        );
+        // b at 1/3: its 40 sessions are 1.6 times its share of 25.
+        c.set_weight(&b, Some(1.0 / 3.0)).unwrap();
+        assert!(
+            (c.placement_skew() - 1.6).abs() < 1e-9,
+            "{}",
+            c.placement_skew()
+        );
+        // b at weight 0 takes no placements: left out, a holds all of its own share.
+        c.set_weight(&b, Some(0.0)).unwrap();
+        assert!(
+            (c.placement_skew() - 1.0).abs() < 1e-9,
+            "{}",
+            c.placement_skew()
+        );
     }
 
     #[test]

@@ -864,7 +864,7 @@ impl Scheduler {
         );
         let _ = writeln!(
             s,
-            "# HELP ferry_scheduler_placement_skew Most loaded active node's sessions over the average of the active nodes (1 = even, 0 = no sessions).\n# TYPE ferry_scheduler_placement_skew gauge\nferry_scheduler_placement_skew {}",
+            "# HELP ferry_scheduler_placement_skew Largest ratio of an active node's sessions to its weighted share of the active nodes' sessions (1 = every node carries its share, 0 = no sessions).\n# TYPE ferry_scheduler_placement_skew gauge\nferry_scheduler_placement_skew {}",
             c.placement_skew()
         );
         let _ = writeln!(

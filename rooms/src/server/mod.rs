@@ -889,7 +889,7 @@ impl RoomServer {
                 let n = self.next_client.fetch_add(1, Ordering::Relaxed);
                 let key = IdempotencyKey::new(format!("grace-{now}-{n}"));
                 if let Ok(key) = key {
-                    tracing::info!(room = %id, participant = %p, "connection gone: leaves");
+                    tracing::info!(room = %id, participant = %p.in_logs(), "connection gone: leaves");
                     let _ = self.apply(r, key, Command::Leave { participant: p });
                 }
             }
@@ -961,7 +961,7 @@ impl RoomServer {
                 .cloned()
                 .collect();
             for p in orphans {
-                tracing::info!(room = %id, participant = %p, "hosted here without a connection: grace");
+                tracing::info!(room = %id, participant = %p.in_logs(), "hosted here without a connection: grace");
                 self.counters.orphan_graces.fetch_add(1, Ordering::Relaxed);
                 r.graces.insert(p, now + self.config.grace_ms);
             }
