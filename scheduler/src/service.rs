@@ -881,10 +881,10 @@ impl Scheduler {
             );
             let _ = writeln!(
                 s,
-                "# HELP ferry_turn_allocations Live TURN credentials per relay (as primary).\n# TYPE ferry_turn_allocations gauge"
+                "# HELP ferry_turn_credentials_live Live TURN credentials this replica handed out, per relay they name as primary (what placement balances; not the relay's own allocation count).\n# TYPE ferry_turn_credentials_live gauge"
             );
             for (id, _, load, _) in f.servers() {
-                let _ = writeln!(s, "ferry_turn_allocations{{relay=\"{id}\"}} {load}");
+                let _ = writeln!(s, "ferry_turn_credentials_live{{relay=\"{id}\"}} {load}");
             }
             let _ = writeln!(
                 s,

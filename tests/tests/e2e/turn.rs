@@ -155,6 +155,16 @@ fn scheduler_issued_turn_credentials_are_accepted_by_coturn_itself() -> Result<(
         "metrics: {}",
         m.body
     );
+    // Per relay, the live credentials that name it first: one, on one of the three.
+    let live: Vec<&str> = m
+        .body
+        .lines()
+        .filter(|l| l.starts_with("ferry_turn_credentials_live{"))
+        .collect();
+    ensure!(
+        live.len() == 3 && live.iter().filter(|l| l.ends_with(" 1")).count() == 1,
+        "live credentials per relay: {live:?}"
+    );
     Ok(())
 }
 
