@@ -19,7 +19,7 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use ferry_proto::{NodeId, SessionId};
 use ferry_sfu::codec::Codec;
-use ferry_sfu::peer::{PeerStats, RecvStreamStats, SeqRanges, SimulcastConfig};
+use ferry_sfu::peer::{PeerStats, RecvStreamStats, SendStreamStats, SeqRanges, SimulcastConfig};
 use ferry_sim::net::LinkConfig;
 use ferry_sim::testbed::Testbed;
 use serde::Serialize;
@@ -59,8 +59,8 @@ const NODE: &str = "10.0.0.100:5000";
 const PUBLISHER: &str = "10.0.0.1:4000";
 /// Sampling period of the viewers' stats.
 const TICK: Duration = Duration::from_millis(100);
-/// What the Opus track adds to a layer's nominal rate when asking whether it fits a link.
-const AUDIO_BPS: u64 = 40_000;
+/// How long the calibration run measures the layers' rates on the wire.
+const CALIBRATION: Duration = Duration::from_secs(10);
 /// An arrival gap of video longer than this is a freeze.
 const FREEZE: Duration = Duration::from_millis(500);
 /// Repairs of the last second may still be in flight at the end: loss is counted before it.
@@ -102,21 +102,82 @@ fn link(bps: Option<u64>) -> LinkConfig {
     bps.map_or(LinkConfig::delay(Duration::from_millis(20)), bottleneck)
 }
 
-/// Nominal rate of each layer, lowest first.
-fn layer_rates() -> Vec<u64> {
-    SimulcastConfig::chrome_720p()
-        .layers()
-        .iter()
-        .map(|l| u64::from(l.bitrate_bps))
-        .collect()
+/// What each layer and the audio take of a viewer's link, as measured (bit/s): what the
+/// publisher's encoder sent of each, each packet counted with what it carries on the way to a
+/// viewer besides its payload (RTP header, the node's header extensions, SRTP tag), as a free
+/// viewer received them. A link counts exactly that (UDP payloads).
+#[derive(Debug, Clone, Serialize)]
+struct WireRates {
+    /// Per layer, lowest first.
+    layers: Vec<u64>,
+    /// The Opus track.
+    audio: u64,
+    /// Bytes per media packet besides its payload, to a viewer.
+    overhead_bytes: f64,
+    /// The layers' nominal (encoder target) rates, for comparison.
+    nominal: Vec<u64>,
 }
 
-/// The highest layer whose nominal rate plus audio fits in `bps` (`None`: not even the lowest).
-fn best_fit(rates: &[u64], bps: u64) -> Option<u8> {
-    rates
-        .iter()
-        .rposition(|r| r + AUDIO_BPS <= bps)
-        .and_then(|l| u8::try_from(l).ok())
+impl WireRates {
+    /// The highest layer that fits in `bps` with the audio (`None`: not even the lowest).
+    fn best_fit(&self, bps: u64) -> Option<u8> {
+        self.layers
+            .iter()
+            .rposition(|r| r + self.audio <= bps)
+            .and_then(|l| u8::try_from(l).ok())
+    }
+}
+
+/// Measures [`WireRates`]: the publisher and one viewer on a free link, [`CALIBRATION`] long.
+fn calibrate(seed: u64) -> Result<WireRates> {
+    let node: SocketAddr = NODE.parse()?;
+    let mut tb = Testbed::new(seed, LinkConfig::delay(Duration::from_millis(20)));
+    let simulcast = SimulcastConfig::chrome_720p();
+    tb.simulcast = Some(simulcast);
+    tb.add_node(NodeId::new("node-a")?, node)?;
+    let (publisher, _) = tb.publish(node, "cam", Codec::Vp8, PUBLISHER.parse()?)?;
+    tb.run_for(Duration::from_secs(1));
+    let (viewer, _) = tb.view(node, "cam", "10.0.9.1:4000".parse()?)?;
+    tb.run_for(Duration::from_secs(2));
+    let sent0 = tb.peers[publisher].stats().sent;
+    let got0 = tb.peers[viewer].stats();
+    tb.run_for(CALIBRATION);
+    let sent = tb.peers[publisher].stats().sent;
+    let got = tb.peers[viewer].stats();
+    let payload: u64 = got.received.iter().map(|s| s.bytes).sum::<u64>()
+        - got0.received.iter().map(|s| s.bytes).sum::<u64>();
+    let datagrams = got.datagrams_received - got0.datagrams_received;
+    let bytes = got.bytes_received - got0.bytes_received;
+    ensure!(datagrams > 0, "calibration: the viewer received nothing");
+    // RTCP datagrams (a few a second) count in as overhead: a slight overestimate.
+    let overhead_bytes = bytes.saturating_sub(payload) as f64 / datagrams as f64;
+    let secs = CALIBRATION.as_secs_f64();
+    let rate = |rid: Option<&str>| -> u64 {
+        let of = |v: &[SendStreamStats]| {
+            v.iter()
+                .filter(|s| s.rid.as_deref() == rid && (rid.is_some() || !s.codec.is_video()))
+                .map(|s| (s.bytes, s.packets))
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+        };
+        let (b1, p1) = of(&sent);
+        let (b0, p0) = of(&sent0);
+        let wire = (b1 - b0) as f64 + (p1 - p0) as f64 * overhead_bytes;
+        (wire * 8.0 / secs) as u64
+    };
+    Ok(WireRates {
+        layers: simulcast
+            .layers()
+            .iter()
+            .map(|l| rate(Some(l.rid)))
+            .collect(),
+        audio: rate(None),
+        overhead_bytes,
+        nominal: simulcast
+            .layers()
+            .iter()
+            .map(|l| u64::from(l.bitrate_bps))
+            .collect(),
+    })
 }
 
 /// One sample of one viewer, at the end of a tick.
@@ -185,7 +246,7 @@ struct ViewerRow {
     longest_gap_ms: f64,
     /// Last 10 s of the steady phase: payload received over the capacity; what the node's
     /// estimator saw acknowledged (every RTP datagram: media, retransmissions, probes) over
-    /// the capacity; payload over the nominal rate of the best fitting layer plus audio.
+    /// the capacity; payload over the rate of the best fitting layer plus audio, on the wire.
     media_use: Option<f64>,
     total_use: Option<f64>,
     of_fit: Option<f64>,
@@ -327,7 +388,12 @@ fn time_to_stay(
 }
 
 /// Runs the world once; `adaptive: false` is the baseline.
-fn run_mode(args: &AdaptiveArgs, plans: &[Plan], adaptive: bool) -> Result<ModeRow> {
+fn run_mode(
+    args: &AdaptiveArgs,
+    plans: &[Plan],
+    wire: &WireRates,
+    adaptive: bool,
+) -> Result<ModeRow> {
     let started = std::time::Instant::now();
     let node: SocketAddr = NODE.parse()?;
     let mut tb = Testbed::new(args.seed, LinkConfig::delay(Duration::from_millis(20)));
@@ -428,15 +494,15 @@ fn run_mode(args: &AdaptiveArgs, plans: &[Plan], adaptive: bool) -> Result<ModeR
             }
         }
     }
-    let rates = layer_rates();
+    let rates = &wire.layers;
     let top = u8::try_from(rates.len().saturating_sub(1))?;
     let mut rows = Vec::new();
     for (v, (p, (peer, _))) in plans.iter().zip(&viewers).enumerate() {
         let s = &samples[v];
         let layers: Vec<Option<u8>> = s.iter().map(|x| x.layer).collect();
         let range = |phase: usize| phase * per_phase..(phase + 1) * per_phase;
-        let fit = p.capacity_bps.and_then(|c| best_fit(&rates, c));
-        let fit_in_drop = p.drop_bps.and_then(|c| best_fit(&rates, c));
+        let fit = p.capacity_bps.and_then(|c| wire.best_fit(c));
+        let fit_in_drop = p.drop_bps.and_then(|c| wire.best_fit(c));
         // Free links: the top layer fits everywhere.
         let (want_drop, want_back) = match p.capacity_bps {
             None => (top, top),
@@ -532,7 +598,7 @@ fn run_mode(args: &AdaptiveArgs, plans: &[Plan], adaptive: bool) -> Result<ModeR
             total_use: steady_mean(|x| x.acked_bps),
             of_fit: fit
                 .and_then(|l| rates.get(usize::from(l)))
-                .map(|r| media_bps / (r + AUDIO_BPS) as f64),
+                .map(|r| media_bps / (r + wire.audio) as f64),
             estimate_use: steady_mean(|x| x.estimate_bps),
             loss,
             loss_by_phase,
@@ -788,9 +854,24 @@ pub fn adaptive(args: AdaptiveArgs) -> Result<()> {
          phases of {} s: steady, drop to 30–50 %, recovery; virtual time",
         args.seed, args.viewers, args.min_kbit, args.max_kbit, args.free, args.duration
     );
+    let wire = calibrate(args.seed)?;
+    let kbit = |v: &[u64]| {
+        v.iter()
+            .map(|b| (b / 1000).to_string())
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    println!(
+        "layers q / h / f on the wire to a viewer (measured, {:.0} B a packet besides the payload): \
+         {} kbit/s (nominal {}), audio {} kbit/s",
+        wire.overhead_bytes,
+        kbit(&wire.layers),
+        kbit(&wire.nominal),
+        wire.audio / 1000
+    );
     let mut rows = Vec::new();
     for adaptive in [true, false] {
-        rows.push(run_mode(&args, &plans, adaptive)?);
+        rows.push(run_mode(&args, &plans, &wire, adaptive)?);
     }
     if let Some(r) = rows.first() {
         print_viewers(r);
@@ -803,6 +884,7 @@ pub fn adaptive(args: AdaptiveArgs) -> Result<()> {
         "phase_s": args.duration,
         "capacity_kbit": [args.min_kbit, args.max_kbit],
         "drop_share": [DROP_SHARE.0, DROP_SHARE.1],
+        "wire_rates": wire,
         "rows": rows,
     });
     write_json(&args.out, &json)

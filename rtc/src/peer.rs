@@ -545,6 +545,7 @@ impl Peer {
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
         self.last_now = now;
         self.stats.datagrams_received += 1;
+        self.stats.bytes_received += data.len() as u64;
         if self.closed || !self.known_remotes.contains(&from) {
             self.stats.datagrams_dropped += 1;
             return;

@@ -396,6 +396,8 @@ pub struct PeerStats {
     pub datagrams_sent: u64,
     /// Datagrams fed to `handle_datagram`.
     pub datagrams_received: u64,
+    /// Bytes of those (UDP payloads: what a link carries of them, less IP and UDP headers).
+    pub bytes_received: u64,
     /// Datagrams ignored: unknown source, unknown first byte, undecodable.
     pub datagrams_dropped: u64,
     /// SRTP/SRTCP packets that failed authentication or replay checks.

@@ -20,6 +20,15 @@ use crate::time::ntp_add;
 /// Most SSRCs one track may carry (simulcast layers plus strays).
 const MAX_STREAMS_PER_TRACK: usize = 8;
 
+/// The least time between two keyframe requests of one stream upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyframeThrottle {
+    /// When somebody waits for the keyframe (a switch, a new viewer, a recorder).
+    pub switch: Duration,
+    /// When only viewers that lost part of a frame ask (their PLIs and FIRs).
+    pub repair: Duration,
+}
+
 /// One RTP stream (SSRC) of a published track.
 #[derive(Debug)]
 pub struct IncomingStream {
@@ -40,6 +49,9 @@ pub struct IncomingStream {
     pub bitrate_bps: u64,
     /// A keyframe of this stream has been asked for and not yet requested upstream.
     keyframe_wanted: bool,
+    /// ... only by viewers that lost part of a frame (throttled longer, see
+    /// [`KeyframeThrottle::repair`]).
+    repair_only: bool,
     /// When a keyframe of this stream was last requested upstream.
     last_pli: Option<Instant>,
 }
@@ -59,8 +71,13 @@ impl IncomingStream {
             window_bytes: 0,
             bitrate_bps: 0,
             keyframe_wanted: false,
+            repair_only: false,
             last_pli: None,
         }
+    }
+
+    fn throttle(&self, t: KeyframeThrottle) -> Duration {
+        if self.repair_only { t.repair } else { t.switch }
     }
 
     /// A cached packet by extended sequence number.
@@ -180,6 +197,8 @@ impl IncomingStream {
             window_bytes: s.window_bytes,
             bitrate_bps: 0,
             keyframe_wanted: s.keyframe_wanted,
+            // Not migrated: a pending request goes out as one somebody waits for.
+            repair_only: false,
             last_pli: s.last_pli_age_ms.map(|a| crate::time::from_age_ms(now, a)),
         }
     }
@@ -295,12 +314,29 @@ impl IncomingTrack {
         Some((ntp_add(ntp, elapsed), ext + ticks))
     }
 
-    /// Asks for a keyframe of the stream `ssrc` (`None`: of every stream of the track). The
-    /// request goes upstream through [`IncomingTrack::take_keyframe_requests`].
+    /// Asks for a keyframe of the stream `ssrc` (`None`: of every stream of the track) that
+    /// somebody waits for (a viewer switching to the layer, a new viewer, a recorder, a
+    /// stream that restarted). The request goes upstream through
+    /// [`IncomingTrack::take_keyframe_requests`], [`KeyframeThrottle::switch`] after the last.
     pub fn want_keyframe(&mut self, ssrc: Option<u32>) {
         for s in &mut self.streams {
             if ssrc.is_none_or(|x| x == s.ssrc) {
                 s.keyframe_wanted = true;
+                s.repair_only = false;
+            }
+        }
+    }
+
+    /// Asks for a keyframe of `ssrc` (`None`: of every stream) because a viewer lost part of a
+    /// frame (its PLI or FIR): [`KeyframeThrottle::repair`] after the last request. Each
+    /// keyframe goes to every viewer of the layer and costs several times a delta frame; a
+    /// viewer on a lossy link would otherwise have its layer's publisher send them several
+    /// times a second, into every other viewer's link.
+    pub fn want_repair_keyframe(&mut self, ssrc: Option<u32>) {
+        for s in &mut self.streams {
+            if ssrc.is_none_or(|x| x == s.ssrc) && !s.keyframe_wanted {
+                s.keyframe_wanted = true;
+                s.repair_only = true;
             }
         }
     }
@@ -311,12 +347,12 @@ impl IncomingTrack {
     }
 
     /// Takes the keyframe requests due: for each stream that wants a keyframe and whose last
-    /// request is older than `throttle` (throttled per stream: each simulcast layer is its own
+    /// request is older than its throttle (per stream: each simulcast layer is its own
     /// encoder), appends `(media SSRC, use FIR, FIR sequence number)`.
     pub fn take_keyframe_requests(
         &mut self,
         now: Instant,
-        throttle: Duration,
+        throttle: KeyframeThrottle,
         out: &mut Vec<(u32, bool, u8)>,
     ) {
         if !self.can_request_keyframe() {
@@ -324,10 +360,11 @@ impl IncomingTrack {
         }
         let use_fir = !self.line.pli;
         for s in &mut self.streams {
-            if !s.keyframe_wanted || s.last_pli.is_some_and(|t| now < t + throttle) {
+            if !s.keyframe_wanted || s.last_pli.is_some_and(|t| now < t + s.throttle(throttle)) {
                 continue;
             }
             s.keyframe_wanted = false;
+            s.repair_only = false;
             s.last_pli = Some(now);
             if use_fir {
                 self.fir_seq = self.fir_seq.wrapping_add(1);
@@ -339,14 +376,14 @@ impl IncomingTrack {
     /// When a throttled keyframe request becomes possible. (A request that
     /// is not throttled is taken at once, so a pending one always has a
     /// previous request.)
-    pub fn keyframe_deadline(&self, throttle: Duration) -> Option<Instant> {
+    pub fn keyframe_deadline(&self, throttle: KeyframeThrottle) -> Option<Instant> {
         if !self.can_request_keyframe() {
             return None;
         }
         self.streams
             .iter()
             .filter(|s| s.keyframe_wanted)
-            .filter_map(|s| s.last_pli.map(|t| t + throttle))
+            .filter_map(|s| s.last_pli.map(|t| t + s.throttle(throttle)))
             .min()
     }
 
@@ -705,7 +742,10 @@ mod tests {
     fn keyframe_requests_are_per_layer_and_throttled_per_layer() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let throttle = ms(300);
+        let throttle = KeyframeThrottle {
+            switch: ms(300),
+            repair: ms(1000),
+        };
         let mut t = IncomingTrack::new(1, line(&["q", "f"]), NackConfig::default(), 100);
         feed(&mut t, t0, &packet(5, 1, "q", 100, true)).unwrap_or_else(|_| panic!());
         feed(&mut t, t0, &packet(6, 1, "f", 100, true)).unwrap_or_else(|_| panic!());
@@ -719,7 +759,7 @@ mod tests {
         t.want_keyframe(Some(6));
         t.take_keyframe_requests(t0 + ms(100), throttle, &mut due);
         assert_eq!(due, [(6, false, 0)], "throttled per layer");
-        assert_eq!(t.keyframe_deadline(throttle), Some(t0 + throttle));
+        assert_eq!(t.keyframe_deadline(throttle), Some(t0 + ms(300)));
         due.clear();
         t.take_keyframe_requests(t0 + ms(300), throttle, &mut due);
         assert_eq!(due, [(5, false, 0)]);
@@ -728,6 +768,20 @@ mod tests {
         t.want_keyframe(None);
         t.take_keyframe_requests(t0 + ms(700), throttle, &mut due);
         assert_eq!(due, [(5, false, 0), (6, false, 0)]);
+        // A viewer's repair request waits a repair throttle after the last request...
+        due.clear();
+        t.want_repair_keyframe(Some(5));
+        assert_eq!(t.keyframe_deadline(throttle), Some(t0 + ms(1700)));
+        t.take_keyframe_requests(t0 + ms(1100), throttle, &mut due);
+        assert!(due.is_empty(), "{due:?}");
+        // ... unless somebody waits for that keyframe meanwhile.
+        t.want_keyframe(Some(5));
+        t.take_keyframe_requests(t0 + ms(1100), throttle, &mut due);
+        assert_eq!(due, [(5, false, 0)]);
+        due.clear();
+        t.want_repair_keyframe(Some(5));
+        t.take_keyframe_requests(t0 + ms(2100), throttle, &mut due);
+        assert_eq!(due, [(5, false, 0)], "a second after the last");
         // FIR when only FIR was negotiated, with an incrementing sequence number.
         let mut l = line(&[]);
         l.pli = false;

@@ -484,6 +484,8 @@ impl Node {
                 feedbacks: a.feedbacks,
                 probe_packets: a.probe_packets,
                 probe_bytes: a.probe_bytes,
+                rtt_ms: a.rtt().map(|r| r.as_millis() as u64),
+                resends_over_budget: a.resend.refused,
                 preferences: a.prefs,
                 tracks,
                 history: a

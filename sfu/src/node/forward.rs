@@ -347,8 +347,31 @@ impl Node {
         line: usize,
         ssrc: Option<u32>,
     ) {
+        self.ask_keyframe(now, stream, line, ssrc, false);
+    }
+
+    /// As [`Node::request_keyframe`], for a viewer that lost part of a frame: throttled by
+    /// [`KeyframeThrottle::repair`](crate::media::ingest::KeyframeThrottle::repair).
+    pub(super) fn request_repair_keyframe(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        line: usize,
+        ssrc: Option<u32>,
+    ) {
+        self.ask_keyframe(now, stream, line, ssrc, true);
+    }
+
+    fn ask_keyframe(
+        &mut self,
+        now: Instant,
+        stream: &StreamId,
+        line: usize,
+        ssrc: Option<u32>,
+        repair: bool,
+    ) {
         let Some(pk) = self.streams.get(stream).and_then(|e| e.publisher) else {
-            self.request_relay_keyframe(now, stream, line, ssrc);
+            self.request_relay_keyframe(now, stream, line, ssrc, repair);
             return;
         };
         let Some(p) = self.sessions[pk].as_mut() else {
@@ -357,13 +380,19 @@ impl Node {
         if let Role::Publisher(tracks) = &mut p.role
             && let Some(t) = tracks.iter_mut().find(|t| t.index == line)
         {
-            t.want_keyframe(ssrc);
+            if repair {
+                t.want_repair_keyframe(ssrc);
+            } else {
+                t.want_keyframe(ssrc);
+            }
         }
         p.send_keyframe_requests(now, &self.scfg, &mut self.out);
         self.note_deadline(pk);
     }
 
     pub(super) fn handle_rtcp(&mut self, now: Instant, key: usize, data: &[u8]) {
+        // The report's arrival in compact NTP, for the round-trip time of a viewer's report.
+        let arrival = ferry_rtc::rtcp::ntp_short(self.config.wall.ntp(now));
         let Some(s) = self.sessions[key].as_mut() else {
             return;
         };
@@ -416,6 +445,18 @@ impl Node {
                     if let Some(lost) = lost {
                         s.adapt.handle_loss_report(now, lost);
                     }
+                    // Its round trip: the blocks on our streams that echo one of our reports.
+                    let rtt = rr
+                        .blocks
+                        .iter()
+                        .filter(|b| tracks.iter().any(|t| t.line.local_ssrc == b.ssrc))
+                        .filter_map(|b| {
+                            ferry_rtc::rtcp::rtt(arrival, b.last_sr, b.delay_since_last_sr)
+                        })
+                        .min();
+                    if let Some(rtt) = rtt {
+                        s.adapt.handle_rtt(now, rtt);
+                    }
                 }
                 (Role::Viewer(tracks), RtcpPacket::Pli { media_ssrc, .. }) => {
                     if let Some(t) = tracks.iter().find(|t| t.line.local_ssrc == media_ssrc) {
@@ -437,7 +478,7 @@ impl Node {
         }
         self.out.metrics.keyframe_requests_received += keyframes.len() as u64;
         for (line, ssrc) in keyframes {
-            self.request_keyframe(now, &stream, line, ssrc);
+            self.request_repair_keyframe(now, &stream, line, ssrc);
         }
         if !nacks.is_empty() {
             self.retransmit(now, key, &stream, &nacks);
@@ -547,6 +588,14 @@ impl Node {
             let Role::Viewer(vt) = &mut v.role else {
                 return;
             };
+            // Its size on the wire: the source packet, plus the RTX header's original number.
+            let size = src.len() + 2;
+            let budget = v.adapt.budget_bps();
+            if !v.adapt.resend.admit(now, size, budget) {
+                self.out.recycle(src);
+                self.out.metrics.retransmissions_over_budget += 1;
+                continue;
+            }
             let mut buf = self.out.buffer();
             let n = vt
                 .get_mut(ti)

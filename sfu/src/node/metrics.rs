@@ -74,6 +74,9 @@ metrics! {
     retransmissions_sent,
     /// NACKed packets no longer in the cache.
     retransmissions_missed,
+    /// NACKed packets not resent: the viewer's retransmissions of the last second had reached
+    /// its bandwidth estimate.
+    retransmissions_over_budget,
     /// Sequence numbers NACKed towards publishers.
     nacks_sent,
     /// Publisher packets given up on after NACK retries.

@@ -23,6 +23,7 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::dtls::{self, DtlsRole};
 use crate::ice::{IceCredentials, IceEvent};
+use crate::media::ingest::KeyframeThrottle;
 use crate::nack::NackConfig;
 use crate::node::metrics::NodeMetrics;
 use crate::node::session::{
@@ -94,8 +95,8 @@ pub struct NodeConfig {
     pub nack: NackConfig,
     /// Packets cached per published stream for retransmission.
     pub nack_cache: usize,
-    /// Minimum interval between keyframe requests per track.
-    pub pli_throttle: Duration,
+    /// Least time between keyframe requests of a stream upstream.
+    pub pli_throttle: KeyframeThrottle,
     /// REMB bounds towards publishers.
     pub remb_min_bps: u64,
     /// REMB upper bound.
@@ -141,7 +142,10 @@ impl NodeConfig {
             max_sessions: 2000,
             nack: NackConfig::default(),
             nack_cache: 1000,
-            pli_throttle: Duration::from_millis(300),
+            pli_throttle: KeyframeThrottle {
+                switch: Duration::from_millis(300),
+                repair: Duration::from_millis(1000),
+            },
             remb_min_bps: 150_000,
             remb_max_bps: 3_000_000,
             cluster_key: None,

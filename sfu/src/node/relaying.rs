@@ -462,7 +462,7 @@ impl Node {
                 } else if let Some(stream) = self.relay_ids.get(&t.relay_id).cloned() {
                     // A node one level down: the request goes up (throttled as our own).
                     self.out.metrics.keyframe_requests_received += 1;
-                    self.request_relay_keyframe(now, &stream, t.track as usize, ssrc);
+                    self.request_relay_keyframe(now, &stream, t.track as usize, ssrc, false);
                 }
             }
             Body::SenderReport(sr) => {
@@ -885,15 +885,21 @@ impl Node {
     }
 
     /// A keyframe request for a relayed stream's layer `ssrc` (`None`: every layer) goes to
-    /// its origin.
+    /// its origin (`repair`: only viewers that lost part of a frame ask; see
+    /// [`KeyframeThrottle`](crate::media::ingest::KeyframeThrottle)).
     pub(super) fn request_relay_keyframe(
         &mut self,
         now: Instant,
         stream: &StreamId,
         line: usize,
         ssrc: Option<u32>,
+        repair: bool,
     ) {
-        let throttle = self.config.pli_throttle;
+        let throttle = if repair {
+            self.config.pli_throttle.repair
+        } else {
+            self.config.pli_throttle.switch
+        };
         let Some(r) = self
             .streams
             .get_mut(stream)

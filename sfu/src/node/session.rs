@@ -271,8 +271,8 @@ pub struct SessionConfig {
     pub nack: NackConfig,
     /// NACK cache size per stream.
     pub cache: usize,
-    /// Minimum time between keyframe requests per track.
-    pub pli_throttle: Duration,
+    /// Least time between keyframe requests of a stream upstream.
+    pub pli_throttle: crate::media::ingest::KeyframeThrottle,
     /// REMB bounds.
     pub remb_min_bps: u64,
     /// REMB upper bound.

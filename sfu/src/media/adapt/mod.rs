@@ -7,6 +7,7 @@
 //! - [`viewer`]: a viewer's transport-wide sequence numbers, bandwidth estimator
 //!   ([`crate::bwe`], fed by its transport-wide CC feedback or REMB) and probes — migrated
 //!   with the session.
+//! - [`resend`]: what a viewer's NACKs may cost (its retransmissions held to its estimate).
 //! - [`prefs`]: a viewer's caps (picture size, rate), which the allocator never exceeds.
 //! - [`view`]: what `GET /v1/sessions/{id}` shows of it.
 //!
@@ -17,5 +18,6 @@
 pub mod allocator;
 pub mod layers;
 pub mod prefs;
+pub mod resend;
 pub mod view;
 pub mod viewer;

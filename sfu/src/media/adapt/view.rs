@@ -53,6 +53,11 @@ pub struct AdaptationView {
     pub probe_packets: u64,
     /// Bytes of those.
     pub probe_bytes: u64,
+    /// The round-trip time its receiver reports give (ms), smoothed.
+    pub rtt_ms: Option<u64>,
+    /// NACKed packets not resent because its retransmissions of the last second had reached
+    /// its estimate ([`crate::media::adapt::resend`]).
+    pub resends_over_budget: u64,
     /// What the viewer asked for (its caps).
     pub preferences: crate::media::adapt::prefs::Preferences,
     /// Per track.
