@@ -27,6 +27,38 @@ pub struct TokenKeyArgs {
     pub token_public_key: Option<PathBuf>,
 }
 
+/// How many requests one client address may make on a node's HTTP listener
+/// (`ferry_sfu::driver::http::limits`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct HttpLimitArgs {
+    /// Requests a second one client address (an IPv6 client: its /64) may make on the HTTP
+    /// listener, sustained; more get 429 with Retry-After. 0: no limit. Health, readiness and
+    /// metrics probes do not count.
+    #[arg(long, default_value_t = 50.0, value_parser = parse_rate)]
+    pub http_rate: f64,
+    /// Requests one client address may make at once (before --http-rate applies).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub http_burst: u32,
+}
+
+impl HttpLimitArgs {
+    /// The limit these flags set.
+    pub fn limit(&self) -> ferry_sfu::driver::http::limits::RateLimit {
+        ferry_sfu::driver::http::limits::RateLimit {
+            per_second: self.http_rate,
+            burst: self.http_burst,
+        }
+    }
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r >= 0.0 => Ok(r),
+        Ok(_) => Err("a rate is a finite number of requests a second, 0 or more".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// HTTPS on this process's HTTP listeners, and whom its own HTTPS calls trust.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct TlsArgs {

@@ -62,6 +62,9 @@ pub struct DevArgs {
     pin_workers: bool,
     #[command(flatten)]
     rooms: crate::rooms::RoomArgs,
+    /// Each node's HTTP listener's limits per client address (`ferry node --http-rate`).
+    #[command(flatten)]
+    http_limit: crate::access::HttpLimitArgs,
     /// Where the scheduler keeps the cluster state (`etcd` needs `--features etcd`).
     #[arg(long, env = "FERRY_STORE", value_enum, default_value_t = StoreKind::Embedded)]
     store: StoreKind,
@@ -211,6 +214,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             )?),
             extra_routes: Some(rooms.routes(&transcoders)),
             tokens: node_tokens.clone(),
+            http_limit: args.http_limit.limit(),
             tls: node_tls.clone(),
             recordings_dir: Some(
                 args.recordings_dir

@@ -173,6 +173,8 @@ struct NodeArgs {
     tokens: access::TokenKeyArgs,
     #[command(flatten)]
     tls: access::TlsArgs,
+    #[command(flatten)]
+    http_limit: access::HttpLimitArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -366,6 +368,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         }),
         extra_routes: Some(rooms.routes(&transcoders)),
         tokens,
+        http_limit: args.http_limit.limit(),
         tls: tls.clone(),
         recordings_dir: args
             .recordings_dir

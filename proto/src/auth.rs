@@ -321,6 +321,13 @@ impl Verifier {
         self
     }
 
+    /// Whether `token` is the operator API token (compared in constant time).
+    pub fn is_operator_token(&self, token: &str) -> bool {
+        self.operator
+            .as_ref()
+            .is_some_and(|op| bool::from(op.as_bytes().ct_eq(token.trim().as_bytes())))
+    }
+
     /// Checks `token` (none: the request carried none) for `grant` on `stream` at `now` (Unix
     /// seconds); the token's claims when it allows the request.
     pub fn authorize(
@@ -597,6 +604,12 @@ MC4CAQAwBQYDK2VwBCIEIEQaeHJ/UisccluQiOV4/SvCIHyaB9mNpD9gJxV2wTuv
         assert_eq!(
             v.authorize(Some("op-token2"), Grant::Play, "any", NOW),
             Err(AuthError::Invalid)
+        );
+        assert!(v.is_operator_token("op-token"));
+        assert!(!v.is_operator_token("op-token2") && !v.is_operator_token(""));
+        assert!(
+            !verifier().is_operator_token("op-token"),
+            "no operator token set"
         );
         // Without a key only the operator token gets in; an empty one is no token.
         let only = Verifier::operator_only().with_operator_token("op");

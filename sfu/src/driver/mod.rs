@@ -791,6 +791,9 @@ pub struct NodeOptions {
     /// Checks the access tokens of WHIP/WHEP `POST`s (always on: without a token key, only the
     /// operator token it was given gets in).
     pub tokens: Arc<ferry_proto::auth::Verifier>,
+    /// Requests one client address may make on the HTTP listener
+    /// ([`crate::driver::http::limits`]).
+    pub http_limit: crate::driver::http::limits::RateLimit,
     /// Serve HTTPS with this certificate (and advertise `https://` URLs).
     pub tls: Option<Arc<crate::driver::tls::ServerTls>>,
     /// Where recordings without a target go (`{dir}/{id}`); `None`: a target is required.
@@ -927,15 +930,22 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
         tokens: opts.tokens,
         scheme,
     };
+    let limits = crate::driver::http::limits::HttpLimits::new(opts.http_limit).trusting({
+        let (node, tokens) = (handle.clone(), access.tokens.clone());
+        move |bearer| node.authorized(Some(bearer)) || tokens.is_operator_token(bearer)
+    });
     let mut app = crate::driver::http::router(
         handle.clone(),
         opts.ice_servers,
         opts.process_metrics,
         access,
+        limits.clone(),
     );
     if let Some(extra) = opts.extra_routes {
         app = app.merge(extra);
     }
+    // Every route counts, the embedding process's too (room joins, the SDK's files).
+    let app = limits.apply(app);
     let server = tokio::spawn(crate::driver::tls::serve(listener, opts.tls, app));
     if let Some(link) = opts.scheduler {
         let mut hb = crate::driver::heartbeat::Reporter::new(

@@ -274,6 +274,9 @@ pub async fn serve(
     tls: Option<Arc<ServerTls>>,
     app: axum::Router,
 ) -> std::io::Result<()> {
+    // Handlers and middleware see the client's address (`ConnectInfo<ClientAddr>`).
+    use crate::driver::http::limits::ClientAddr;
+    let app = app.into_make_service_with_connect_info::<ClientAddr>();
     match tls {
         Some(tls) => axum::serve(tls.listener(tcp)?, app).await,
         None => axum::serve(tcp, app).await,

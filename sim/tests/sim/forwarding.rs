@@ -446,3 +446,40 @@ fn a_recording_ends_with_its_stream() {
         assert!(matches!(outputs.last(), Some(RecordingOutput::Ended(id)) if *id == rec.id));
     }
 }
+
+/// The "DTLS ClientHello race" (RTPEngine, Asterisk, FreeSWITCH): a DTLS record from an
+/// address that passed no ICE connectivity check — a stranger, or the peer's own host on
+/// another port — is dropped before any DTLS state sees it (counted as from an unknown
+/// source), while the session waits for its peer's handshake; the peer then connects as if
+/// nothing had come.
+#[test]
+fn dtls_from_an_address_that_passed_no_ice_check_is_dropped() {
+    let node = addr("10.0.0.100:5000");
+    let mut tb = Testbed::new(3, LinkConfig::delay(Duration::from_millis(20)));
+    tb.add_node(NodeId::new("node-a").unwrap(), node).unwrap();
+    let (publisher, _) = tb
+        .publish(node, "cam", Codec::Vp8, addr("10.0.0.1:4000"))
+        .unwrap();
+    // A record that reads as a DTLS 1.2 ClientHello (content type 22, epoch 0).
+    let hello = [
+        22, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    let now = tb.now();
+    for from in ["10.0.0.66:4444", "10.0.0.1:4001"] {
+        tb.node(node)
+            .handle_datagram(now, addr(from), &mut hello.clone());
+    }
+    assert_eq!(tb.node(node).metrics().dropped_unknown_source, 2);
+    tb.run_for(Duration::from_secs(2));
+    assert!(tb.peers[publisher].stats().connected, "the peer connected");
+    let m = tb.node(node).metrics();
+    assert_eq!(m.dtls_failures, 0);
+    assert_eq!(m.sessions_connected, 1);
+    // After it connected, the same from a stranger is dropped the same way.
+    let (now, before) = (tb.now(), tb.node(node).metrics().dropped_unknown_source);
+    tb.node(node)
+        .handle_datagram(now, addr("10.0.0.66:4444"), &mut hello.clone());
+    assert_eq!(tb.node(node).metrics().dropped_unknown_source, before + 1);
+    tb.run_for(Duration::from_millis(500));
+    assert!(tb.peers[publisher].stats().connected);
+}

@@ -327,3 +327,80 @@ fn a_full_node_answers_503_with_retry_after() -> Result<()> {
     ensure!(r.header("retry-after").is_some(), "Retry-After");
     Ok(())
 }
+
+#[test]
+fn a_flood_from_one_address_gets_429_with_retry_after_and_probes_still_pass() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
+    let node = FerryNode::spawn(&["--http-rate", "2", "--http-burst", "10"])?;
+    let url = |p: &str| format!("{}{p}", node.http);
+    // A flood of WHEP POSTs from one address, without a token (every request counts).
+    let mut statuses = Vec::new();
+    let mut limited = None;
+    for _ in 0..30 {
+        let r = http(&url("/whep/flood"), "POST", &[SDP], OFFER.as_bytes())?;
+        statuses.push(r.status);
+        if r.status == 429 && limited.is_none() {
+            limited = Some(r);
+        }
+    }
+    let passed = statuses.iter().filter(|&&s| s != 429).count();
+    // The burst, plus what the rate refilled while the flood ran (2 a second).
+    ensure!(
+        (10..=14).contains(&passed),
+        "{passed} of 30 passed: {statuses:?}"
+    );
+    ensure!(
+        statuses.iter().all(|&s| s == 401 || s == 429),
+        "{statuses:?}"
+    );
+    let r = limited.context("no 429")?;
+    expect(&r, 429, "too many requests from 127.0.0.1")?;
+    let retry: u64 = r
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .context("Retry-After in seconds")?;
+    ensure!(retry == 1, "Retry-After {retry}");
+    ensure!(r.header("ferry-error") == Some("rate-limited"));
+    // Probes and metrics are not limited, and count what was refused.
+    ensure!(http(&url("/healthz"), "GET", &[], b"")?.status == 200);
+    let m = http(&url("/metrics"), "GET", &[], b"")?;
+    let refused: u64 = m
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("ferry_http_rate_limited_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .context("ferry_http_rate_limited_total")?;
+    ensure!(refused == 30 - passed as u64, "refused {refused}");
+    // The cluster's own token (the scheduler polling migrations) is not limited, even now.
+    let bearer = node.bearer();
+    let auth = ("Authorization", bearer.as_str());
+    for _ in 0..5 {
+        let r = http(&url("/v1/sessions"), "GET", &[auth], b"")?;
+        ensure!(r.status == 200, "{} {}", r.status, r.body);
+    }
+    let r = http(&url("/whep/flood"), "POST", &[SDP, auth], OFFER.as_bytes())?;
+    ensure!(r.status != 429, "{} {}", r.status, r.body);
+    // After Retry-After the client is served again.
+    std::thread::sleep(Duration::from_secs(retry));
+    let r = http(&url("/whep/flood"), "POST", &[SDP], OFFER.as_bytes())?;
+    ensure!(r.status == 401, "{} {}", r.status, r.body);
+    Ok(())
+}
+
+#[test]
+fn rate_limit_flags_are_checked() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
+    for (flag, value) in [
+        ("--http-rate", "-1"),
+        ("--http-rate", "NaN"),
+        ("--http-burst", "0"),
+    ] {
+        let out = std::process::Command::new(ferry_tests::ferry_bin()?)
+            .args(["node", &format!("{flag}={value}")])
+            .output()?;
+        ensure!(!out.status.success(), "{flag} {value} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        ensure!(err.contains(flag), "{flag} {value}: {err}");
+    }
+    Ok(())
+}

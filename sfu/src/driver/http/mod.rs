@@ -17,6 +17,7 @@ use tower_http::cors::{Any, CorsLayer};
 use tracing::Instrument;
 
 mod forward;
+pub mod limits;
 mod recordings;
 mod turn;
 
@@ -94,6 +95,7 @@ struct AppState {
     turn: turn::TurnLinks,
     process_metrics: Option<ProcessMetrics>,
     access: Access,
+    limits: limits::HttpLimits,
 }
 
 /// `/readyz`: 200 when the node should get new sessions; 503 with the reason before the
@@ -107,12 +109,14 @@ async fn readyz(State(s): State<AppState>) -> Response {
 }
 
 /// The node's HTTP routes: WHIP, WHEP, health, sessions and metrics. WHIP/WHEP `POST`s need an
-/// access token that `access` accepts.
+/// access token that `access` accepts. `limits` is only reported here (`/metrics`); the caller
+/// applies it to the whole app ([`limits::HttpLimits::apply`]).
 pub fn router(
     node: NodeHandle,
     ice_servers: Vec<IceServer>,
     process_metrics: Option<ProcessMetrics>,
     access: Access,
+    limits: limits::HttpLimits,
 ) -> Router {
     let cors = CorsLayer::new()
         .allow_origin(Any)
@@ -193,6 +197,7 @@ pub fn router(
             turn: turn::TurnLinks::default(),
             process_metrics,
             access,
+            limits,
         })
 }
 
@@ -583,6 +588,7 @@ async fn metrics(State(st): State<AppState>) -> Response {
             if let Some(extra) = &st.process_metrics {
                 text.push_str(&(extra.0)());
             }
+            text.push_str(&st.limits.metrics_text());
             ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }
         Err(e) => signal_error(e),
