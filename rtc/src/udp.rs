@@ -341,6 +341,12 @@ pub trait Datagrams {
     fn try_event(&mut self) -> Option<Self::Event> {
         None
     }
+    /// Its own input that should not wait behind the rest of a batch of datagrams (a node
+    /// worker's jobs: a migration's next step, an HTTP command someone waits for): taken
+    /// between datagrams.
+    fn try_urgent(&mut self) -> Option<Self::Event> {
+        None
+    }
     /// Handles its own input.
     fn handle_event(&mut self, event: Self::Event);
     /// Whether [`serve`] reads the socket between the send batches of a long output (a
@@ -426,6 +432,9 @@ pub async fn serve<D: Datagrams>(socket: &UdpSocket, core: &mut D) {
                         let waited = batch.waited(j, wall);
                         let (data, from) = batch.get_mut(j);
                         core.handle_datagram(now, from, data, waited);
+                        while let Some(e) = core.try_urgent() {
+                            core.handle_event(e);
+                        }
                         if D::FLUSH_EACH {
                             flush(socket, core, &mut out, early).await;
                         }
@@ -476,6 +485,9 @@ async fn handle_kept<D: Datagrams>(
         let now = std::time::Instant::now();
         core.handle_datagram(now, from, &mut buf, waited + (now - read_at));
         early.pool.push(buf);
+        while let Some(e) = core.try_urgent() {
+            core.handle_event(e);
+        }
         if D::FLUSH_EACH {
             flush(socket, core, out, early).await;
         }

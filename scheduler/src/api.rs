@@ -109,12 +109,14 @@ async fn require_token(
     req: axum::extract::Request,
     next: middleware::Next,
 ) -> Response {
-    let ok = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| bool::from(t.trim().as_bytes().ct_eq(s.token().as_bytes())));
+    // The header only (the scheme in any case): the operator's token never travels in a URL.
+    let ok = ferry_proto::auth::request_token(
+        req.headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+        None,
+    )
+    .is_some_and(|t| bool::from(t.as_bytes().ct_eq(s.token().as_bytes())));
     if !ok {
         let mut r = error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
         r.headers_mut()

@@ -17,7 +17,7 @@ pub mod rdma;
 pub mod tls;
 
 pub use memory::{MemoryNetwork, MemoryTransport};
-pub use quic::QuicTransport;
+pub use quic::{QuicSender, QuicTransport};
 pub use tls::{ClusterCa, NodeIdentity};
 
 /// What a transport failed at.

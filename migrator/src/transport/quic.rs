@@ -39,6 +39,20 @@ pub struct QuicTransport {
     accept_task: tokio::task::JoinHandle<()>,
 }
 
+/// A handle that sends on a [`QuicTransport`] from anywhere (another thread, another task):
+/// what [`Transport::send`] does, without the transport's receiving half.
+#[derive(Debug, Clone)]
+pub struct QuicSender {
+    shared: Arc<Shared>,
+}
+
+impl QuicSender {
+    /// Queues `msg` for `to` (as [`Transport::send`]).
+    pub fn send(&self, to: &NodeId, msg: Message) -> Result<(), TransportError> {
+        self.shared.send(to, msg)
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
     endpoint: quinn::Endpoint,
@@ -134,6 +148,13 @@ impl QuicTransport {
         })
     }
 
+    /// A sender on this transport for other threads or tasks.
+    pub fn sender(&self) -> QuicSender {
+        QuicSender {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// The UDP address it listens on.
     pub fn local_addr(&self) -> Result<SocketAddr, TransportError> {
         Ok(self.shared.endpoint.local_addr()?)
@@ -161,26 +182,28 @@ impl QuicTransport {
         if let Some(l) = links.get(peer) {
             return Ok(l.dialer.clone());
         }
-        let l = self.new_link(peer)?;
+        let l = self.shared.new_link(peer)?;
         let d = l.dialer.clone();
         links.insert(peer.clone(), l);
         Ok(d)
     }
+}
 
+impl Shared {
     fn new_link(&self, peer: &NodeId) -> Result<Link, TransportError> {
-        let addr = *lock(&self.shared.peers)
+        let addr = *lock(&self.peers)
             .get(peer)
             .ok_or_else(|| TransportError::UnknownPeer(peer.clone()))?;
         let dialer = Arc::new(Dialer {
             peer: peer.clone(),
             addr,
-            endpoint: self.shared.endpoint.clone(),
-            client: self.shared.client.clone(),
+            endpoint: self.endpoint.clone(),
+            client: self.client.clone(),
             conn: tokio::sync::Mutex::new(None),
         });
         let (control, control_rx) = mpsc::unbounded_channel();
         let (bulk, bulk_rx) = mpsc::unbounded_channel();
-        let rt = &self.shared.runtime;
+        let rt = &self.runtime;
         rt.spawn(write_loop(dialer.clone(), control_rx, "control"));
         rt.spawn(write_loop(dialer.clone(), bulk_rx, "bulk"));
         Ok(Link {
@@ -206,7 +229,17 @@ impl Transport for QuicTransport {
     }
 
     fn send(&self, to: &NodeId, msg: Message) -> Result<(), TransportError> {
-        let mut links = lock(&self.shared.links);
+        self.shared.send(to, msg)
+    }
+
+    async fn recv(&mut self) -> Result<(NodeId, Message), TransportError> {
+        self.inbound.recv().await.ok_or(TransportError::Closed)
+    }
+}
+
+impl Shared {
+    fn send(&self, to: &NodeId, msg: Message) -> Result<(), TransportError> {
+        let mut links = lock(&self.links);
         if !links.contains_key(to) {
             let l = self.new_link(to)?;
             links.insert(to.clone(), l);
@@ -220,10 +253,6 @@ impl Transport for QuicTransport {
             &link.control
         };
         ch.send(msg).map_err(|_| TransportError::Closed)
-    }
-
-    async fn recv(&mut self) -> Result<(NodeId, Message), TransportError> {
-        self.inbound.recv().await.ok_or(TransportError::Closed)
     }
 }
 

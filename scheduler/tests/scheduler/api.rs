@@ -218,6 +218,39 @@ async fn mutating_calls_need_the_bearer_token() {
             "{path}"
         );
     }
+    // The scheme is case-insensitive (RFC 9110 §11.1); the token only in the header, never in
+    // the URL (where logs and proxies keep it).
+    for (auth, accepted) in [
+        (format!("bearer {TOKEN}"), true),
+        (format!("BEARER  {TOKEN} "), true),
+        (format!("Basic {TOKEN}"), false),
+        (TOKEN.to_owned(), false),
+    ] {
+        let r = call_with(
+            "POST",
+            url("/v1/placements"),
+            None,
+            body.clone(),
+            &[("Authorization", &auth)],
+        )
+        .await;
+        // Accepted: past the token check (no node to place on yet: 503).
+        assert_eq!(
+            r.status != 401,
+            accepted,
+            "{auth:?}: {} {}",
+            r.status,
+            r.body
+        );
+    }
+    let r = call(
+        "POST",
+        url(&format!("/v1/placements?access_token={TOKEN}")),
+        None,
+        body.clone(),
+    )
+    .await;
+    assert_eq!(r.status, 401, "a token in the query: {}", r.body);
 }
 
 #[tokio::test]

@@ -1,25 +1,34 @@
 //! The node's cores and their workers (`--workers N`, [`crate::cluster::shards`] has the design).
 //!
-//! Each core is a [`Node`] behind a mutex, driven by one worker thread that owns a socket of
-//! the node's address (`SO_REUSEPORT` when there are several): read a batch → for each
-//! datagram the [`Router`] names the core that owns it → handle it here or hand it to that
-//! core's worker → send what the core produced. The control task (HTTP commands, the
-//! migrator) drives a core through [`Cores::drive`] and wakes its worker.
+//! Each core is a [`Node`] owned outright by one worker thread, which also owns a socket of the
+//! node's address (`SO_REUSEPORT` when there are several): read a batch → for each datagram the
+//! [`Router`] names the core that owns it → handle it here or hand it to that core's worker →
+//! send what the core produced. Nothing else touches a core's state: the control task sends
+//! an HTTP command to the core's worker as a job ([`Cores::drive`]) and waits for its answer,
+//! so a datagram — in or out — takes no lock of the core.
+//!
+//! In a cluster each core runs the migrations of its own sessions: its own [`Migrator`], with
+//! its [`Node`] as the [`ferry_migrator::SessionHost`]. The control task routes each migration
+//! message from a peer to the core of its migration ([`MigrationRoutes`]); a core sends its
+//! migrator's messages on the node's one QUIC transport itself ([`QuicSender`]) and reports
+//! its migrations' phases and ends to the control task ([`Report`]).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
-use ferry_proto::state::{SessionSnapshot, WalRecord};
-use ferry_proto::{NodeId, RecordingId, SessionId, StreamId};
+use ferry_migrator::transport::QuicSender;
+use ferry_migrator::wire::{Body, Message};
+use ferry_migrator::{MigrationEvent, Migrator};
+use ferry_proto::{MigrationId, NodeId, RecordingId, SessionId, StreamId};
 use tokio::net::UdpSocket;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 use crate::cluster::shards::Router;
 use crate::driver::membership::SessionEvents;
 use crate::driver::recording_writer::Writers;
-use crate::node::{MigrateError, Node};
+use crate::node::Node;
 
 /// Datagrams waiting for a core from other workers; beyond, they are dropped (counted).
 const INBOX: usize = 4096;
@@ -50,84 +59,141 @@ pub(super) struct Handed {
     waited: Duration,
 }
 
-#[derive(Debug)]
-struct Core {
-    node: Mutex<Node>,
+/// What one worker owns: its core and what waits on it.
+pub(super) struct CoreState {
+    pub(super) node: Node,
     /// Replies to requests waiting in this core (a viewer waiting for its stream's relay),
     /// by the core's request id.
-    waiting: Mutex<std::collections::HashMap<u64, Waiter>>,
-    /// Wakes the worker after the control task drove its core.
-    wake: Notify,
+    waiting: HashMap<u64, Waiter>,
+    /// The node's recording writers (shared by its cores: a recording moves between them).
+    pub(super) writers: Arc<Mutex<Writers>>,
+    /// The migrations of this core's sessions, and where their messages go (in a cluster).
+    pub(super) migrator: Option<(Migrator, QuicSender)>,
+    /// What this core tells the control task.
+    reports: mpsc::UnboundedSender<Report>,
+}
+
+/// What a core tells the control task.
+#[derive(Debug)]
+pub(super) enum Report {
+    /// A migration's phase or end (for the node's [`super::membership::MigrationBook`]).
+    Migration(MigrationEvent),
+}
+
+impl CoreState {
+    /// Keeps the reply to the core's waiting request `id` until the core answers it (within
+    /// the job that made the request, so the answer cannot come first).
+    pub(super) fn await_answer(&mut self, id: u64, waiter: Waiter) {
+        self.waiting.insert(id, waiter);
+    }
+
+    /// The recording writers, locked.
+    pub(super) fn writers(&self) -> MutexGuard<'_, Writers> {
+        relock(&self.writers)
+    }
+}
+
+/// Work for a core, run by its worker between datagrams.
+type Job = Box<dyn FnOnce(&mut CoreState) + Send>;
+
+#[derive(Debug)]
+struct Core {
     inbox: mpsc::Sender<Handed>,
+    jobs: mpsc::UnboundedSender<Job>,
 }
 
 /// Every core of one node.
 pub(super) struct Cores {
     cores: Vec<Core>,
     router: RwLock<Router>,
-    pub(super) writers: Mutex<Writers>,
+    pub(super) writers: Arc<Mutex<Writers>>,
     pub(super) events: SessionEvents,
     id: NodeId,
 }
 
-/// A core's worker: its inbox and its socket.
+/// A core's worker: its core, its inbox and its socket.
 pub(super) struct Worker {
     index: usize,
+    core: CoreState,
     inbox: mpsc::Receiver<Handed>,
+    jobs: mpsc::UnboundedReceiver<Job>,
     socket: UdpSocket,
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while a core was held leaves its state as it was; carry on with it.
+    // A panic while it was held leaves the state as it was; carry on with it.
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+std::thread_local! {
+    /// The core whose worker this thread is (a job that drove its own core would wait forever).
+    static WORKER_OF: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
 impl Cores {
     /// Cores from `nodes` (one per worker; each already configured), each worker reading one of
-    /// `sockets` (as many as nodes). The cores share the first one's session limit.
+    /// `sockets` (as many as nodes). The cores share the first one's session limit. In a
+    /// cluster (`migrators`) each core gets a migrator that sends on the node's transport.
+    /// Called within the node's runtime,
+    /// where recording writers run. What the cores report comes out of the receiver.
     pub(super) fn new(
         nodes: Vec<Node>,
         sockets: Vec<UdpSocket>,
         events: SessionEvents,
         id: NodeId,
-    ) -> (Arc<Cores>, Vec<Worker>) {
+        migrators: Option<(ferry_migrator::Config, QuicSender)>,
+    ) -> (Arc<Cores>, Vec<Worker>, mpsc::UnboundedReceiver<Report>) {
         let n = nodes.len();
         let admission = Arc::new(crate::node::admission::Admission::new(
             nodes.first().map_or(0, Node::max_sessions),
             n,
         ));
+        let writers = Arc::new(Mutex::new(Writers::new(tokio::runtime::Handle::current())));
+        let (reports, reported) = mpsc::unbounded_channel();
+        let mut router = Router::new(n);
         let mut cores = Vec::with_capacity(n);
         let mut workers = Vec::with_capacity(n);
         for (index, (mut node, socket)) in nodes.into_iter().zip(sockets).enumerate() {
             if n > 1 {
                 node.announce_routes();
                 node.share_admission(admission.clone(), index);
+                // Keys held before announcing started (none for a fresh node) reach the router.
+                let mut changes = Vec::new();
+                node.take_route_changes(&mut changes);
+                for c in changes {
+                    router.apply(index, c);
+                }
             }
             let (tx, rx) = mpsc::channel(INBOX);
+            let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
             cores.push(Core {
-                node: Mutex::new(node),
-                waiting: Mutex::default(),
-                wake: Notify::new(),
                 inbox: tx,
+                jobs: jobs_tx,
             });
             workers.push(Worker {
                 index,
+                core: CoreState {
+                    node,
+                    waiting: HashMap::new(),
+                    writers: writers.clone(),
+                    migrator: migrators
+                        .clone()
+                        .map(|(cfg, out)| (Migrator::new(id.clone(), cfg), out)),
+                    reports: reports.clone(),
+                },
                 inbox: rx,
+                jobs: jobs_rx,
                 socket,
             });
         }
         let cores = Arc::new(Cores {
             cores,
-            router: RwLock::new(Router::new(n)),
-            writers: Mutex::default(),
+            router: RwLock::new(router),
+            writers,
             events,
             id,
         });
-        // Keys held before announcing started (none for a fresh node) reach the router now.
-        for i in 0..n {
-            cores.drive(i, |_| ());
-        }
-        (cores, workers)
+        (cores, workers, reported)
     }
 
     /// Number of cores.
@@ -140,30 +206,51 @@ impl Cores {
         &self.id
     }
 
-    /// Core `i`, locked, for reading (a change that makes it send must go through
-    /// [`Cores::drive`], which wakes its worker).
-    pub(super) fn lock(&self, i: usize) -> MutexGuard<'_, Node> {
-        relock(&self.cores[i].node)
+    /// Runs `f` on core `i` (on its worker, between datagrams) and waits for what it returns.
+    pub(super) fn drive<T: Send + 'static>(
+        &self,
+        i: usize,
+        f: impl FnOnce(&mut Node) -> T + Send + 'static,
+    ) -> T {
+        self.drive_core(i, move |c| f(&mut c.node))
     }
 
-    /// Runs `f` on core `i`, publishes what it now owns and wakes its worker.
-    pub(super) fn drive<T>(&self, i: usize, f: impl FnOnce(&mut Node) -> T) -> T {
-        let t = {
-            let mut node = self.lock(i);
-            let t = f(&mut node);
-            self.publish_routes(i, &mut node);
-            t
-        };
-        self.cores[i].wake.notify_one();
-        t
+    /// Runs `f` on core `i`'s worker without waiting for it.
+    pub(super) fn post(&self, i: usize, f: impl FnOnce(&mut CoreState) + Send + 'static) {
+        // A worker that is gone has panicked; its log says so.
+        let _ = self.cores[i].jobs.send(Box::new(f));
     }
 
-    /// Keeps the reply to core `i`'s waiting request `id` until the core answers it. Call it
-    /// while holding the core (inside [`Cores::drive`]), so the answer cannot come first.
-    pub(super) fn await_answer(&self, i: usize, id: u64, waiter: Waiter) {
-        relock(&self.cores[i].waiting).insert(id, waiter);
+    /// [`Cores::drive`] with what the worker owns besides the core (its waiting requests, the
+    /// recording writers).
+    ///
+    /// # Panics
+    /// When core `i`'s worker is gone (it panicked) or when called from a worker.
+    pub(super) fn drive_core<T: Send + 'static>(
+        &self,
+        i: usize,
+        f: impl FnOnce(&mut CoreState) -> T + Send + 'static,
+    ) -> T {
+        assert!(
+            WORKER_OF.with(std::cell::Cell::get).is_none(),
+            "a core's worker drove a core: it would wait for itself"
+        );
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let job: Job = Box::new(move |c| {
+            let _ = tx.send(f(c));
+        });
+        if self.cores[i].jobs.send(job).is_err() {
+            panic!("core {i}'s worker is gone");
+        }
+        // The control task waits as it waited for a core's lock: until the worker is between
+        // datagrams.
+        match rx.recv() {
+            Ok(t) => t,
+            Err(_) => panic!("core {i}'s worker dropped a job"),
+        }
     }
 
+    /// Publishes what core `i` now owns (ICE ufrags, client addresses) to the router.
     fn publish_routes(&self, i: usize, node: &mut Node) {
         if self.cores.len() == 1 {
             return;
@@ -183,31 +270,47 @@ impl Cores {
         crate::cluster::shards::shard_of(stream, self.cores.len())
     }
 
+    /// The first core for which `f` holds.
+    fn find(&self, f: impl Fn(&Node) -> bool + Clone + Send + 'static) -> Option<usize> {
+        (0..self.cores.len()).find(|&i| {
+            let f = f.clone();
+            self.drive(i, move |n| f(n))
+        })
+    }
+
     /// The core that has `session`.
     pub(super) fn of_session(&self, session: &SessionId) -> Option<usize> {
-        (0..self.cores.len()).find(|&i| self.lock(i).session(session).is_some())
+        let s = session.clone();
+        self.find(move |n| n.session(&s).is_some())
     }
 
     /// The core that `session` moved away from (it answers where the session went).
     pub(super) fn moved_from(&self, now: Instant, session: &SessionId) -> Option<usize> {
-        (0..self.cores.len()).find(|&i| self.lock(i).moved_away(now, session))
-    }
-
-    /// The core that planned moving `session` away (it tells the client at the end).
-    pub(super) fn of_planned_move(&self, session: &SessionId) -> Option<usize> {
-        (0..self.cores.len()).find(|&i| self.lock(i).has_planned_move(session))
+        let s = session.clone();
+        self.find(move |n| n.moved_away(now, &s))
     }
 
     /// The core that has recording `id`.
     pub(super) fn of_recording(&self, id: &RecordingId) -> Option<usize> {
-        (0..self.cores.len()).find(|&i| self.lock(i).recording(id).is_some())
+        let id = id.clone();
+        self.find(move |n| n.recording(&id).is_some())
     }
 
-    /// Runs `f` on every core (in order) and wakes every worker.
-    pub(super) fn drive_all(&self, mut f: impl FnMut(&mut Node)) {
+    /// Runs `f` on every core (in order).
+    pub(super) fn drive_all(&self, f: impl Fn(&mut Node) + Clone + Send + 'static) {
         for i in 0..self.cores.len() {
-            self.drive(i, &mut f);
+            self.drive(i, f.clone());
         }
+    }
+
+    /// What `f` reads from each core, in order.
+    fn each<T: Send + 'static>(&self, f: impl Fn(&Node) -> T + Clone + Send + 'static) -> Vec<T> {
+        (0..self.cores.len())
+            .map(|i| {
+                let f = f.clone();
+                self.drive(i, move |n| f(n))
+            })
+            .collect()
     }
 
     /// `(sessions, routed keys)` per core, for `/metrics`.
@@ -219,8 +322,7 @@ impl Cores {
              # HELP ferry_node_worker_sessions Sessions on each core.\n\
              # TYPE ferry_node_worker_sessions gauge\n"
         );
-        for i in 0..n {
-            let k = self.lock(i).session_count();
+        for (i, k) in self.each(Node::session_count).into_iter().enumerate() {
             s.push_str(&format!(
                 "ferry_node_worker_sessions{{worker=\"{i}\"}} {k}\n"
             ));
@@ -237,23 +339,22 @@ impl Cores {
 
     /// Sessions on all cores.
     pub(super) fn sessions(&self) -> Vec<crate::node::signal::SessionInfo> {
-        (0..self.cores.len())
-            .flat_map(|i| self.lock(i).sessions())
-            .collect()
+        self.each(Node::sessions).into_iter().flatten().collect()
     }
 
     /// Streams relayed in on all cores, with where each comes from.
     pub(super) fn relay_sources(&self) -> Vec<(StreamId, SocketAddr)> {
-        (0..self.cores.len())
-            .flat_map(|i| self.lock(i).relay_sources())
+        self.each(Node::relay_sources)
+            .into_iter()
+            .flatten()
             .collect()
     }
 
     /// Counters of all cores, summed.
     pub(super) fn metrics(&self) -> crate::node::metrics::NodeMetrics {
         let mut m = crate::node::metrics::NodeMetrics::default();
-        for i in 0..self.cores.len() {
-            m.add(self.lock(i).metrics());
+        for c in self.each(|n| n.metrics().clone()) {
+            m.add(&c);
         }
         m
     }
@@ -261,158 +362,86 @@ impl Cores {
     /// The overload gauges: the worst core's.
     pub(super) fn overload_prometheus(&self) -> String {
         let (mut lag, mut ratio) = (Duration::ZERO, 0f64);
-        for i in 0..self.cores.len() {
-            let node = self.lock(i);
-            lag = lag.max(node.overload().lag());
-            ratio = ratio.max(node.overload().ratio());
+        for (l, r) in self.each(|n| (n.overload().lag(), n.overload().ratio())) {
+            lag = lag.max(l);
+            ratio = ratio.max(r);
         }
         crate::node::overload::prometheus(lag, ratio)
     }
 
     /// Recordings running on all cores.
     pub(super) fn active_recordings(&self) -> usize {
-        (0..self.cores.len())
-            .map(|i| self.lock(i).active_recordings())
-            .sum()
+        self.each(Node::active_recordings).into_iter().sum()
     }
 
     /// How recordings came and went, all cores.
     pub(super) fn recording_counters(&self) -> crate::node::RecordingCounters {
         let mut c = crate::node::RecordingCounters::default();
-        for i in 0..self.cores.len() {
-            c.add(self.lock(i).recording_counters());
+        for k in self.each(Node::recording_counters) {
+            c.add(k);
         }
         c
     }
 
     /// Recordings on all cores.
     pub(super) fn recordings(&self) -> Vec<crate::node::RecordingInfo> {
-        (0..self.cores.len())
-            .flat_map(|i| self.lock(i).recordings())
-            .collect()
+        self.each(Node::recordings).into_iter().flatten().collect()
     }
 }
 
-/// The migrator's view of a node with several cores: each call goes to the core that has
-/// the session (or, for a session not here yet, the core of its stream).
-pub(super) struct CoresHost<'a>(pub(super) &'a Cores);
-
-impl CoresHost<'_> {
-    fn with_session<T>(
-        &mut self,
-        session: &SessionId,
-        f: impl FnOnce(&mut Node) -> Result<T, MigrateError>,
-    ) -> Result<T, MigrateError> {
-        match self.0.of_session(session) {
-            Some(i) => self.0.drive(i, f),
-            None => Err(MigrateError::UnknownSession(session.clone())),
-        }
-    }
-
-    fn of_snapshot(&self, s: &SessionSnapshot) -> usize {
-        StreamId::new(s.stream.clone()).map_or(0, |st| self.0.of_stream(&st))
-    }
+/// Which core runs each migration: the core of its session (source) or of its stream
+/// (target, from its `Prepare`), and for a while after it ended (a replayed message gets
+/// the same answer from the same core's migrator).
+#[derive(Debug)]
+pub(super) struct MigrationRoutes {
+    by_id: HashMap<MigrationId, usize>,
+    /// Ended migrations, oldest first: forgotten beyond `keep`.
+    ended: VecDeque<MigrationId>,
+    keep: usize,
 }
 
-impl ferry_migrator::SessionHost for CoresHost<'_> {
-    type Error = MigrateError;
-
-    fn prewarm(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-        stream: &StreamId,
-        publisher: bool,
-    ) -> Result<(), MigrateError> {
-        let i = self.0.of_stream(stream);
-        self.0
-            .drive(i, |n| n.prewarm(now, session, stream, publisher))
-    }
-
-    fn export_snapshot(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-    ) -> Result<SessionSnapshot, MigrateError> {
-        self.with_session(session, |n| n.export_snapshot(now, session))
-    }
-
-    fn take_wal(&mut self, session: &SessionId) -> Result<Vec<WalRecord>, MigrateError> {
-        self.with_session(session, |n| n.take_wal(session))
-    }
-
-    fn freeze(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-    ) -> Result<(SessionSnapshot, Vec<WalRecord>), MigrateError> {
-        self.with_session(session, |n| n.freeze(now, session))
-    }
-
-    fn resume(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-        epoch: u64,
-    ) -> Result<(), MigrateError> {
-        self.with_session(session, |n| n.resume(now, session, epoch))
-    }
-
-    fn release(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-        target: &NodeId,
-    ) -> Result<(), MigrateError> {
-        self.with_session(session, |n| n.release(now, session, target))
-    }
-
-    fn import_snapshot(
-        &mut self,
-        now: Instant,
-        snapshot: SessionSnapshot,
-    ) -> Result<(), MigrateError> {
-        let i = self.of_snapshot(&snapshot);
-        self.0.drive(i, |n| n.import_snapshot(now, snapshot))
-    }
-
-    fn apply_wal(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-        records: &[WalRecord],
-    ) -> Result<(), MigrateError> {
-        self.with_session(session, |n| n.apply_wal(now, session, records))
-    }
-
-    fn install_final(
-        &mut self,
-        now: Instant,
-        final_state: SessionSnapshot,
-    ) -> Result<(), MigrateError> {
-        let id = SessionId::new(final_state.session_id.clone())
-            .map_err(|e| MigrateError::BadSnapshot(e.into()))?;
-        self.with_session(&id, |n| n.install_final(now, final_state))
-    }
-
-    fn activate(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-        epoch: u64,
-    ) -> Result<(), MigrateError> {
-        self.with_session(session, |n| n.activate(now, session, epoch))
-    }
-
-    fn discard(&mut self, now: Instant, session: &SessionId) {
-        if let Some(i) = self.0.of_session(session) {
-            self.0.drive(i, |n| n.discard(now, session));
+impl MigrationRoutes {
+    /// Routes that keep `keep` ended migrations (as many as a migrator remembers outcomes,
+    /// [`ferry_migrator::Config::finished_capacity`]).
+    pub(super) fn new(keep: usize) -> MigrationRoutes {
+        MigrationRoutes {
+            by_id: HashMap::new(),
+            ended: VecDeque::new(),
+            keep,
         }
     }
 
-    fn cancel_export(&mut self, now: Instant, session: &SessionId) {
-        if let Some(i) = self.0.of_session(session) {
-            self.0.drive(i, |n| n.cancel_export(now, session));
+    /// Migration `id` runs on core `i`.
+    pub(super) fn insert(&mut self, id: MigrationId, i: usize) {
+        self.by_id.insert(id, i);
+    }
+
+    /// The core a message of a migration goes to: its own; for a new one, the core of the
+    /// stream its `Prepare` names; else the first (whose migrator answers "unknown").
+    pub(super) fn route(&mut self, cores: &Cores, msg: &Message) -> usize {
+        if let Some(&i) = self.by_id.get(&msg.id) {
+            return i;
+        }
+        match &msg.body {
+            Body::Prepare(p) => {
+                let i = cores.of_stream(&p.stream);
+                self.insert(msg.id.clone(), i);
+                i
+            }
+            _ => 0,
+        }
+    }
+
+    /// Migration `id` ended: its route is kept for a while.
+    pub(super) fn ended(&mut self, id: &MigrationId) {
+        if !self.by_id.contains_key(id) || self.ended.contains(id) {
+            return;
+        }
+        self.ended.push_back(id.clone());
+        while self.ended.len() > self.keep {
+            if let Some(old) = self.ended.pop_front() {
+                self.by_id.remove(&old);
+            }
         }
     }
 }
@@ -464,6 +493,10 @@ fn pin_thread(cpu: usize) -> nix::Result<()> {
 ///
 /// Its thread is its own (a current-thread runtime): a worker busy with a fan-out never holds
 /// up another core's worker, as two tasks of one shared runtime could. On `cpu` when given.
+/// Starts core `w.index`'s worker, which runs until the node stops: [`crate::udp::serve`] on its socket.
+///
+/// Its thread is its own (a current-thread runtime): a worker busy with a fan-out never holds
+/// up another core's worker, as two tasks of one shared runtime could. On `cpu` when given.
 pub(super) fn start_worker(
     cores: Arc<Cores>,
     w: Worker,
@@ -471,7 +504,9 @@ pub(super) fn start_worker(
 ) -> std::io::Result<()> {
     let Worker {
         index,
+        core,
         inbox,
+        jobs,
         socket,
     } = w;
     // Registered again with the worker's own runtime below.
@@ -479,6 +514,7 @@ pub(super) fn start_worker(
     std::thread::Builder::new()
         .name(format!("ferry-core-{index}"))
         .spawn(move || {
+            WORKER_OF.with(|w| w.set(Some(index)));
             if let Some(cpu) = cpu {
                 match pin_thread(cpu) {
                     Ok(()) => tracing::info!(core = index, cpu, "worker pinned"),
@@ -503,13 +539,14 @@ pub(super) fn start_worker(
                         return;
                     }
                 };
-                let mut core = WorkerLoop {
+                let mut worker = WorkerLoop {
                     cores,
                     index,
+                    core,
                     inbox,
-                    out: VecDeque::with_capacity(crate::udp::BATCH),
+                    jobs,
                 };
-                crate::udp::serve(&socket, &mut core).await;
+                crate::udp::serve(&socket, &mut worker).await;
             });
         })?;
     Ok(())
@@ -520,10 +557,9 @@ pub(super) fn start_worker(
 struct WorkerLoop {
     cores: Arc<Cores>,
     index: usize,
+    core: CoreState,
     inbox: mpsc::Receiver<Handed>,
-    /// What the core produced and the loop has not taken yet: taken out a batch at a time, so
-    /// the core is locked once per `sendmmsg`, not once per datagram.
-    out: VecDeque<crate::node::session::Transmit>,
+    jobs: mpsc::UnboundedReceiver<Job>,
 }
 
 impl WorkerLoop {
@@ -539,14 +575,38 @@ impl WorkerLoop {
             .route(from, data)
             .filter(|o| *o != self.index)
     }
+
+    fn handle(&mut self, now: Instant, from: SocketAddr, data: &mut [u8], waited: Duration) {
+        let node = &mut self.core.node;
+        // How long it waited in the socket: the overload controller's input.
+        node.note_ingress_lag(now, waited);
+        node.handle_datagram(now, from, data);
+        self.cores.publish_routes(self.index, node);
+    }
+
+    /// Gives a datagram to the worker of core `owner`.
+    fn hand(&mut self, owner: usize, data: &[u8], from: SocketAddr, waited: Duration) {
+        let h = Handed {
+            data: data.to_vec(),
+            from,
+            waited,
+        };
+        let sent = self.cores.cores[owner].inbox.try_send(h).is_ok();
+        let m = self.core.node.metrics_mut();
+        if sent {
+            m.handed_off += 1;
+        } else {
+            m.handoff_dropped += 1;
+        }
+    }
 }
 
 /// A worker's own input besides its socket and its timer.
 enum WorkerEvent {
     /// A datagram another worker received for this core.
     Handed(Handed),
-    /// The control task drove this core: look at its deadline and output again.
-    Woken,
+    /// A job from the control task.
+    Job(Job),
 }
 
 impl crate::udp::Datagrams for WorkerLoop {
@@ -566,8 +626,8 @@ impl crate::udp::Datagrams for WorkerLoop {
         waited: Duration,
     ) {
         match self.other_owner(from, data) {
-            Some(o) => hand(&self.cores, self.index, o, data, from, waited),
-            None => handle(&self.cores, self.index, now, from, data, waited),
+            Some(o) => self.hand(o, data, from, waited),
+            None => self.handle(now, from, data, waited),
         }
     }
 
@@ -579,35 +639,40 @@ impl crate::udp::Datagrams for WorkerLoop {
         let Some(o) = self.other_owner(from, data) else {
             return false;
         };
-        hand(&self.cores, self.index, o, data, from, waited);
+        self.hand(o, data, from, waited);
         true
     }
 
     fn handle_timeout(&mut self, now: Instant) {
-        let mut node = self.cores.lock(self.index);
-        node.handle_timeout(now);
-        self.cores.publish_routes(self.index, &mut node);
+        let core = &mut self.core;
+        core.node.handle_timeout(now);
+        if let Some((m, _)) = core.migrator.as_mut()
+            && m.poll_timeout().is_some_and(|t| t <= now)
+        {
+            m.handle_timeout(now, &mut core.node);
+        }
+        self.cores.publish_routes(self.index, &mut core.node);
     }
 
     fn poll_transmit(&mut self) -> Option<Self::Transmit> {
-        if self.out.is_empty() {
-            let mut node = self.cores.lock(self.index);
-            while self.out.len() < crate::udp::BATCH {
-                let Some(t) = node.poll_transmit() else { break };
-                self.out.push_back(t);
-            }
-        }
-        self.out.pop_front()
+        self.core.node.poll_transmit()
     }
 
     fn poll_timeout(&mut self) -> Option<Instant> {
-        let mut node = self.cores.lock(self.index);
-        housekeeping(&self.cores, self.index, &mut node);
-        node.poll_timeout()
+        housekeeping(&self.cores, self.index, &mut self.core);
+        let migrations = self
+            .core
+            .migrator
+            .as_ref()
+            .and_then(|(m, _)| m.poll_timeout());
+        match (self.core.node.poll_timeout(), migrations) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn sent(&mut self, batch: &mut Vec<Self::Transmit>, refused: usize) {
-        let mut node = self.cores.lock(self.index);
+        let node = &mut self.core.node;
         node.metrics_mut().send_errors += refused as u64;
         for t in batch.drain(..) {
             node.recycle(t.data);
@@ -615,62 +680,89 @@ impl crate::udp::Datagrams for WorkerLoop {
     }
 
     async fn next_event(&mut self) -> Option<WorkerEvent> {
-        let wake = &self.cores.cores[self.index].wake;
         tokio::select! {
             h = self.inbox.recv() => h.map(WorkerEvent::Handed),
-            () = wake.notified() => Some(WorkerEvent::Woken),
+            j = self.jobs.recv() => j.map(WorkerEvent::Job),
         }
     }
 
     fn try_event(&mut self) -> Option<WorkerEvent> {
+        if let Ok(j) = self.jobs.try_recv() {
+            return Some(WorkerEvent::Job(j));
+        }
         self.inbox.try_recv().ok().map(WorkerEvent::Handed)
     }
 
+    fn try_urgent(&mut self) -> Option<WorkerEvent> {
+        self.jobs.try_recv().ok().map(WorkerEvent::Job)
+    }
+
     fn handle_event(&mut self, event: WorkerEvent) {
-        if let WorkerEvent::Handed(mut h) = event {
-            let now = Instant::now();
-            handle(&self.cores, self.index, now, h.from, &mut h.data, h.waited);
+        match event {
+            WorkerEvent::Handed(mut h) => {
+                let now = Instant::now();
+                self.handle(now, h.from, &mut h.data, h.waited);
+            }
+            WorkerEvent::Job(job) => {
+                // A job that panics is dropped with its answer (its caller learns so); the
+                // core carries on as it was, as it did behind a poisoned lock.
+                let core = &mut self.core;
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(core))).is_err() {
+                    tracing::error!(core = self.index, "a job panicked on the core");
+                }
+                // What it produced goes now (a migration's next message), not after the rest
+                // of the batch of datagrams the job came between.
+                housekeeping(&self.cores, self.index, &mut self.core);
+            }
         }
     }
 }
 
-fn handle(
-    cores: &Cores,
-    i: usize,
-    now: Instant,
-    from: SocketAddr,
-    data: &mut [u8],
-    waited: Duration,
-) {
-    let mut node = cores.lock(i);
-    // How long it waited in the socket: the overload controller's input.
-    node.note_ingress_lag(now, waited);
-    node.handle_datagram(now, from, data);
-    cores.publish_routes(i, &mut node);
-}
-
-/// Gives a datagram to the worker of core `owner`.
-fn hand(cores: &Cores, i: usize, owner: usize, data: &[u8], from: SocketAddr, waited: Duration) {
-    let h = Handed {
-        data: data.to_vec(),
-        from,
-        waited,
+/// A migration of a session of this core ended: the core that planned the move says what
+/// its client is told.
+fn migration_ended(cores: &Cores, node: &mut Node, e: &MigrationEvent) {
+    let MigrationEvent::Finished(r) = e else {
+        return;
     };
-    let sent = cores.cores[owner].inbox.try_send(h).is_ok();
-    let mut node = cores.lock(i);
-    let m = node.metrics_mut();
-    if sent {
-        m.handed_off += 1;
+    if r.role != ferry_migrator::Role::Source || !node.has_planned_move(&r.session) {
+        return;
+    }
+    let committed = matches!(
+        r.outcome,
+        ferry_migrator::Outcome::Committed | ferry_migrator::Outcome::Unconfirmed
+    );
+    let notice = if committed {
+        node.move_committed(Instant::now(), &r.session, r.epoch)
     } else {
-        m.handoff_dropped += 1;
+        node.move_abandoned(&r.session);
+        None
+    };
+    if let Some(m) = notice {
+        let heard = cores.events.send(&m.session, ("migrate", m.data));
+        tracing::info!(session = %m.session, target = %m.target, mode = ?m.mode, heard, "client told where its session went");
     }
 }
 
-/// What a core produced besides datagrams: recording objects to their writers, session
-/// events to their streams, ownership to the router.
-fn housekeeping(cores: &Cores, i: usize, node: &mut Node) {
+/// What a core produced besides datagrams: answers to whoever waits, recording objects to
+/// their writers, session events to their streams, migration messages and events to the
+/// control task, ownership to the router.
+fn housekeeping(cores: &Cores, i: usize, core: &mut CoreState) {
+    if let Some((m, out)) = core.migrator.as_mut() {
+        while let Some((to, msg)) = m.poll_transmit() {
+            tracing::debug!(migration = %msg.id, body = msg.body.name(), %to, "migration message out");
+            if let Err(e) = out.send(&to, msg) {
+                // To the protocol a lost message: the migration times out and rolls back.
+                tracing::warn!(peer = %to, error = %e, "migration message not sent");
+            }
+        }
+        while let Some(e) = m.poll_event() {
+            migration_ended(cores, &mut core.node, &e);
+            let _ = core.reports.send(Report::Migration(e));
+        }
+    }
+    let node = &mut core.node;
     while let Some((id, answer)) = node.poll_answer() {
-        let waiter = relock(&cores.cores[i].waiting).remove(&id);
+        let waiter = core.waiting.remove(&id);
         // A dropped reply only means the HTTP client went away.
         match (waiter, answer) {
             (Some(Waiter::Session(r)), crate::node::Answer::Session(a)) => {
@@ -682,8 +774,12 @@ fn housekeeping(cores: &Cores, i: usize, node: &mut Node) {
             _ => {}
         }
     }
-    while let Some(o) = node.poll_recording() {
-        relock(&cores.writers).handle(o);
+    if let Some(o) = node.poll_recording() {
+        let mut writers = relock(&core.writers);
+        writers.handle(o);
+        while let Some(o) = node.poll_recording() {
+            writers.handle(o);
+        }
     }
     while let Some(event) = node.poll_event() {
         match event {

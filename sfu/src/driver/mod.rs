@@ -29,8 +29,8 @@ use ferry_proto::{SessionId, StreamId};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 
-use ferry_migrator::transport::QuicTransport;
-use ferry_migrator::{MigrationPlan, Migrator};
+use ferry_migrator::MigrationPlan;
+use ferry_migrator::transport::{QuicTransport, Transport as _};
 use ferry_proto::MigrationId;
 use ferry_proto::api::MigrationView;
 
@@ -40,7 +40,7 @@ use crate::driver::membership::{
 use crate::node::{Node, Requested};
 
 use crate::node::signal::{PatchOutcome, SessionAnswer, SessionInfo, SessionKind, SignalError};
-use cores::{Cores, CoresHost};
+use cores::Cores;
 use ferry_proto::api::TicketClaims;
 
 type Reply<T> = oneshot::Sender<Result<T, SignalError>>;
@@ -102,39 +102,26 @@ struct CreateRequest {
 /// A session event for its server-sent event stream: the event's name and its JSON data.
 pub type SessionEvent = (&'static str, String);
 
-/// The migration engine of a node in a cluster, owned by the node's task.
-struct ClusterRuntime {
-    migrator: Migrator,
+/// The node's side of migrations in a cluster, owned by the control task: the transport,
+/// which core runs each migration, and the book the HTTP API reads. The migrations
+/// themselves run on the cores ([`cores::CoreState::migrator`]).
+struct Migrations {
     transport: QuicTransport,
+    routes: cores::MigrationRoutes,
     book: MigrationBook,
-    events: SessionEvents,
 }
 
-impl ClusterRuntime {
-    fn event(&mut self, cores: &Cores, e: ferry_migrator::MigrationEvent) {
-        if let ferry_migrator::MigrationEvent::Finished(r) = &e
-            && r.role == ferry_migrator::Role::Source
-            && let Some(i) = cores.of_planned_move(&r.session)
-        {
-            let committed = matches!(
-                r.outcome,
-                ferry_migrator::Outcome::Committed | ferry_migrator::Outcome::Unconfirmed
-            );
-            // The core that had the session says what its client is told.
-            let notice = cores.drive(i, |n| {
-                if committed {
-                    n.move_committed(Instant::now(), &r.session, r.epoch)
-                } else {
-                    n.move_abandoned(&r.session);
-                    None
+impl Migrations {
+    /// What a core reported.
+    fn report(&mut self, me: &ferry_proto::NodeId, r: cores::Report) {
+        match r {
+            cores::Report::Migration(e) => {
+                if let ferry_migrator::MigrationEvent::Finished(r) = &e {
+                    self.routes.ended(&r.id);
                 }
-            });
-            if let Some(m) = notice {
-                let heard = self.events.send(&m.session, ("migrate", m.data));
-                tracing::info!(session = %m.session, target = %m.target, mode = ?m.mode, heard, "client told where its session went");
+                self.book.event(me, e);
             }
         }
-        self.book.event(cores.id(), e);
     }
 }
 
@@ -424,8 +411,9 @@ pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
     let (tx, rx) = mpsc::channel(256);
     let id = node.id().clone();
     let events = SessionEvents::default();
-    let (cores, workers) = Cores::new(vec![node], vec![socket], events.clone(), id.clone());
-    run(cores, workers, &[], rx, None)?;
+    let (cores, workers, reports) =
+        Cores::new(vec![node], vec![socket], events.clone(), id.clone(), None);
+    run(cores, workers, reports, &[], rx, None)?;
     Ok(NodeHandle {
         tx,
         udp,
@@ -437,13 +425,15 @@ pub fn spawn_on(node: Node, socket: UdpSocket) -> std::io::Result<NodeHandle> {
     })
 }
 
-async fn migrator_input(
-    cluster: &mut Option<ClusterRuntime>,
-) -> Result<ferry_migrator::driver::Input, ferry_migrator::transport::TransportError> {
+/// The next migration message from a peer node (never, outside a cluster).
+async fn migration_message(
+    cluster: &mut Option<Migrations>,
+) -> Result<
+    (ferry_proto::NodeId, ferry_migrator::wire::Message),
+    ferry_migrator::transport::TransportError,
+> {
     match cluster {
-        Some(c) => {
-            ferry_migrator::driver::next_input(c.migrator.poll_timeout(), &mut c.transport).await
-        }
+        Some(c) => c.transport.recv().await,
         None => std::future::pending().await,
     }
 }
@@ -452,54 +442,53 @@ async fn migrator_input(
 fn run(
     cores: Arc<Cores>,
     workers: Vec<cores::Worker>,
+    reports: mpsc::UnboundedReceiver<cores::Report>,
     cpus: &[usize],
     rx: mpsc::Receiver<Command>,
-    cluster: Option<ClusterRuntime>,
+    cluster: Option<Migrations>,
 ) -> std::io::Result<()> {
     for (i, w) in workers.into_iter().enumerate() {
         cores::start_worker(cores.clone(), w, cpus.get(i).copied())?;
     }
-    tokio::spawn(control(cores, rx, cluster));
+    tokio::spawn(control(cores, reports, rx, cluster));
     Ok(())
 }
 
-/// The control task: commands from the HTTP layer and the migrator, each driving the core
-/// it concerns.
+/// The control task: commands from the HTTP layer, each sent to the core it concerns;
+/// migration messages from peers to the core of their migration; what the cores report.
 async fn control(
     cores: Arc<Cores>,
+    mut reports: mpsc::UnboundedReceiver<cores::Report>,
     mut rx: mpsc::Receiver<Command>,
-    mut cluster: Option<ClusterRuntime>,
+    mut cluster: Option<Migrations>,
 ) {
+    // Until every core's worker is gone (each holds a sender).
+    let mut reporting = true;
     loop {
-        if let Some(c) = cluster.as_mut() {
-            ferry_migrator::driver::flush(&mut c.migrator, &c.transport);
-            while let Some(e) = c.migrator.poll_event() {
-                c.event(&cores, e);
-            }
-        }
         tokio::select! {
             cmd = rx.recv() => {
                 let Some(cmd) = cmd else { break };
                 command(&cores, cluster.as_mut(), cmd);
             }
-            input = migrator_input(&mut cluster) => {
-                if let (Ok(input), Some(c)) = (input, cluster.as_mut()) {
+            r = reports.recv(), if reporting => match (r, cluster.as_mut()) {
+                (Some(r), Some(c)) => c.report(cores.id(), r),
+                (Some(_), None) => {}
+                (None, _) => reporting = false,
+            },
+            m = migration_message(&mut cluster) => {
+                let (Ok((from, msg)), Some(c)) = (m, cluster.as_mut()) else { continue };
+                tracing::debug!(migration = %msg.id, body = msg.body.name(), %from, "migration message in");
+                let i = c.routes.route(&cores, &msg);
+                cores.post(i, move |core| {
+                    let Some((m, _)) = core.migrator.as_mut() else { return };
                     let t = Instant::now();
-                    let what = match &input {
-                        ferry_migrator::driver::Input::Message(_, m) => m.body.name(),
-                        ferry_migrator::driver::Input::Timeout => "timeout",
-                    };
-                    ferry_migrator::driver::handle_input(
-                        &mut c.migrator,
-                        t,
-                        &mut CoresHost(&cores),
-                        input,
-                    );
+                    let what = msg.body.name();
+                    m.handle_message(t, &mut core.node, &from, msg);
                     let took = t.elapsed();
                     if took > std::time::Duration::from_millis(2) {
                         tracing::warn!(?took, what, "slow migration step");
                     }
-                }
+                });
             }
         }
     }
@@ -507,7 +496,7 @@ async fn control(
 
 fn migrate(
     cores: &Cores,
-    cluster: Option<&mut ClusterRuntime>,
+    cluster: Option<&mut Migrations>,
     now: Instant,
     view: MigrationView,
     parent: &str,
@@ -545,27 +534,29 @@ fn migrate(
         )
     };
     let shard = cores.of_session(&view.session).ok_or_else(missing)?;
-    let (stream, publisher, epoch) = {
-        let node = cores.lock(shard);
-        let s = node.session(&view.session).ok_or_else(missing)?;
-        if !s.active {
-            return Err(MigrationApiError::new(
-                409,
-                format!("session {} is migrating", view.session),
-            ));
-        }
-        if !node.has_peer(&target) {
-            return Err(MigrationApiError::new(
-                503,
-                format!("target {target} is not known to {} yet", cores.id()),
-            ));
-        }
-        (
-            s.stream.clone(),
-            matches!(s.role, crate::node::session::Role::Publisher(_)),
-            s.epoch,
-        )
-    };
+    let (session, peer, me) = (view.session.clone(), target.clone(), cores.id().clone());
+    let (stream, publisher, epoch) = cores
+        .drive(shard, move |node| {
+            let s = node.session(&session).ok_or(None)?;
+            if !s.active {
+                return Err(Some(MigrationApiError::new(
+                    409,
+                    format!("session {session} is migrating"),
+                )));
+            }
+            if !node.has_peer(&peer) {
+                return Err(Some(MigrationApiError::new(
+                    503,
+                    format!("target {peer} is not known to {me} yet"),
+                )));
+            }
+            Ok((
+                s.stream.clone(),
+                matches!(s.role, crate::node::session::Role::Publisher(_)),
+                s.epoch,
+            ))
+        })
+        .map_err(|e| e.unwrap_or_else(missing))?;
     let me = cores.id().clone();
     // The span opens before `Prepare` leaves, which carries its context.
     let fresh = !c.book.is_traced(&view.id);
@@ -580,23 +571,39 @@ fn migrate(
         mode: view.mode,
         trace_parent,
     };
-    // What the client will be told at the commit is noted by the session's core.
-    cores
-        .drive(shard, |n| n.plan_move(&view.session, &target, view.mode))
-        .map_err(|_| missing())?;
-    c.migrator
-        .start(now, &mut CoresHost(cores), plan)
+    // The session's core notes what the client will be told at the commit and runs the
+    // migration.
+    let (session, mode) = (view.session.clone(), view.mode);
+    let started = cores
+        .drive_core(shard, move |core| {
+            let Some((m, _)) = core.migrator.as_mut() else {
+                return Err(None);
+            };
+            core.node
+                .plan_move(&session, &plan.target, mode)
+                .map_err(|_| None)?;
+            m.start(now, &mut core.node, plan).map_err(|e| {
+                core.node.move_abandoned(&session);
+                Some(e)
+            })
+        })
         .map_err(|e| {
-            cores.drive(shard, |n| n.move_abandoned(&view.session));
             if fresh {
                 c.book.untrace(&view.id);
             }
-            let status = match e {
-                ferry_migrator::StartError::SelfTarget => 400,
-                _ => 409,
-            };
-            MigrationApiError::new(status, e.to_string())
-        })?;
+            match e {
+                None => missing(),
+                Some(e) => {
+                    let status = match e {
+                        ferry_migrator::StartError::SelfTarget => 400,
+                        _ => 409,
+                    };
+                    MigrationApiError::new(status, e.to_string())
+                }
+            }
+        });
+    started?;
+    c.routes.insert(view.id.clone(), shard);
     let id = view.id.clone();
     c.book.started(view, &me, &target);
     c.book
@@ -605,7 +612,7 @@ fn migrate(
         .ok_or_else(|| MigrationApiError::new(500, "migration not recorded"))
 }
 
-fn command(cores: &Cores, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
+fn command(cores: &Cores, cluster: Option<&mut Migrations>, cmd: Command) {
     let now = Instant::now();
     let of_stream = |stream: &StreamId| cores.of_stream(stream);
     // Commands about a session go to the core that has it, or knows where it went (an unknown
@@ -619,13 +626,13 @@ fn command(cores: &Cores, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
     // A dropped reply only means the HTTP client went away.
     match cmd {
         Command::Idempotent(key, kind, stream, offer, r) => {
-            let answer = cores.drive(of_stream(&stream), |n| {
+            let answer = cores.drive(of_stream(&stream), move |n| {
                 n.idempotent_answer(now, &key, kind, &stream, &offer)
             });
             let _ = r.send(answer);
         }
         Command::CheckTicket(ticket, kind, stream, r) => {
-            let checked = cores.drive(of_stream(&stream), |n| {
+            let checked = cores.drive(of_stream(&stream), move |n| {
                 let checked = n.check_ticket(now, &ticket, &stream, kind);
                 if checked.is_err() {
                     n.metrics_mut().signal_rejected += 1;
@@ -644,17 +651,21 @@ fn command(cores: &Cores, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
             } = *req;
             let shard = of_stream(&stream);
             // The core admits it against the node's limit, which its cores share.
-            cores.drive(shard, |n| {
-                let requested =
-                    n.request_session(now, kind, &stream, &offer, key.as_deref(), ticket.as_ref());
+            cores.drive_core(shard, move |c| {
+                let requested = c.node.request_session(
+                    now,
+                    kind,
+                    &stream,
+                    &offer,
+                    key.as_deref(),
+                    ticket.as_ref(),
+                );
                 match requested {
                     Ok(Requested::Answer(a)) => {
                         let _ = r.send(Ok(a));
                     }
                     // A viewer waiting for its stream's relay: the core answers it.
-                    Ok(Requested::Waiting(id)) => {
-                        cores.await_answer(shard, id, cores::Waiter::Session(r))
-                    }
+                    Ok(Requested::Waiting(id)) => c.await_answer(id, cores::Waiter::Session(r)),
                     Err(e) => {
                         let _ = r.send(Err(e));
                     }
@@ -662,31 +673,32 @@ fn command(cores: &Cores, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
             });
         }
         Command::Ticket(id, r) => {
-            let _ = r.send(cores.drive(of_session(&id), |n| match n.session(&id) {
+            let _ = r.send(cores.drive(of_session(&id), move |n| match n.session(&id) {
                 Some(_) => Ok(n.issue_ticket(now, &id)),
                 None => Err(SignalError::SessionNotFound(id.to_string())),
             }));
         }
         Command::SetVideo(id, enabled, r) => {
-            let _ = r.send(cores.drive(of_session(&id), |n| n.set_video(now, &id, enabled)));
+            let _ = r.send(cores.drive(of_session(&id), move |n| n.set_video(now, &id, enabled)));
         }
         Command::SetPreferences(id, prefs, r) => {
-            let _ = r.send(cores.drive(of_session(&id), |n| n.set_preferences(now, &id, prefs)));
+            let _ =
+                r.send(cores.drive(of_session(&id), move |n| n.set_preferences(now, &id, prefs)));
         }
         Command::Patch(id, frag, if_match, r) => {
-            let result = cores.drive(of_session(&id), |n| {
+            let result = cores.drive(of_session(&id), move |n| {
                 n.patch(now, &id, &frag, if_match.as_deref())
             });
             let _ = r.send(result);
         }
         Command::Delete(id, r) => {
-            let _ = r.send(cores.drive(of_session(&id), |n| n.delete(now, &id)));
+            let _ = r.send(cores.drive(of_session(&id), move |n| n.delete(now, &id)));
         }
         Command::Sessions(r) => {
             let _ = r.send(Ok(cores.sessions()));
         }
         Command::SessionView(id, r) => {
-            let _ = r.send(cores.drive(of_session(&id), |n| n.session_view(now, &id)));
+            let _ = r.send(cores.drive(of_session(&id), move |n| n.session_view(now, &id)));
         }
         Command::Metrics(r) => {
             let mut text = cores.metrics().to_prometheus();
@@ -707,11 +719,11 @@ fn command(cores: &Cores, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
             let _ = r.send(Ok(text));
         }
         Command::Snapshot(id, r) => {
-            let _ = r.send(cores.drive(of_session(&id), |n| n.snapshot_session(now, &id)));
+            let _ = r.send(cores.drive(of_session(&id), move |n| n.snapshot_session(now, &id)));
         }
         Command::Restore(snap, r) => {
             let shard = StreamId::new(snap.stream.clone()).map_or(0, |s| of_stream(&s));
-            let _ = r.send(cores.drive(shard, |n| n.restore_session(now, *snap)));
+            let _ = r.send(cores.drive(shard, move |n| n.restore_session(now, *snap)));
         }
         Command::Report(r) => {
             let _ = r.send(Ok((
@@ -735,7 +747,8 @@ fn command(cores: &Cores, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
                     c.transport.add_peer(id.clone(), *quic);
                 }
             }
-            cores.drive_all(|node| {
+            let d = Arc::new(d);
+            cores.drive_all(move |node| {
                 for (id, base) in &d.http {
                     node.set_peer_http(id.clone(), base.clone());
                 }
@@ -750,10 +763,10 @@ fn command(cores: &Cores, cluster: Option<&mut ClusterRuntime>, cmd: Command) {
         Command::Recording(cmd) => recordings::handle(cores, now, cmd),
         Command::StreamHere(stream, r) => {
             let shard = of_stream(&stream);
-            cores.drive(shard, |n| match n.request_stream(now, &stream) {
-                Some(id) => cores.await_answer(shard, id, cores::Waiter::Stream(r)),
+            cores.drive_core(shard, move |c| match c.node.request_stream(now, &stream) {
+                Some(id) => c.await_answer(id, cores::Waiter::Stream(r)),
                 None => {
-                    let _ = r.send(Ok(n.has_stream(&stream)));
+                    let _ = r.send(Ok(c.node.has_stream(&stream)));
                 }
             });
         }
@@ -861,6 +874,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     config.max_sessions = opts.max_sessions;
     config.relay_fanout = opts.relay_fanout;
     let mut runtime = None;
+    let migrations = ferry_migrator::Config::default();
     let mut migration = None;
     let directory: SharedDirectory = opts.directory.clone().unwrap_or_default();
     let events = SessionEvents::default();
@@ -879,11 +893,10 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
             quic.ip()
         };
         migration = Some(SocketAddr::new(quic_ip, quic.port()));
-        runtime = Some(ClusterRuntime {
-            migrator: Migrator::new(opts.id.clone(), ferry_migrator::Config::default()),
+        runtime = Some(Migrations {
             transport,
+            routes: cores::MigrationRoutes::new(migrations.finished_capacity),
             book: MigrationBook::default(),
-            events: events.clone(),
         });
     }
     let cert = Arc::new(cert);
@@ -902,7 +915,15 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
             node
         })
         .collect();
-    let (cores, shards) = Cores::new(nodes, sockets, events.clone(), id);
+    let (cores, shards, reports) = Cores::new(
+        nodes,
+        sockets,
+        events.clone(),
+        id,
+        runtime
+            .as_ref()
+            .map(|m: &Migrations| (migrations.clone(), m.transport.sender())),
+    );
     tracing::info!(workers, %udp, "media workers started");
     let (tx, rx) = mpsc::channel(256);
     let cpus = if opts.pin_workers {
@@ -910,7 +931,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     } else {
         Vec::new()
     };
-    run(cores, shards, &cpus, rx, runtime)?;
+    run(cores, shards, reports, &cpus, rx, runtime)?;
     let handle = NodeHandle {
         tx,
         udp,

@@ -105,20 +105,29 @@ fn view(info: &RecordingInfo, store: &Store, last_error: &Mutex<Option<String>>)
     }
 }
 
-/// The node's recording writers, owned by the node's task.
-#[derive(Default)]
+/// The node's recording writers, shared by its cores.
 pub(crate) struct Writers {
     by_id: HashMap<RecordingId, Writer>,
+    /// Where the writers run: the node's runtime, not a core's worker.
+    runtime: tokio::runtime::Handle,
 }
 
 impl Writers {
+    /// No writers yet; those opened run on `runtime`.
+    pub(crate) fn new(runtime: tokio::runtime::Handle) -> Writers {
+        Writers {
+            by_id: HashMap::new(),
+            runtime,
+        }
+    }
+
     /// Opens the store of a recording the core just started and spawns its writer.
     pub(crate) fn open(&mut self, info: &RecordingInfo) -> Result<(), RecordingApiError> {
         let store = Store::open(&info.target)
             .map_err(|e| RecordingApiError::new(400, format!("target {:?}: {e}", info.target)))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let last_error = Arc::new(Mutex::new(None));
-        tokio::spawn(write(
+        self.runtime.spawn(write(
             info.id.clone(),
             store.clone(),
             rx,

@@ -14,9 +14,10 @@ use ferry_proto::{RecordingId, StreamId};
 use ferry_record::{RecorderState, Store};
 use tokio::sync::oneshot;
 
+use super::cores::CoreState;
 use super::{Command, Cores, NodeHandle};
 use crate::driver::recording_writer::{RecordingApiError, RecordingView};
-use crate::node::{Node, RecordingError, RecordingPhase};
+use crate::node::{RecordingError, RecordingPhase};
 
 type RecordingReply<T> = oneshot::Sender<Result<T, RecordingApiError>>;
 
@@ -223,71 +224,74 @@ pub(super) fn handle(cores: &Cores, now: Instant, cmd: RecordingCommand) {
     let of_recording = |id: &RecordingId| cores.of_recording(id).unwrap_or(0);
     match cmd {
         RecordingCommand::Start(id, stream, target, r) => {
-            let _ = r.send(cores.drive(cores.of_stream(&stream), |n| {
-                let info = n.start_recording(now, id, &stream, target);
-                opened(n, cores, info)
+            let _ = r.send(cores.drive_core(cores.of_stream(&stream), move |c| {
+                let info = c.node.start_recording(now, id, &stream, target);
+                opened(c, info)
             }));
         }
         RecordingCommand::Resume(id, stream, state, after_crash, r) => {
-            let _ = r.send(cores.drive(cores.of_stream(&stream), |n| {
-                let info = n.resume_recording(now, id, &stream, &state, after_crash);
-                opened(n, cores, info)
+            let _ = r.send(cores.drive_core(cores.of_stream(&stream), move |c| {
+                let info = c
+                    .node
+                    .resume_recording(now, id, &stream, &state, after_crash);
+                opened(c, info)
             }));
         }
         RecordingCommand::Await(id, stream, target, r) => {
-            let _ = r.send(cores.drive(cores.of_stream(&stream), |n| {
-                n.await_recording(now, id, &stream, target)
-                    .map(|info| relock(cores).view(&info))
+            let _ = r.send(cores.drive_core(cores.of_stream(&stream), move |c| {
+                c.node
+                    .await_recording(now, id, &stream, target)
+                    .map(|info| c.writers().view(&info))
                     .map_err(Into::into)
             }));
         }
         RecordingCommand::ResumeAwaiting(id, state, r) => {
-            let _ = r.send(cores.drive(of_recording(&id), |n| {
-                let info = n.resume_awaiting(now, &id, &state);
-                opened(n, cores, info)
+            let _ = r.send(cores.drive_core(of_recording(&id), move |c| {
+                let info = c.node.resume_awaiting(now, &id, &state);
+                opened(c, info)
             }));
         }
         RecordingCommand::BeginHandover(id, r) => {
-            let _ = r.send(cores.drive(of_recording(&id), |n| {
+            let _ = r.send(cores.drive(of_recording(&id), move |n| {
                 n.begin_recording_handover(now, &id).map_err(Into::into)
             }));
         }
         RecordingCommand::HandedOver(id, r) => {
-            // The barrier is set under the core's lock, so no object of the recording can be
+            // The barrier is set by the core's worker, so no object of the recording can be
             // handed to its writer in between.
-            let i = of_recording(&id);
-            let mut node = cores.lock(i);
-            let answer = match node.handed_over_state(&id) {
-                Some(state) => Ok(Some((Box::new(state), barrier(&mut node, cores, &id)))),
-                None if node.recording(&id).is_some() => Ok(None),
-                None => Err(RecordingError::UnknownRecording(id).into()),
-            };
-            let _ = r.send(answer);
+            let _ = r.send(cores.drive_core(of_recording(&id), move |c| {
+                match c.node.handed_over_state(&id) {
+                    Some(state) => Ok(Some((Box::new(state), barrier(c, &id)))),
+                    None if c.node.recording(&id).is_some() => Ok(None),
+                    None => Err(RecordingError::UnknownRecording(id).into()),
+                }
+            }));
         }
         RecordingCommand::Export(id, r) => {
-            let _ = r.send(cores.drive(of_recording(&id), |n| {
-                let state = n.export_recording(now, &id)?;
-                Ok((Box::new(state), barrier(n, cores, &id)))
+            let _ = r.send(cores.drive_core(of_recording(&id), move |c| {
+                let state = c.node.export_recording(now, &id)?;
+                Ok((Box::new(state), barrier(c, &id)))
             }));
         }
         RecordingCommand::Stop(id, r) => {
             // The writer learns whom to answer before the core's worker can hand it the
-            // recording's end: both under the core's lock.
-            let _ = r.send(cores.drive(of_recording(&id), |n| {
-                if let Some(mut info) = n
+            // recording's end: both on the core's worker.
+            let _ = r.send(cores.drive_core(of_recording(&id), move |c| {
+                if let Some(mut info) = c
+                    .node
                     .recording(&id)
                     .filter(|i| i.state == RecordingPhase::Awaiting)
                 {
-                    n.cancel_awaiting(&id);
+                    c.node.cancel_awaiting(&id);
                     info.state = RecordingPhase::Stopped;
                     let (tx, rx) = oneshot::channel();
-                    let _ = tx.send(relock(cores).view(&info));
+                    let _ = tx.send(c.writers().view(&info));
                     return Ok(rx);
                 }
-                match n.stop_recording(now, &id) {
+                match c.node.stop_recording(now, &id) {
                     Ok(info) => {
                         let (tx, rx) = oneshot::channel();
-                        relock(cores).on_end(info, tx);
+                        c.writers().on_end(info, tx);
                         Ok(rx)
                     }
                     Err(e) => Err(e.into()),
@@ -296,16 +300,17 @@ pub(super) fn handle(cores: &Cores, now: Instant, cmd: RecordingCommand) {
         }
         RecordingCommand::List(r) => {
             let list = cores.recordings();
-            let mut writers = relock(cores);
+            let mut writers = relock(&cores.writers);
             writers.retain(&list);
             let _ = r.send(Ok(list.iter().map(|i| writers.view(i)).collect()));
         }
         RecordingCommand::Show(id, r) => {
-            let info = cores
-                .of_recording(&id)
-                .and_then(|i| cores.lock(i).recording(&id));
+            let info = cores.of_recording(&id).and_then(|i| {
+                let id = id.clone();
+                cores.drive(i, move |n| n.recording(&id))
+            });
             let _ = r.send(match info {
-                Some(info) => Ok(relock(cores).view(&info)),
+                Some(info) => Ok(relock(&cores.writers).view(&info)),
                 None => Err(RecordingError::UnknownRecording(id).into()),
             });
         }
@@ -313,30 +318,31 @@ pub(super) fn handle(cores: &Cores, now: Instant, cmd: RecordingCommand) {
 }
 
 /// Resolves once every object recording `id` output so far is stored: what the core still
-/// holds goes to the writers first (under the core's lock, so in order), then the barrier.
-fn barrier(node: &mut Node, cores: &Cores, id: &RecordingId) -> oneshot::Receiver<()> {
-    let mut writers = relock(cores);
-    while let Some(o) = node.poll_recording() {
+/// holds goes to the writers first (on the core's worker, so in order), then the barrier.
+fn barrier(core: &mut CoreState, id: &RecordingId) -> oneshot::Receiver<()> {
+    let mut writers = relock(&core.writers);
+    while let Some(o) = core.node.poll_recording() {
         writers.handle(o);
     }
     writers.barrier(id)
 }
 
-fn relock(cores: &Cores) -> std::sync::MutexGuard<'_, crate::driver::recording_writer::Writers> {
-    cores.writers.lock().unwrap_or_else(|e| e.into_inner())
+fn relock(
+    writers: &std::sync::Mutex<crate::driver::recording_writer::Writers>,
+) -> std::sync::MutexGuard<'_, crate::driver::recording_writer::Writers> {
+    writers.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A recording the core just started or resumed gets its writer (a target that cannot be
 /// opened takes the recording back: 400).
 fn opened(
-    node: &mut Node,
-    cores: &Cores,
+    core: &mut CoreState,
     info: Result<crate::node::RecordingInfo, RecordingError>,
 ) -> Result<RecordingView, RecordingApiError> {
     let info = info?;
-    let mut writers = relock(cores);
+    let mut writers = relock(&core.writers);
     if let Err(e) = writers.open(&info) {
-        node.discard_recording(&info.id);
+        core.node.discard_recording(&info.id);
         return Err(e);
     }
     tracing::info!(recording = %info.id, stream = %info.stream, target = %info.target, "recording started");

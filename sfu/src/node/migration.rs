@@ -12,6 +12,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use ferry_migrator::SessionHost;
 use ferry_proto::state::{SessionSnapshot, WalRecord, wal_record::Change};
 use ferry_proto::{NodeId, SessionId, StreamId};
 
@@ -105,8 +106,73 @@ impl Node {
         })
     }
 
+    fn drop_import(&mut self, key: usize) {
+        let Some(s) = self.sessions[key].take() else {
+            return;
+        };
+        self.free.push(key);
+        self.by_id.remove(&s.id);
+        self.note_held();
+        self.by_ufrag.remove(&s.ice.local().ufrag);
+        self.by_addr.retain(|_, k| *k != key);
+        self.held.remove(&key);
+        self.imports.remove(&key);
+        // A relay subscribed for it is torn down by the relay tick when no
+        // viewer uses it.
+    }
+
+    /// A viewer activated here continues where the source stopped: every
+    /// cached packet after the last one it forwarded is sent now.
+    fn catch_up(&mut self, now: Instant, key: usize) {
+        let Some(s) = self.sessions[key].as_ref() else {
+            return;
+        };
+        let Role::Viewer(tracks) = &s.role else {
+            return;
+        };
+        let stream = s.stream.clone();
+        let todo: Vec<(usize, usize, u32, u64, u64)> = tracks
+            .iter()
+            .enumerate()
+            .filter_map(|(ti, t)| {
+                let (ssrc, seq, ts) = t.munger.last_source()?;
+                Some((ti, t.source()?, ssrc, seq, ts))
+            })
+            .collect();
+        let span = self.config.nack_cache as u64;
+        for (ti, line, ssrc, last, last_ts) in todo {
+            for ext in last + 1..=last + span {
+                let Some((pkt, src)) = self.cached_source_packet(&stream, line, ssrc, ext, last_ts)
+                else {
+                    continue;
+                };
+                let mut buf = self.out.buffer();
+                let Some(v) = self.sessions[key].as_mut() else {
+                    return;
+                };
+                let Role::Viewer(vt) = &mut v.role else {
+                    return;
+                };
+                match vt[ti].forward(now, &pkt, &src, &mut buf) {
+                    Ok(n) => {
+                        if v.send_rtp(now, &mut self.out, buf, n) {
+                            self.out.metrics.rtp_forwarded += 1;
+                        }
+                    }
+                    Err(DropReason::WaitingKeyframe | DropReason::Late) => self.out.recycle(buf),
+                }
+            }
+        }
+    }
+}
+
+/// The migrator drives a node through these steps (see
+/// [`ferry_migrator::SessionHost`] for the contract).
+impl SessionHost for Node {
+    type Error = MigrateError;
+
     /// Target: whether this node can take the session; nothing is reserved.
-    pub fn migration_prewarm(
+    fn prewarm(
         &mut self,
         _now: Instant,
         session: &SessionId,
@@ -134,7 +200,7 @@ impl Node {
     }
 
     /// Source: the full state of a session; WAL capture starts now.
-    pub fn migration_export(
+    fn export_snapshot(
         &mut self,
         now: Instant,
         id: &SessionId,
@@ -155,7 +221,7 @@ impl Node {
     }
 
     /// Source: WAL records captured since the last call.
-    pub fn migration_take_wal(&mut self, id: &SessionId) -> Result<Vec<WalRecord>, MigrateError> {
+    fn take_wal(&mut self, id: &SessionId) -> Result<Vec<WalRecord>, MigrateError> {
         let key = self.key_of(id)?;
         let s = self.session_mut(key);
         let Some(w) = s.wal.as_mut() else {
@@ -171,13 +237,13 @@ impl Node {
     /// Source: quiesces the session (it stops sending; its datagrams are
     /// held) and returns its final state without packet caches, plus the
     /// last WAL records.
-    pub fn migration_freeze(
+    fn freeze(
         &mut self,
         now: Instant,
         id: &SessionId,
     ) -> Result<(SessionSnapshot, Vec<WalRecord>), MigrateError> {
         let key = self.key_of(id)?;
-        let records = self.migration_take_wal(id)?;
+        let records = self.take_wal(id)?;
         let me = self.cluster_addr();
         let s = self.session_mut(key);
         if !s.active {
@@ -220,12 +286,7 @@ impl Node {
 
     /// Source, rollback: the session runs on at ownership `epoch` from where
     /// it froze; held datagrams are processed.
-    pub fn migration_resume(
-        &mut self,
-        now: Instant,
-        id: &SessionId,
-        epoch: u64,
-    ) -> Result<(), MigrateError> {
+    fn resume(&mut self, now: Instant, id: &SessionId, epoch: u64) -> Result<(), MigrateError> {
         let key = self.key_of(id)?;
         let s = self.session_mut(key);
         s.wal = None;
@@ -249,7 +310,7 @@ impl Node {
     /// Source, commit: the session is gone from here. Its held and later
     /// datagrams go to `target` (forwarding pointer); a publisher's local
     /// viewers now get the stream relayed from there.
-    pub fn migration_release(
+    fn release(
         &mut self,
         now: Instant,
         id: &SessionId,
@@ -342,7 +403,7 @@ impl Node {
 
     /// Target: installs a session from a snapshot, inactive. A viewer's
     /// stream is relayed in from its origin if it is not here.
-    pub fn migration_import(
+    fn import_snapshot(
         &mut self,
         now: Instant,
         snapshot: SessionSnapshot,
@@ -411,7 +472,7 @@ impl Node {
     }
 
     /// Target: applies WAL records (a record applied before is skipped).
-    pub fn migration_apply_wal(
+    fn apply_wal(
         &mut self,
         _now: Instant,
         id: &SessionId,
@@ -444,7 +505,7 @@ impl Node {
 
     /// Target: replaces the imported state with the final one, keeping the
     /// caches built from snapshot and WAL. Still inactive.
-    pub fn migration_install_final(
+    fn install_final(
         &mut self,
         now: Instant,
         final_state: SessionSnapshot,
@@ -500,12 +561,7 @@ impl Node {
     }
 
     /// Target, commit: the session runs here from now on at `epoch`.
-    pub fn migration_activate(
-        &mut self,
-        now: Instant,
-        id: &SessionId,
-        epoch: u64,
-    ) -> Result<(), MigrateError> {
+    fn activate(&mut self, now: Instant, id: &SessionId, epoch: u64) -> Result<(), MigrateError> {
         let key = self.key_of(id)?;
         let Some(takeover) = self.imports.remove(&key) else {
             let s = self.session_mut(key);
@@ -563,7 +619,7 @@ impl Node {
     }
 
     /// Target, abort: forgets an imported session.
-    pub fn migration_discard(&mut self, _now: Instant, id: &SessionId) {
+    fn discard(&mut self, _now: Instant, id: &SessionId) {
         if let Some(&key) = self.by_id.get(id)
             && self.imports.contains_key(&key)
         {
@@ -571,168 +627,11 @@ impl Node {
         }
     }
 
-    fn drop_import(&mut self, key: usize) {
-        let Some(s) = self.sessions[key].take() else {
-            return;
-        };
-        self.free.push(key);
-        self.by_id.remove(&s.id);
-        self.note_held();
-        self.by_ufrag.remove(&s.ice.local().ufrag);
-        self.by_addr.retain(|_, k| *k != key);
-        self.held.remove(&key);
-        self.imports.remove(&key);
-        // A relay subscribed for it is torn down by the relay tick when no
-        // viewer uses it.
-    }
-
-    /// A viewer activated here continues where the source stopped: every
-    /// cached packet after the last one it forwarded is sent now.
-    fn catch_up(&mut self, now: Instant, key: usize) {
-        let Some(s) = self.sessions[key].as_ref() else {
-            return;
-        };
-        let Role::Viewer(tracks) = &s.role else {
-            return;
-        };
-        let stream = s.stream.clone();
-        let todo: Vec<(usize, usize, u32, u64, u64)> = tracks
-            .iter()
-            .enumerate()
-            .filter_map(|(ti, t)| {
-                let (ssrc, seq, ts) = t.munger.last_source()?;
-                Some((ti, t.source()?, ssrc, seq, ts))
-            })
-            .collect();
-        let span = self.config.nack_cache as u64;
-        for (ti, line, ssrc, last, last_ts) in todo {
-            for ext in last + 1..=last + span {
-                let Some((pkt, src)) = self.cached_source_packet(&stream, line, ssrc, ext, last_ts)
-                else {
-                    continue;
-                };
-                let mut buf = self.out.buffer();
-                let Some(v) = self.sessions[key].as_mut() else {
-                    return;
-                };
-                let Role::Viewer(vt) = &mut v.role else {
-                    return;
-                };
-                match vt[ti].forward(now, &pkt, &src, &mut buf) {
-                    Ok(n) => {
-                        if v.send_rtp(now, &mut self.out, buf, n) {
-                            self.out.metrics.rtp_forwarded += 1;
-                        }
-                    }
-                    Err(DropReason::WaitingKeyframe | DropReason::Late) => self.out.recycle(buf),
-                }
-            }
-        }
-    }
-}
-
-impl Node {
     /// Source, before the freeze: the target refused or went silent; WAL
     /// capture stops and what it held is dropped. The session never stopped.
-    pub fn migration_cancel_export(&mut self, _now: Instant, id: &SessionId) {
+    fn cancel_export(&mut self, _now: Instant, id: &SessionId) {
         if let Ok(key) = self.key_of(id) {
             self.session_mut(key).wal = None;
         }
-    }
-}
-
-/// The migrator drives a node through these steps (see
-/// [`ferry_migrator::SessionHost`] for the contract).
-impl ferry_migrator::SessionHost for Node {
-    type Error = MigrateError;
-
-    fn prewarm(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-        stream: &StreamId,
-        publisher: bool,
-    ) -> Result<(), MigrateError> {
-        self.migration_prewarm(now, session, stream, publisher)
-    }
-
-    fn export_snapshot(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-    ) -> Result<SessionSnapshot, MigrateError> {
-        self.migration_export(now, session)
-    }
-
-    fn take_wal(&mut self, session: &SessionId) -> Result<Vec<WalRecord>, MigrateError> {
-        self.migration_take_wal(session)
-    }
-
-    fn freeze(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-    ) -> Result<(SessionSnapshot, Vec<WalRecord>), MigrateError> {
-        self.migration_freeze(now, session)
-    }
-
-    fn resume(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-        epoch: u64,
-    ) -> Result<(), MigrateError> {
-        self.migration_resume(now, session, epoch)
-    }
-
-    fn release(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-        target: &NodeId,
-    ) -> Result<(), MigrateError> {
-        self.migration_release(now, session, target)
-    }
-
-    fn import_snapshot(
-        &mut self,
-        now: Instant,
-        snapshot: SessionSnapshot,
-    ) -> Result<(), MigrateError> {
-        self.migration_import(now, snapshot)
-    }
-
-    fn apply_wal(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-        records: &[WalRecord],
-    ) -> Result<(), MigrateError> {
-        self.migration_apply_wal(now, session, records)
-    }
-
-    fn install_final(
-        &mut self,
-        now: Instant,
-        final_state: SessionSnapshot,
-    ) -> Result<(), MigrateError> {
-        self.migration_install_final(now, final_state)
-    }
-
-    fn activate(
-        &mut self,
-        now: Instant,
-        session: &SessionId,
-        epoch: u64,
-    ) -> Result<(), MigrateError> {
-        self.migration_activate(now, session, epoch)
-    }
-
-    fn discard(&mut self, now: Instant, session: &SessionId) {
-        self.migration_discard(now, session);
-    }
-
-    fn cancel_export(&mut self, now: Instant, session: &SessionId) {
-        self.migration_cancel_export(now, session);
     }
 }

@@ -9,6 +9,7 @@ use crate::support;
 
 use std::time::Duration;
 
+use ferry_migrator::SessionHost;
 use ferry_proto::{NodeId, StreamId};
 use ferry_sfu::cluster::shards::shard_of;
 use ferry_sfu::codec::Codec;
@@ -67,16 +68,15 @@ fn the_cores_of_a_node_share_its_session_limit() {
     let mover = StreamId::new("mover").unwrap();
     let now = tb.now();
     assert!(matches!(
-        tb.core(a, &mover)
-            .migration_prewarm(now, &moving, &mover, true),
+        tb.core(a, &mover).prewarm(now, &moving, &mover, true),
         Err(MigrateError::Full)
     ));
-    let snap = tb.node(b).migration_export(now, &moving).unwrap();
+    let snap = tb.node(b).export_snapshot(now, &moving).unwrap();
     assert!(matches!(
-        tb.core(a, &mover).migration_import(now, snap),
+        tb.core(a, &mover).import_snapshot(now, snap),
         Err(MigrateError::Full)
     ));
-    tb.node(b).migration_cancel_export(now, &moving);
+    tb.node(b).cancel_export(now, &moving);
 
     // One leaves core 0: core 1 takes the next.
     let s0_id = StreamId::new(s0.as_str()).unwrap();

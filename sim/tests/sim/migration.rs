@@ -13,6 +13,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use ferry_migrator::SessionHost;
 use ferry_proto::{NodeId, SessionId, StreamId};
 use ferry_sfu::codec::Codec;
 use ferry_sim::net::LinkConfig;
@@ -530,27 +531,21 @@ fn target_crash_before_commit_rolls_back() {
         };
         let stream = StreamId::new("cam").unwrap();
         let now = w.tb.now();
-        w.tb.node(b)
-            .migration_prewarm(now, &id, &stream, publisher)
-            .unwrap();
-        let snap = w.tb.node(a).migration_export(now, &id).unwrap();
-        w.tb.node(b).migration_import(now, snap).unwrap();
+        w.tb.node(b).prewarm(now, &id, &stream, publisher).unwrap();
+        let snap = w.tb.node(a).export_snapshot(now, &id).unwrap();
+        w.tb.node(b).import_snapshot(now, snap).unwrap();
         w.tb.run_for(Duration::from_millis(40));
         let now = w.tb.now();
-        let (fin, wal) = w.tb.node(a).migration_freeze(now, &id).unwrap();
-        w.tb.node(b).migration_apply_wal(now, &id, &wal).unwrap();
-        w.tb.node(b)
-            .migration_install_final(now, fin.clone())
-            .unwrap();
+        let (fin, wal) = w.tb.node(a).freeze(now, &id).unwrap();
+        w.tb.node(b).apply_wal(now, &id, &wal).unwrap();
+        w.tb.node(b).install_final(now, fin.clone()).unwrap();
         w.tb.run_for(Duration::from_millis(20));
         // B is gone before it heard the commit.
         let remote_stats = video(&w.tb, w.remote).packets;
         w.tb.crash_node(b);
         w.tb.run_for(Duration::from_millis(200));
         let now = w.tb.now();
-        w.tb.node(a)
-            .migration_resume(now, &id, fin.epoch + 1)
-            .unwrap();
+        w.tb.node(a).resume(now, &id, fin.epoch + 1).unwrap();
         w.tb.run_for(Duration::from_secs(3));
         w.tb.peers[w.publisher].pause_media();
         w.tb.run_for(Duration::from_secs(2));
@@ -644,15 +639,13 @@ fn the_srtp_audit_catches_two_owners() {
     let stream = StreamId::new("cam").unwrap();
     let now = w.tb.now();
     w.tb.node(b)
-        .migration_prewarm(now, &w.local_id, &stream, false)
+        .prewarm(now, &w.local_id, &stream, false)
         .unwrap();
-    let snap = w.tb.node(a).migration_export(now, &w.local_id).unwrap();
-    w.tb.node(b).migration_import(now, snap).unwrap();
+    let snap = w.tb.node(a).export_snapshot(now, &w.local_id).unwrap();
+    w.tb.node(b).import_snapshot(now, snap).unwrap();
     w.tb.run_for(Duration::from_millis(1500));
     let now = w.tb.now();
-    w.tb.node(b)
-        .migration_activate(now, &w.local_id, 2)
-        .unwrap();
+    w.tb.node(b).activate(now, &w.local_id, 2).unwrap();
     w.tb.run_for(Duration::from_secs(3));
     let reuse = w.tb.peers[w.local].stats().srtp_index_reuse;
     assert!(reuse > 0, "two owners reuse SRTP/SRTCP indices");

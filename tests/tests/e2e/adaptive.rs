@@ -414,6 +414,11 @@ async fn a_shaped_viewer_keeps_its_layer_through_edge_and_ice_restart_migrations
         // result or 8 %/s on a clean path, so a reading a second early is not what moved.
         let before = session_view(&node, &session)?;
         let before_estimate = before["adaptation"]["estimate_bps"].as_f64().unwrap_or(0.0);
+        // The layer at the move: what the viewer shows or, when the node switched since the
+        // reading above (the viewer shows it a keyframe later), the node's choice.
+        let before_height = before_height
+            .max(collector.reports().get("C").map_or(0.0, height))
+            .max(target_height(&before));
         let id = start_migration(&dev.gateway, &dev.token, &session, target, mode)?;
         let v = migration_end(&dev.gateway, &id).await?;
         ensure!(v["state"] == "committed", "{mode} migration ended {v}");
@@ -484,4 +489,20 @@ async fn a_shaped_viewer_keeps_its_layer_through_edge_and_ice_restart_migrations
         );
     }
     Ok(())
+}
+
+/// The height of the video layer a viewer's session switches to or plays, as its node's
+/// session view says (0 when it has none yet).
+fn target_height(view: &Value) -> f64 {
+    let Some(tracks) = view["adaptation"]["tracks"].as_array() else {
+        return 0.0;
+    };
+    tracks
+        .iter()
+        .filter(|t| t["kind"] == "video")
+        .filter_map(|t| {
+            let i = t["target"].as_u64()?;
+            t["layers"][i as usize]["height"].as_f64()
+        })
+        .fold(0.0, f64::max)
 }

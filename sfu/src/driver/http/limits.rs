@@ -244,12 +244,13 @@ async fn limit(State(limits): State<HttpLimits>, req: Request, next: Next) -> Re
         return next.run(req).await;
     }
     if let Some(trusted) = &limits.trusted {
-        let bearer = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if bearer.is_some_and(|b| trusted(b)) {
+        let bearer = ferry_proto::auth::request_token(
+            req.headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok()),
+            None,
+        );
+        if bearer.is_some_and(|b| trusted(&b)) {
             return next.run(req).await;
         }
     }

@@ -605,11 +605,14 @@ fn migration_error(e: crate::driver::membership::MigrationApiError) -> Response 
 }
 
 fn check_bearer(st: &AppState, headers: &HeaderMap) -> Result<(), Response> {
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if st.node.authorized(bearer) {
+    // The header only: a cluster token never travels in a URL.
+    let bearer = ferry_proto::auth::request_token(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+        None,
+    );
+    if st.node.authorized(bearer.as_deref()) {
         return Ok(());
     }
     let mut r = migration_error(crate::driver::membership::MigrationApiError::new(

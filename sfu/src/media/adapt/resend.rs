@@ -53,7 +53,8 @@ impl ResendBudget {
     }
 
     /// Bytes retransmitted in the last [`WINDOW`] (as of the last call).
-    pub fn window_bytes(&self) -> usize {
+    #[cfg(test)]
+    fn window_bytes(&self) -> usize {
         self.bytes
     }
 }

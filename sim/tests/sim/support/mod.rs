@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use ferry_migrator::SessionHost;
 use ferry_proto::{NodeId, SessionId};
 use ferry_sim::net::LinkConfig;
 use ferry_sim::testbed::Testbed;
@@ -95,45 +96,37 @@ pub fn migrate_slowly(
     let target = id_of(tb, to);
     let now = tb.now();
     tb.core(to, &stream)
-        .migration_prewarm(now, id, &stream, publisher)
+        .prewarm(now, id, &stream, publisher)
         .unwrap();
-    let snap = tb.core(from, &stream).migration_export(now, id).unwrap();
+    let snap = tb.core(from, &stream).export_snapshot(now, id).unwrap();
     let snap = wire(&snap);
     tb.run_for(timing.pause());
     let now = tb.now();
-    tb.core(to, &stream).migration_import(now, snap).unwrap();
+    tb.core(to, &stream).import_snapshot(now, snap).unwrap();
     tb.run_for(slow);
     for _ in 0..timing.rounds() {
         tb.run_for(timing.pause());
         let now = tb.now();
-        let wal = tb.core(from, &stream).migration_take_wal(id).unwrap();
-        tb.core(to, &stream)
-            .migration_apply_wal(now, id, &wal)
-            .unwrap();
+        let wal = tb.core(from, &stream).take_wal(id).unwrap();
+        tb.core(to, &stream).apply_wal(now, id, &wal).unwrap();
     }
     let now = tb.now();
-    let (fin, wal) = tb.core(from, &stream).migration_freeze(now, id).unwrap();
+    let (fin, wal) = tb.core(from, &stream).freeze(now, id).unwrap();
     let fin = wire(&fin);
     // The final state travels while the client's datagrams are held.
     tb.run_for(timing.pause());
     let now = tb.now();
+    tb.core(to, &stream).apply_wal(now, id, &wal).unwrap();
     tb.core(to, &stream)
-        .migration_apply_wal(now, id, &wal)
-        .unwrap();
-    tb.core(to, &stream)
-        .migration_install_final(now, fin.clone())
+        .install_final(now, fin.clone())
         .unwrap();
     tb.run_for(timing.pause());
     let epoch = fin.epoch + 1;
     let now = tb.now();
-    tb.core(from, &stream)
-        .migration_release(now, id, &target)
-        .unwrap();
+    tb.core(from, &stream).release(now, id, &target).unwrap();
     tb.run_for(timing.pause());
     let now = tb.now();
-    tb.core(to, &stream)
-        .migration_activate(now, id, epoch)
-        .unwrap();
+    tb.core(to, &stream).activate(now, id, epoch).unwrap();
     epoch
 }
 
