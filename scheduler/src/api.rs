@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, RawQuery, State};
+use axum::extract::{
+    DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, RawQuery, State,
+};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -90,6 +92,68 @@ fn cluster_error(e: ClusterError) -> Response {
     r
 }
 
+/// An id from the request's path, checked: a malformed one is a 404 naming it (nothing with
+/// that id can exist). The one prologue of every route that takes one id.
+struct PathId<T>(T);
+
+/// What kind of thing a [`PathId`] names, and how its id is checked.
+trait Named: Sized {
+    /// For the 404: "no node …".
+    const WHAT: &'static str;
+    fn parse(s: &str) -> Result<Self, String>;
+}
+
+impl Named for NodeId {
+    const WHAT: &'static str = "node";
+    fn parse(s: &str) -> Result<Self, String> {
+        NodeId::new(s).map_err(|e| e.to_string())
+    }
+}
+
+impl Named for RecordingId {
+    const WHAT: &'static str = "recording";
+    fn parse(s: &str) -> Result<Self, String> {
+        RecordingId::new(s).map_err(|e| e.to_string())
+    }
+}
+
+impl Named for TranscodeId {
+    const WHAT: &'static str = "transcode";
+    fn parse(s: &str) -> Result<Self, String> {
+        TranscodeId::new(s).map_err(|e| e.to_string())
+    }
+}
+
+impl<S: Send + Sync, T: Named> FromRequestParts<S> for PathId<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Response> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+        T::parse(&raw).map(PathId).map_err(|e| {
+            error(
+                StatusCode::NOT_FOUND,
+                format!("no {} {raw:?}: {e}", T::WHAT),
+            )
+        })
+    }
+}
+
+/// A JSON request body, checked: a malformed one is a 400 that says why.
+struct Body<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Response> {
+        body(Json::<T>::from_request(req, state).await).map(Body)
+    }
+}
+
 fn body<T>(r: Result<Json<T>, JsonRejection>) -> Result<T, Response> {
     r.map(|Json(t)| t).map_err(|e| {
         error(
@@ -97,10 +161,6 @@ fn body<T>(r: Result<Json<T>, JsonRejection>) -> Result<T, Response> {
             format!("bad JSON body: {}", e.body_text()),
         )
     })
-}
-
-fn node_id(s: &str) -> Result<NodeId, Response> {
-    NodeId::new(s).map_err(|e| error(StatusCode::NOT_FOUND, format!("no node {s:?}: {e}")))
 }
 
 /// Bearer-token check for mutating routes (constant-time compare).
@@ -457,11 +517,7 @@ async fn list_nodes(State(s): State<Arc<Scheduler>>) -> Json<Vec<NodeView>> {
 /// One node.
 #[utoipa::path(get, path = "/v1/nodes/{id}", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
     responses((status = 200, body = NodeView), (status = 404, body = ApiError)))]
-async fn get_node(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
-    let id = match node_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
+async fn get_node(State(s): State<Arc<Scheduler>>, PathId(id): PathId<NodeId>) -> Response {
     match s.with(|c| c.node(Instant::now(), &id)) {
         Ok(v) => Json(v).into_response(),
         Err(e) => cluster_error(e),
@@ -475,12 +531,8 @@ async fn get_node(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Re
 async fn heartbeat(
     State(s): State<Arc<Scheduler>>,
     Path(id): Path<String>,
-    hb: Result<Json<Heartbeat>, JsonRejection>,
+    Body(hb): Body<Heartbeat>,
 ) -> Response {
-    let hb = match body(hb) {
-        Ok(hb) => hb,
-        Err(r) => return r,
-    };
     let Ok(id) = NodeId::new(id.clone()) else {
         return error(StatusCode::BAD_REQUEST, format!("bad node id {id:?}"));
     };
@@ -511,17 +563,9 @@ async fn heartbeat(
     responses((status = 200, body = NodeView), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError)))]
 async fn set_weight(
     State(s): State<Arc<Scheduler>>,
-    Path(id): Path<String>,
-    w: Result<Json<WeightUpdate>, JsonRejection>,
+    PathId(id): PathId<NodeId>,
+    Body(w): Body<WeightUpdate>,
 ) -> Response {
-    let w = match body(w) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let id = match node_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
     match s.mutate(|c| {
         c.set_weight(&id, w.weight)?;
         c.node(Instant::now(), &id)
@@ -537,17 +581,9 @@ async fn set_weight(
     responses((status = 202, body = DrainStatus), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
 async fn reclaim_notice(
     State(s): State<Arc<Scheduler>>,
-    Path(id): Path<String>,
-    n: Result<Json<ReclaimNotice>, JsonRejection>,
+    PathId(id): PathId<NodeId>,
+    Body(n): Body<ReclaimNotice>,
 ) -> Response {
-    let n = match body(n) {
-        Ok(n) => n,
-        Err(r) => return r,
-    };
-    let id = match node_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
     let now = Instant::now();
     match s.mutate(|c| {
         c.reclaim_notice(now, &id, Duration::from_secs(n.deadline_s))?;
@@ -562,11 +598,7 @@ async fn reclaim_notice(
 #[utoipa::path(post, path = "/v1/nodes/{id}/drain", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
     security(("bearer" = [])),
     responses((status = 202, body = DrainStatus), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
-async fn start_drain(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
-    let id = match node_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
+async fn start_drain(State(s): State<Arc<Scheduler>>, PathId(id): PathId<NodeId>) -> Response {
     match s.mutate(|c| c.drain(Instant::now(), &id)) {
         Ok(v) => {
             s.wake();
@@ -583,11 +615,7 @@ async fn start_drain(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) ->
     responses((status = 200, description = "the node is active; the cancelled drain's last progress", body = DrainStatus),
         (status = 401, body = ApiError), (status = 404, body = ApiError),
         (status = 409, description = "the node is down", body = ApiError)))]
-async fn cancel_drain(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
-    let id = match node_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
+async fn cancel_drain(State(s): State<Arc<Scheduler>>, PathId(id): PathId<NodeId>) -> Response {
     match s.mutate(|c| c.undrain(Instant::now(), &id)) {
         Ok(v) => {
             s.wake();
@@ -600,11 +628,7 @@ async fn cancel_drain(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -
 /// Progress of a node's drain; 404 for an unknown node or one with no drain.
 #[utoipa::path(get, path = "/v1/nodes/{id}/drain", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "node id")),
     responses((status = 200, body = DrainStatus), (status = 404, body = ApiError)))]
-async fn drain_status(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
-    let id = match node_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
+async fn drain_status(State(s): State<Arc<Scheduler>>, PathId(id): PathId<NodeId>) -> Response {
     match s.with(|c| c.drain_of(&id)) {
         Ok(Some(v)) => Json(v).into_response(),
         Ok(None) => error(
@@ -629,11 +653,6 @@ async fn list_recordings(State(s): State<Arc<Scheduler>>) -> Json<Vec<RecordingR
     Json(s.with(|c| c.recording_views()))
 }
 
-fn recording_id(id: &str) -> Result<RecordingId, Response> {
-    RecordingId::new(id)
-        .map_err(|e| error(StatusCode::NOT_FOUND, format!("no recording {id:?}: {e}")))
-}
-
 fn recording_error(e: crate::service::RecordingRequestError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut r = error(status, e.reason);
@@ -651,19 +670,13 @@ async fn list_transcodes(State(s): State<Arc<Scheduler>>) -> Json<Vec<TranscodeV
     Json(s.transcodes().await)
 }
 
-fn transcode_id(id: &str) -> Result<TranscodeId, Response> {
-    TranscodeId::new(id)
-        .map_err(|e| error(StatusCode::NOT_FOUND, format!("no transcode {id:?}: {e}")))
-}
-
 /// One transcode, with its node's figures (frames, real-time factor, CPU per rung).
 #[utoipa::path(get, path = "/v1/transcodes/{id}", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "transcode id")),
     responses((status = 200, body = TranscodeView), (status = 404, body = ApiError)))]
-async fn get_transcode(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
-    let id = match transcode_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
+async fn get_transcode(
+    State(s): State<Arc<Scheduler>>,
+    PathId(id): PathId<TranscodeId>,
+) -> Response {
     match s.transcode(id).await {
         Ok(v) => Json(v).into_response(),
         Err(e) => recording_error(e),
@@ -677,12 +690,8 @@ async fn get_transcode(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) 
     responses((status = 201, body = TranscodeView), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError), (status = 502, body = ApiError), (status = 503, body = ApiError)))]
 async fn start_transcode(
     State(s): State<Arc<Scheduler>>,
-    req: Result<Json<TranscodeRequest>, JsonRejection>,
+    Body(req): Body<TranscodeRequest>,
 ) -> Response {
-    let req = match body(req) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
     let id = match req.id.map(TranscodeId::new).transpose() {
         Ok(id) => id,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("transcode id: {e}")),
@@ -709,11 +718,10 @@ async fn start_transcode(
 /// Stops a transcode: its rungs' streams end.
 #[utoipa::path(delete, path = "/v1/transcodes/{id}", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "transcode id")), security(("bearer" = [])),
     responses((status = 200, body = TranscodeView), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
-async fn stop_transcode(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
-    let id = match transcode_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
+async fn stop_transcode(
+    State(s): State<Arc<Scheduler>>,
+    PathId(id): PathId<TranscodeId>,
+) -> Response {
     match s.stop_transcode(id).await {
         Ok(v) => Json(v).into_response(),
         Err(e) => recording_error(e),
@@ -723,11 +731,10 @@ async fn stop_transcode(State(s): State<Arc<Scheduler>>, Path(id): Path<String>)
 /// One recording.
 #[utoipa::path(get, path = "/v1/recordings/{id}", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "recording id")),
     responses((status = 200, body = RecordingReport), (status = 404, body = ApiError)))]
-async fn get_recording(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
-    let id = match recording_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
+async fn get_recording(
+    State(s): State<Arc<Scheduler>>,
+    PathId(id): PathId<RecordingId>,
+) -> Response {
     match s.with(|c| c.recording_view(&id)) {
         Ok(v) => Json(v).into_response(),
         Err(e) => cluster_error(e),
@@ -741,12 +748,8 @@ async fn get_recording(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) 
     responses((status = 201, body = RecordingReport), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 422, body = ApiError), (status = 502, body = ApiError), (status = 503, body = ApiError)))]
 async fn start_recording(
     State(s): State<Arc<Scheduler>>,
-    req: Result<Json<RecordingRequest>, JsonRejection>,
+    Body(req): Body<RecordingRequest>,
 ) -> Response {
-    let req = match body(req) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
     let stream = match StreamId::new(req.stream.clone()) {
         Ok(st) => st,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("stream name: {e}")),
@@ -771,11 +774,10 @@ async fn start_recording(
 /// Stops a recording; answers once its playlist with `EXT-X-ENDLIST` is stored.
 #[utoipa::path(delete, path = "/v1/recordings/{id}", params(("id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,64}$", description = "recording id")), security(("bearer" = [])),
     responses((status = 200, body = RecordingReport), (status = 401, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError), (status = 502, body = ApiError)))]
-async fn stop_recording(State(s): State<Arc<Scheduler>>, Path(id): Path<String>) -> Response {
-    let id = match recording_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
+async fn stop_recording(
+    State(s): State<Arc<Scheduler>>,
+    PathId(id): PathId<RecordingId>,
+) -> Response {
     match s.stop_recording(id).await {
         Ok(v) => Json(v).into_response(),
         Err(e) => recording_error(e),
@@ -791,14 +793,7 @@ async fn list_sessions(State(s): State<Arc<Scheduler>>) -> Json<Vec<SessionView>
 /// Places a stream, room or transcode.
 #[utoipa::path(post, path = "/v1/placements", request_body = PlacementRequest, security(("bearer" = [])),
     responses((status = 200, body = PlacementResponse), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 503, body = ApiError)))]
-async fn place(
-    State(s): State<Arc<Scheduler>>,
-    req: Result<Json<PlacementRequest>, JsonRejection>,
-) -> Response {
-    let req = match body(req) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+async fn place(State(s): State<Arc<Scheduler>>, Body(req): Body<PlacementRequest>) -> Response {
     match s.mutate(|c| c.place(&req)) {
         Ok(mut p) => {
             // The version under which the table is published (with etcd, a revision).
@@ -885,6 +880,7 @@ fn create_migration_in_span(
     s: &Arc<Scheduler>,
     req: Result<Json<MigrationRequest>, JsonRejection>,
 ) -> Response {
+    // Parsed here, inside the span: a bad body's 400 is part of the request's trace.
     let req = match body(req) {
         Ok(r) => r,
         Err(r) => return r,
@@ -1012,13 +1008,9 @@ async fn turn_credentials(
     State(s): State<Arc<Scheduler>>,
     Extension(tokens): Extension<Arc<GatewayTokens>>,
     headers: HeaderMap,
-    req: Result<Json<TurnCredentialsRequest>, JsonRejection>,
+    Body(req): Body<TurnCredentialsRequest>,
 ) -> Response {
     let token = request_token(&headers, None);
-    let req = match body(req) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
     let unix_s = unix_s();
     let allowed = match &req.stream {
         // Publishing or playing the stream entitles to relays.
@@ -1092,12 +1084,8 @@ async fn turn_relays(State(s): State<Arc<Scheduler>>) -> Response {
         (status = 409, body = ApiError, description = "the relay is in the fleet already"), (status = 503, body = ApiError)))]
 async fn add_turn_relay(
     State(s): State<Arc<Scheduler>>,
-    req: Result<Json<TurnRelayRequest>, JsonRejection>,
+    Body(req): Body<TurnRelayRequest>,
 ) -> Response {
-    let req = match body(req) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
     match s.add_turn_relay(&req.uri) {
         Ok(v) => committed(&s, (StatusCode::CREATED, Json(v)).into_response()),
         Err(e) => turn_api_error(e),
@@ -1380,14 +1368,7 @@ async fn whep(
 /// with the cluster token): 200 the first time, 409 for a replay.
 #[utoipa::path(post, path = "/v1/tickets/consume", request_body = TicketUse, security(("bearer" = [])),
     responses((status = 200, description = "first use of this generation"), (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 409, body = ApiError)))]
-async fn consume_ticket(
-    State(s): State<Arc<Scheduler>>,
-    req: Result<Json<TicketUse>, JsonRejection>,
-) -> Response {
-    let req = match body(req) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+async fn consume_ticket(State(s): State<Arc<Scheduler>>, Body(req): Body<TicketUse>) -> Response {
     let unix_s = unix_s();
     match s.mutate(|c| c.consume_ticket(unix_s, &req)) {
         Ok(()) => committed(&s, Json(serde_json::json!({})).into_response()),

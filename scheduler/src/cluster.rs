@@ -15,10 +15,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::drain::{Drain, DrainBudget};
 
+mod follow;
 mod recordings;
 mod transcodes;
 use crate::placement::{self, NodeSpec, Requirements};
 use crate::scoring::{self, WeightController};
+pub use follow::STATUS_SILENCE;
 pub use recordings::{RESUME_WITHIN, RecordingOrder, RecordingTask, TaskState};
 pub use transcodes::{TranscodeOrder, TranscodeTask};
 
@@ -119,6 +121,16 @@ struct NodeRecord {
 pub enum Action {
     /// Start this (planned) migration.
     StartMigration(MigrationView),
+    /// Ask the source node how this migration goes (answer with
+    /// [`Cluster::migration_status`]).
+    AskMigration {
+        /// The migration.
+        id: MigrationId,
+        /// Its source node's HTTP base URL.
+        source_http: String,
+    },
+    /// A migration the cluster followed ended (committed, rolled back or failed).
+    MigrationEnded(MigrationView),
     /// Move a recording to another node, or resume it there from storage.
     Recording(RecordingOrder),
     /// Move a transcode to another node, or start it again there.
@@ -185,6 +197,10 @@ pub struct Cluster {
     /// viewer that comes before the node's next report goes where its publisher was sent, not
     /// where the stream's key hashes by then (the loads moved), which had no publisher.
     placed_publishers: BTreeMap<StreamId, (NodeId, u8)>,
+    /// Migrations ordered and not ended, followed ([`follow`]; not stored).
+    follows: BTreeMap<MigrationId, follow::Follow>,
+    /// Followed migrations that ended since the last tick.
+    ended_migrations: Vec<MigrationView>,
     metrics: ClusterMetrics,
 }
 
@@ -302,6 +318,8 @@ impl Cluster {
             transcodes: BTreeMap::new(),
             placed_views: BTreeMap::new(),
             placed_publishers: BTreeMap::new(),
+            follows: BTreeMap::new(),
+            ended_migrations: Vec::new(),
             metrics: ClusterMetrics::default(),
         })
     }
@@ -733,6 +751,7 @@ impl Cluster {
         let mut actions = self.drive_drains(now);
         actions.extend(self.drive_recordings(now));
         actions.extend(self.restart_transcodes());
+        actions.extend(self.drive_follows(now));
         if changed {
             self.bump();
         }
@@ -795,7 +814,10 @@ impl Cluster {
             .filter_map(|n| n.drain.as_ref().and_then(|d| d.poll_timeout(&budget)))
             .min();
         let tick = now + self.config.heartbeat_interval;
-        drains.map_or(tick, |d| d.min(tick))
+        [drains, self.follows_timeout(now)]
+            .into_iter()
+            .flatten()
+            .fold(tick, Instant::min)
     }
 
     fn view(&self, id: &NodeId, n: &NodeRecord, now: Instant) -> NodeView {

@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use ferry_proto::NodeId;
-use ferry_proto::api::{MigrationState, MigrationView, NodeState};
+use ferry_proto::api::{MigrationView, NodeState};
+use ferry_proto::{MigrationId, NodeId};
 use tokio::sync::{Notify, watch};
 
 use crate::cluster::{Action, Cluster, ClusterConfig, Liveness, Persisted};
@@ -29,9 +29,7 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// How long a running migration may go without a status from its source
-/// node before the scheduler records it as failed.
-pub const STATUS_SILENCE: Duration = Duration::from_secs(10);
+pub use crate::cluster::STATUS_SILENCE;
 
 struct Inner {
     cluster: Cluster,
@@ -78,6 +76,8 @@ pub struct Scheduler {
     routing: watch::Sender<u64>,
     wake: Notify,
     migrations: Arc<dyn Migrations>,
+    /// The trace span of each migration ordered and not ended (it ends with the migration).
+    migration_spans: Mutex<HashMap<MigrationId, tracing::Span>>,
     /// Recent probes of nodes clients reported unreachable: node → (when, alive).
     probes: Mutex<HashMap<NodeId, (Instant, bool)>>,
     /// Where recent WHIP/WHEP requests were sent, by idempotency key.
@@ -188,6 +188,7 @@ impl Scheduler {
             routing,
             wake: Notify::new(),
             migrations,
+            migration_spans: Mutex::default(),
             probes: Mutex::default(),
             redirects: Mutex::default(),
             leadership,
@@ -634,25 +635,22 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Hands a planned migration to its source node through the migrator
-    /// and follows it until it ends, recording every state it reports.
+    /// Hands a planned migration to its source node through the migrator; the cluster then
+    /// follows it ([`Cluster::migration_ordered`], [`Action::AskMigration`]).
     ///
-    /// The migration fails at once, with the reason recorded, when it has no
-    /// target, when its source node is unknown, or when the source refuses
-    /// it; it also fails when the source gives no status for
-    /// [`STATUS_SILENCE`], so a vanished node cannot hold a drain forever.
+    /// The migration fails at once, with the reason recorded, when it has no target, when
+    /// its source node is unknown, or when the source refuses it; it also fails when the
+    /// source gives no status for [`STATUS_SILENCE`], so a vanished node cannot hold a drain
+    /// forever.
     pub fn start_migration(self: &Arc<Self>, m: MigrationView) {
         let s = self.clone();
-        // Its span: a child of the API call that created it, if any; its context goes with
-        // the order to the source node.
+        // Its span, until it ends: a child of the API call that created it, if any; its
+        // context goes with the order to the source node.
         let span = crate::trace::migration_span(&m);
+        self.lock_spans().insert(m.id.clone(), span.clone());
         let task = async move {
             let fail = |reason: String| {
-                let mut failed = m.clone();
-                failed.state = MigrationState::Failed;
-                failed.error = Some(reason);
-                crate::trace::record_end(&failed);
-                s.mutate(|c| c.update_migration(failed));
+                s.mutate(|c| c.migration_refused(&m.id, reason));
                 s.wake();
             };
             if m.target.is_none() {
@@ -667,50 +665,42 @@ impl Scheduler {
                     ));
                 }
             };
-            if let Err(refused) = s.migrations.start(m.clone(), source_http.clone()).await {
+            if let Err(refused) = s.migrations.start(m.clone(), source_http).await {
                 return fail(refused.to_string());
             }
-            let mut last_heard = Instant::now();
-            // Most migrations end within tens of milliseconds: poll soon, then
-            // back off to every 100 ms.
-            let mut wait = Duration::from_millis(10);
-            loop {
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_millis(100));
-                let Some(view) = s.migrations.status(m.id.clone(), source_http.clone()).await
-                else {
-                    if last_heard.elapsed() >= STATUS_SILENCE {
-                        return fail(format!(
-                            "source node {} gave no status for {} s",
-                            m.source,
-                            STATUS_SILENCE.as_secs()
-                        ));
-                    }
-                    continue;
-                };
-                last_heard = Instant::now();
-                // What the node may change: progress, never identity.
-                let mut next = m.clone();
-                next.state = view.state;
-                next.phases_ms = view.phases_ms;
-                next.blackout_ms = view.blackout_ms;
-                next.bytes = view.bytes;
-                next.error = view.error;
-                let done = !matches!(
-                    next.state,
-                    MigrationState::Planned | MigrationState::Running
-                );
-                if done {
-                    crate::trace::record_end(&next);
-                }
-                s.mutate(|c| c.update_migration(next));
-                if done {
-                    s.wake();
-                    return;
-                }
-            }
+            s.mutate(|c| c.migration_ordered(Instant::now(), &m.id));
+            s.wake();
         };
         tokio::spawn(tracing::Instrument::instrument(task, span));
+    }
+
+    fn lock_spans(&self) -> std::sync::MutexGuard<'_, HashMap<MigrationId, tracing::Span>> {
+        self.migration_spans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Asks the source of migration `id` how it goes, for the cluster.
+    fn ask_migration(self: &Arc<Self>, id: MigrationId, source_http: String) {
+        let s = self.clone();
+        let span = self
+            .lock_spans()
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(tracing::Span::none);
+        let task = async move {
+            let status = s.migrations.status(id.clone(), source_http).await;
+            s.mutate(|c| c.migration_status(Instant::now(), &id, status));
+            s.wake();
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
+    }
+
+    /// A migration the cluster followed ended: its span records how, and closes.
+    fn migration_ended(&self, m: &MigrationView) {
+        if let Some(span) = self.lock_spans().remove(&m.id) {
+            span.in_scope(|| crate::trace::record_end(m));
+        }
     }
 
     /// Runs liveness, weights, drains and persistence until the process ends. A follower
@@ -763,6 +753,8 @@ impl Scheduler {
             for a in actions {
                 match a {
                     Action::StartMigration(m) => self.start_migration(m),
+                    Action::AskMigration { id, source_http } => self.ask_migration(id, source_http),
+                    Action::MigrationEnded(m) => self.migration_ended(&m),
                     Action::Recording(o) => self.carry_out_recording(o),
                     Action::Transcode(o) => self.carry_out_transcode(o),
                 }

@@ -473,7 +473,7 @@ mod tests {
             .into_iter()
             .filter_map(|a| match a {
                 Action::Recording(o) => Some(o),
-                Action::StartMigration(_) | Action::Transcode(_) => None,
+                _ => None,
             })
             .collect()
     }
