@@ -127,7 +127,8 @@ pub struct BweConfig {
     pub probe_min_interval: Duration,
     /// Wait after a failed probe; doubles with each failure in a row…
     pub probe_backoff: Duration,
-    /// …up to this.
+    /// …up to this: also how long a viewer whose link was freed may wait
+    /// for the probe that finds out.
     pub probe_backoff_max: Duration,
 }
 
@@ -142,7 +143,7 @@ impl Default for BweConfig {
             probe_duration: Duration::from_millis(20),
             probe_min_interval: Duration::from_secs(1),
             probe_backoff: Duration::from_secs(2),
-            probe_backoff_max: Duration::from_secs(5),
+            probe_backoff_max: Duration::from_secs(3),
         }
     }
 }
@@ -370,6 +371,9 @@ impl BandwidthEstimator {
         let raise =
             self.prober
                 .after_feedback(now, self.estimate, usage == Usage::Overusing, &limits);
+        if let Some(ceiling) = self.prober.take_ceiling() {
+            self.rate.saturated_at(now, ceiling);
+        }
         if !acked_any {
             if let Some(r) = raise.filter(|r| *r > self.rate.estimate()) {
                 self.rate.set_estimate(now, r);

@@ -5,11 +5,15 @@
 //! An SFU forwards discrete layers, so while a viewer gets the 500 kbit/s
 //! layer nothing shows whether 1.5 Mbit/s would fit, and switching up blind
 //! risks a queue and a freeze. A probe sends a short *cluster* (≥ 5 packets
-//! over ~20 ms) at 1.25–2× the estimate: media sent meanwhile counts towards
-//! the cluster's rate, padding fills the rest. The receive rate of the
-//! cluster's packets in the feedback says what the path carried: a link
-//! that keeps up delivers them as fast as they were sent, a saturated one
-//! spreads them out. A success raises the estimate at once; a cluster that
+//! and ≥ 10 kB, over 20–250 ms) at 1.25–2× the estimate: media sent meanwhile
+//! counts towards the cluster's rate, padding fills the rest. The receive
+//! rate of the cluster's packets in the feedback says what the path carried:
+//! a link that keeps up delivers them as fast as they were sent, a saturated
+//! one spreads them out. A shaper's token bucket (`tc … tbf burst`, a
+//! policer's allowance) passes its first few kB at line rate whatever the
+//! link's rate, so a cluster is bigger than such a burst and the rate of its
+//! second half counts too: a link that carried only the burst fast reads as
+//! the rate it drains at. A success raises the estimate at once; a cluster that
 //! got through but stayed below the target (capped at 2× the estimate) is
 //! followed by a higher one; a failure backs off exponentially, so a viewer
 //! on a link that cannot do more is not hammered with padding.
@@ -19,8 +23,16 @@ use std::time::{Duration, Instant};
 
 use super::signed_us;
 
-/// A cluster has at least this many packets.
+/// A cluster has at least this many packets…
 const MIN_PACKETS: u32 = 5;
+/// …and bytes: more than a shaper's burst allowance lets through at line
+/// rate (`tc … tbf` wants at least rate/HZ; 4–10 kB is usual at a few
+/// hundred kbit/s), so part of the cluster meets the rate the link drains at…
+const MIN_CLUSTER_BYTES: f64 = 10_000.0;
+/// …within this much time, whatever the rate.
+const MAX_CLUSTER_DURATION: Duration = Duration::from_millis(250);
+/// Packets of a cluster's second half the feedback must report for its rate to count.
+const MIN_TAIL_PACKETS: u32 = 3;
 /// Probe somewhat above the target, so "reachable" is measured, not guessed.
 const TARGET_MARGIN: f64 = 1.15;
 /// Probing less than this far above the estimate teaches little.
@@ -137,10 +149,18 @@ struct Session {
     clusters: u32,
 }
 
-/// What feedback reported about one cluster's packets.
+/// What feedback reported about one cluster's packets: all of them, and
+/// those sent in its second half.
 #[derive(Debug, Clone, Copy)]
 struct ClusterFeedback {
     id: u32,
+    all: Span,
+    tail: Option<Span>,
+}
+
+/// Send and arrival spans of some packets of a cluster.
+#[derive(Debug, Clone, Copy)]
+struct Span {
     first_send: Instant,
     last_send: Instant,
     last_send_size: usize,
@@ -149,6 +169,86 @@ struct ClusterFeedback {
     last_arrival: i64,
     packets: u32,
     bytes: usize,
+}
+
+impl Span {
+    fn new(sent: Instant, arrival: i64, size: usize) -> Self {
+        Self {
+            first_send: sent,
+            last_send: sent,
+            last_send_size: size,
+            first_arrival: arrival,
+            first_arrival_size: size,
+            last_arrival: arrival,
+            packets: 1,
+            bytes: size,
+        }
+    }
+
+    fn add(&mut self, sent: Instant, arrival: i64, size: usize) {
+        self.packets = self.packets.saturating_add(1);
+        self.bytes = self.bytes.saturating_add(size);
+        self.first_send = self.first_send.min(sent);
+        if sent >= self.last_send {
+            self.last_send = sent;
+            self.last_send_size = size;
+        }
+        if arrival < self.first_arrival {
+            self.first_arrival = arrival;
+            self.first_arrival_size = size;
+        }
+        self.last_arrival = self.last_arrival.max(arrival);
+    }
+
+    /// The send and receive spans of these packets (µs); None for spans
+    /// that are no probe.
+    fn spans_us(&self) -> Option<(i64, i64)> {
+        let send_us = signed_us(self.last_send, self.first_send);
+        let recv_us = self.last_arrival.saturating_sub(self.first_arrival);
+        (send_us > 0 && send_us <= MAX_SPAN_US && recv_us > 0 && recv_us <= MAX_SPAN_US)
+            .then_some((send_us, recv_us))
+    }
+
+    /// The send and receive rates of these packets (bps), the last packet
+    /// sent and the first received left out (their spans begin and end on
+    /// them).
+    fn rates(&self) -> Option<(f64, f64)> {
+        let (send_us, recv_us) = self.spans_us()?;
+        let send_bps = self.bytes.saturating_sub(self.last_send_size) as f64 * 8e6 / send_us as f64;
+        let recv_bps =
+            self.bytes.saturating_sub(self.first_arrival_size) as f64 * 8e6 / recv_us as f64;
+        Some((send_bps, recv_bps))
+    }
+
+    /// The rate the path carried these packets at: the send rate while it
+    /// kept up, a share of the receive rate where it spread them out.
+    fn rate(&self) -> Measured {
+        let Some((send_bps, recv_bps)) = self.rates() else {
+            return Measured::Invalid;
+        };
+        if recv_bps > MAX_VALID_RATIO * send_bps {
+            return Measured::Invalid;
+        }
+        let rate = if recv_bps < MIN_RATIO_UNSATURATED * send_bps {
+            SATURATED_UTILISATION * recv_bps
+        } else {
+            send_bps.min(recv_bps)
+        };
+        Measured::Rate(rate as u64)
+    }
+
+    /// The rate the path drained these packets at, where it spread them
+    /// out (they took longer to arrive than to be sent: a saturated link);
+    /// None where it kept up with them. Spans, not rates, are compared: a
+    /// few packets of mixed sizes (padding, audio, video) skew the rates'
+    /// first/last-packet corrections.
+    fn saturated_rate(&self) -> Option<u64> {
+        let (send_us, recv_us) = self.spans_us()?;
+        let recv_bps =
+            self.bytes.saturating_sub(self.first_arrival_size) as f64 * 8e6 / recv_us as f64;
+        ((send_us as f64) < MIN_RATIO_UNSATURATED * recv_us as f64)
+            .then_some((SATURATED_UTILISATION * recv_bps) as u64)
+    }
 }
 
 /// A cluster's measurement.
@@ -168,7 +268,11 @@ pub(crate) struct Prober {
     failures: u32,
     next_allowed: Option<Instant>,
     feedback: VecDeque<ClusterFeedback>,
+    /// Where each recent cluster's second half begins (its planned midpoint).
+    halves: VecDeque<(u32, Instant)>,
     outcome: Option<ProbeOutcome>,
+    /// A failed cluster's measured rate where the path did not carry it.
+    ceiling: Option<u64>,
     last_cluster_end: Option<Instant>,
 }
 
@@ -181,7 +285,9 @@ impl Default for Prober {
             failures: 0,
             next_allowed: None,
             feedback: VecDeque::with_capacity(MAX_TRACKED),
+            halves: VecDeque::with_capacity(MAX_TRACKED),
             outcome: None,
+            ceiling: None,
             last_cluster_end: None,
         }
     }
@@ -215,16 +321,24 @@ impl Prober {
     }
 
     /// Whether queueing seen now may be the probe's own: a cluster runs or
-    /// awaits its result, or ended less than an RTT + [`PROBE_GUARD`] ago.
-    /// A failed cluster overloads the link for its ~20 ms; the queue it
-    /// leaves drains within tens of ms, and cutting the media to β × the
-    /// (application-limited) acknowledged rate for it would switch the
-    /// viewer down for the probe's sake. Real congestion outlasts the guard.
+    /// awaits its result, or ended or was judged less than an RTT +
+    /// [`PROBE_GUARD`] ago. A failed cluster overloads the link for its
+    /// 20–250 ms; the queue it leaves drains at what the media leaves of the
+    /// link, and the delay trend still rises while the cluster's rise is in
+    /// its window. Cutting the media to β × the (application-limited)
+    /// acknowledged rate for it would switch the viewer down for the probe's
+    /// sake. Real congestion outlasts the guard.
     pub fn guards(&self, now: Instant, rtt: Duration) -> bool {
         !matches!(self.phase, Phase::Idle)
             || self
                 .last_cluster_end
                 .is_some_and(|e| now < later(e, rtt.min(Duration::from_secs(1)) + PROBE_GUARD))
+    }
+
+    /// The rate a failed cluster saturated the path at, once: the estimate
+    /// should not sit above it.
+    pub fn take_ceiling(&mut self) -> Option<u64> {
+        self.ceiling.take()
     }
 
     pub fn take_outcome(&mut self) -> Option<ProbeOutcome> {
@@ -260,9 +374,13 @@ impl Prober {
 
     fn start_cluster(&mut self, now: Instant, rate_bps: u64, limits: &ProbeLimits) {
         let rate = rate_bps.max(1) as f64;
-        let duration = limits
+        let asked = limits
             .duration
             .clamp(Duration::from_millis(5), Duration::from_millis(200));
+        let for_bytes = Duration::try_from_secs_f64(MIN_CLUSTER_BYTES * 8.0 / rate)
+            .unwrap_or(MAX_CLUSTER_DURATION)
+            .min(MAX_CLUSTER_DURATION);
+        let duration = asked.max(for_bytes);
         let total = rate * duration.as_secs_f64() / 8.0;
         let slot_bytes = (total / SLOTS_PER_CLUSTER).clamp(MIN_SLOT_BYTES, MAX_SLOT_BYTES);
         let interval = Duration::try_from_secs_f64(slot_bytes * 8.0 / rate)
@@ -271,6 +389,10 @@ impl Prober {
         let slots = (duration.as_nanos() / interval.as_nanos().max(1)) as u32 + 1;
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
+        if self.halves.len() >= MAX_TRACKED {
+            self.halves.pop_front();
+        }
+        self.halves.push_back((id, later(now, duration / 2)));
         if let Some(s) = self.session.as_mut() {
             s.clusters += 1;
         }
@@ -360,41 +482,29 @@ impl Prober {
 
     /// Feedback reported a cluster packet received.
     pub fn on_acked(&mut self, id: u32, sent: Instant, arrival: i64, size: usize) {
-        let f = match self.feedback.iter_mut().find(|f| f.id == id) {
-            Some(f) => f,
-            None => {
-                if self.feedback.len() >= MAX_TRACKED {
-                    self.feedback.pop_front();
-                }
-                self.feedback.push_back(ClusterFeedback {
-                    id,
-                    first_send: sent,
-                    last_send: sent,
-                    last_send_size: size,
-                    first_arrival: arrival,
-                    first_arrival_size: size,
-                    last_arrival: arrival,
-                    packets: 0,
-                    bytes: 0,
-                });
-                let Some(f) = self.feedback.back_mut() else {
-                    return;
-                };
-                f
+        let in_tail = self
+            .halves
+            .iter()
+            .find(|h| h.0 == id)
+            .is_some_and(|h| sent >= h.1);
+        if let Some(f) = self.feedback.iter_mut().find(|f| f.id == id) {
+            f.all.add(sent, arrival, size);
+            match f.tail.as_mut() {
+                Some(t) if in_tail => t.add(sent, arrival, size),
+                None if in_tail => f.tail = Some(Span::new(sent, arrival, size)),
+                _ => {}
             }
-        };
-        f.packets = f.packets.saturating_add(1);
-        f.bytes = f.bytes.saturating_add(size);
-        f.first_send = f.first_send.min(sent);
-        if sent >= f.last_send {
-            f.last_send = sent;
-            f.last_send_size = size;
+            return;
         }
-        if arrival < f.first_arrival {
-            f.first_arrival = arrival;
-            f.first_arrival_size = size;
+        if self.feedback.len() >= MAX_TRACKED {
+            self.feedback.pop_front();
         }
-        f.last_arrival = f.last_arrival.max(arrival);
+        let span = Span::new(sent, arrival, size);
+        self.feedback.push_back(ClusterFeedback {
+            id,
+            all: span,
+            tail: in_tail.then_some(span),
+        });
     }
 
     fn measure(&self, id: u32, sent_packets: u32, sent_bytes: usize) -> Measured {
@@ -404,27 +514,30 @@ impl Prober {
         let need_packets = (f64::from(sent_packets) * MIN_RECEIVED_RATIO)
             .ceil()
             .max(4.0);
-        if f64::from(f.packets) < need_packets
-            || (f.bytes as f64) < sent_bytes as f64 * MIN_RECEIVED_RATIO
+        if f64::from(f.all.packets) < need_packets
+            || (f.all.bytes as f64) < sent_bytes as f64 * MIN_RECEIVED_RATIO
         {
             return Measured::Pending;
         }
-        let send_us = signed_us(f.last_send, f.first_send);
-        let recv_us = f.last_arrival.saturating_sub(f.first_arrival);
-        if send_us <= 0 || send_us > MAX_SPAN_US || recv_us <= 0 || recv_us > MAX_SPAN_US {
-            return Measured::Invalid;
+        match (f.all.rate(), self.drained(id)) {
+            (Measured::Rate(a), Some(t)) => Measured::Rate(a.min(t)),
+            (all, _) => all,
         }
-        let send_bps = f.bytes.saturating_sub(f.last_send_size) as f64 * 8e6 / send_us as f64;
-        let recv_bps = f.bytes.saturating_sub(f.first_arrival_size) as f64 * 8e6 / recv_us as f64;
-        if recv_bps > MAX_VALID_RATIO * send_bps {
-            return Measured::Invalid;
+    }
+
+    /// The rate a cluster's packets were drained at where the path spread
+    /// them out: all of them, or those of its second half (which meet the
+    /// link's rate once the first used up a shaper's burst allowance).
+    fn drained(&self, id: u32) -> Option<u64> {
+        let f = self.feedback.iter().find(|f| f.id == id)?;
+        let tail = f
+            .tail
+            .filter(|t| t.packets >= MIN_TAIL_PACKETS)
+            .and_then(|t| t.saturated_rate());
+        match (f.all.saturated_rate(), tail) {
+            (Some(a), Some(t)) => Some(a.min(t)),
+            (a, t) => a.or(t),
         }
-        let rate = if recv_bps < MIN_RATIO_UNSATURATED * send_bps {
-            SATURATED_UTILISATION * recv_bps
-        } else {
-            send_bps.min(recv_bps)
-        };
-        Measured::Rate(rate as u64)
     }
 
     /// After a feedback message: judges the waiting cluster. Returns a
@@ -465,7 +578,7 @@ impl Prober {
         if r >= session.target_bps {
             self.failures = 0;
             self.next_allowed = Some(later(now, limits.min_interval));
-            self.end(session, Some(r), true);
+            self.end(now, session, Some(r), true);
             return Some(r);
         }
         let carried = r as f64 >= CONTINUE_RATIO * rate_bps as f64;
@@ -475,7 +588,12 @@ impl Prober {
             Some(next) if carried && session.clusters < MAX_CLUSTERS => {
                 self.start_cluster(now, next, limits);
             }
-            _ => self.fail(now, Some(r), limits),
+            _ => {
+                // Where the path spread the cluster out (not where loss
+                // thinned it), what it drained at is its capacity.
+                self.ceiling = self.drained(id).map(|d| d.min(rate_bps));
+                self.fail(now, Some(r), limits);
+            }
         }
         Some(r)
     }
@@ -492,10 +610,10 @@ impl Prober {
             .min(limits.backoff_max)
             .max(limits.min_interval);
         self.next_allowed = Some(later(now, wait));
-        self.end(session, measured, false);
+        self.end(now, session, measured, false);
     }
 
-    fn end(&mut self, session: Session, measured: Option<u64>, success: bool) {
+    fn end(&mut self, now: Instant, session: Session, measured: Option<u64>, success: bool) {
         self.outcome = Some(ProbeOutcome {
             target_bps: session.target_bps,
             measured_bps: measured,
@@ -503,6 +621,9 @@ impl Prober {
         });
         self.session = None;
         self.phase = Phase::Idle;
+        // A verdict may come before the cluster's last packets arrived (an
+        // overuse fails it while it is sent): its queue counts from here.
+        self.last_cluster_end = Some(now);
     }
 
     /// When [`Self::handle_timeout`] or [`Self::poll_send`] wants to run.
@@ -584,20 +705,20 @@ mod tests {
         let t0 = Instant::now();
         let l = limits();
         let mut p = Prober::default();
-        assert!(p.request(t0, 1_000_000, 500_000, &l));
+        assert!(p.request(t0, 4_000_000, 2_000_000, &l));
         // Media before the first padding is not part of the cluster.
         assert_eq!(p.on_sent(t0, 625, None), None);
-        // 1 Mbit/s × 20 ms = 2500 bytes: 250-byte slots every 2 ms, 11 sends.
+        // 4 Mbit/s × 20 ms = 10 000 bytes: 1000-byte slots every 2 ms, 11 sends.
         assert_eq!(
             p.poll_send(t0, Duration::ZERO),
             Some(ProbeSend {
                 cluster: 1,
-                bytes: 250
+                bytes: 1000
             })
         );
         assert_eq!(p.poll_send(t0, Duration::ZERO), None);
         assert_eq!(p.poll_timeout(), Some(t0 + Duration::from_millis(2)));
-        // A 1000-byte media packet at 1 ms covers the next slots.
+        // A 1000-byte media packet at 1 ms covers the next slot.
         assert_eq!(
             p.on_sent(t0 + Duration::from_millis(1), 1000, None),
             Some(1)
@@ -607,15 +728,83 @@ mod tests {
             None
         );
         assert_eq!(
-            p.poll_send(t0 + Duration::from_millis(8), Duration::ZERO),
-            None
-        );
-        assert_eq!(
-            p.poll_send(t0 + Duration::from_millis(10), Duration::ZERO),
+            p.poll_send(t0 + Duration::from_millis(4), Duration::ZERO),
             Some(ProbeSend {
                 cluster: 1,
-                bytes: 250
+                bytes: 1000
             })
         );
+    }
+
+    #[test]
+    fn a_slow_cluster_is_stretched_past_a_burst_allowance() {
+        let t0 = Instant::now();
+        let mut p = Prober::default();
+        // 1 Mbit/s × 20 ms would be 2500 bytes, inside a shaper's burst: 10 kB over 80 ms.
+        assert!(p.request(t0, 1_000_000, 500_000, &limits()));
+        assert_eq!(
+            p.poll_send(t0, Duration::ZERO),
+            Some(ProbeSend {
+                cluster: 1,
+                bytes: 1000
+            })
+        );
+        assert_eq!(p.poll_timeout(), Some(t0 + Duration::from_millis(8)));
+    }
+
+    /// Sends one cluster towards `target` from `estimate` through `link`,
+    /// reports every packet, and returns what the prober made of it.
+    fn probe_through(
+        link: crate::bwe::sim::LinkConfig,
+        estimate: u64,
+        target: u64,
+    ) -> (Option<u64>, Option<u64>, Option<ProbeOutcome>) {
+        let t0 = Instant::now();
+        let l = limits();
+        let mut link = crate::bwe::sim::Link::new(link, t0);
+        let mut p = Prober::default();
+        assert!(p.request(t0, target, estimate, &l));
+        let mut sent = Vec::new();
+        let mut now = t0;
+        while p.active() && now < t0 + Duration::from_secs(1) {
+            while let Some(send) = p.poll_send(now, Duration::ZERO) {
+                p.on_sent(now, send.bytes, Some(send.cluster));
+                sent.push((now, send.bytes, send.cluster, link.send(now, send.bytes)));
+            }
+            p.handle_timeout(now, Duration::ZERO, &l);
+            if matches!(p.phase, Phase::Waiting { .. }) {
+                break;
+            }
+            now += Duration::from_millis(1);
+        }
+        for (at, size, cluster, arrival) in sent {
+            if let Some(a) = arrival {
+                p.on_acked(cluster, at, signed_us(a, t0), size);
+            }
+        }
+        let raise = p.after_feedback(now + Duration::from_millis(300), estimate, false, &l);
+        (raise, p.take_ceiling(), p.take_outcome())
+    }
+
+    #[test]
+    fn a_cluster_a_token_bucket_let_through_in_part_reads_as_the_drain_rate() {
+        // `tc … tbf rate 400kbit burst 4000`: the first 4 kB pass at once.
+        let mut shaped = crate::bwe::sim::LinkConfig::constant(400_000);
+        shaped.burst_bytes = 4_000;
+        shaped.queue_bytes = 14_000;
+        let (raise, ceiling, outcome) = probe_through(shaped, 400_000, 1_035_000);
+        let ceiling = ceiling.expect("a saturated cluster sets a ceiling");
+        assert!((360_000..=400_000).contains(&ceiling), "{ceiling}");
+        assert_eq!(raise, Some(ceiling));
+        let outcome = outcome.expect("the session ended");
+        assert!(!outcome.success);
+        // A path that keeps up: carried, the session goes on with a higher cluster.
+        let (raise, ceiling, outcome) = probe_through(
+            crate::bwe::sim::LinkConfig::constant(10_000_000),
+            400_000,
+            1_035_000,
+        );
+        assert_eq!((ceiling, outcome), (None, None));
+        assert!(raise.is_some_and(|r| r >= 760_000), "{raise:?}");
     }
 }

@@ -179,6 +179,23 @@ impl AimdRateControl {
         self.last_change = Some(now);
     }
 
+    /// A probe saturated the path at `bps`: an estimate above it comes down
+    /// to it (the acknowledged rate, padding included, let AIMD run above
+    /// it), and the link capacity learns it, so increases near it are
+    /// additive.
+    pub fn saturated_at(&mut self, now: Instant, bps: u64) {
+        let bps = (bps as f64).clamp(self.min, self.max);
+        if self.bitrate <= bps {
+            return;
+        }
+        if bps < self.capacity.lower_bps() {
+            self.capacity.reset();
+        }
+        self.capacity.update(bps, CAPACITY_ALPHA);
+        self.bitrate = bps;
+        self.last_change = Some(now);
+    }
+
     /// Scales the estimate down (feedback stopped; overuse before any
     /// acknowledged bitrate is known).
     pub fn scale(&mut self, now: Instant, factor: f64) {

@@ -57,6 +57,10 @@ pub struct LinkConfig {
     pub capacity: Vec<(Duration, u64)>,
     /// Drop-tail queue limit in bytes.
     pub queue_bytes: usize,
+    /// Token-bucket burst in bytes (a `tc … tbf` shaper's `burst`, a
+    /// policer's allowance): while the bucket holds tokens, packets pass at
+    /// line rate; it refills at the capacity. 0: a plain serialising link.
+    pub burst_bytes: usize,
     /// One-way propagation delay towards the viewer.
     pub delay: Duration,
     /// Propagation delay of the feedback path.
@@ -79,6 +83,7 @@ impl LinkConfig {
         Self {
             capacity: vec![(Duration::ZERO, bps)],
             queue_bytes: (bps / 8 / 4) as usize,
+            burst_bytes: 0,
             delay: Duration::from_millis(25),
             return_delay: Duration::from_millis(25),
             random_loss: 0.0,
@@ -110,6 +115,8 @@ pub struct Link {
     queue: VecDeque<(Instant, usize)>,
     queued_bytes: usize,
     busy_until: Instant,
+    /// Tokens in the bucket at `busy_until` (bytes).
+    tokens: f64,
     bad: bool,
     next_cross: Instant,
 }
@@ -124,6 +131,7 @@ impl Link {
             queue: VecDeque::new(),
             queued_bytes: 0,
             busy_until: start,
+            tokens: 0.0,
             bad: false,
             next_cross: start,
         }
@@ -168,8 +176,17 @@ impl Link {
         }
         let begin = now.max(self.busy_until);
         let capacity = self.capacity_at(begin).max(1);
-        let nanos = (size as u128 * 8 * 1_000_000_000) / u128::from(capacity);
-        let departure = begin + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        // Tokens refilled since the last departure, up to the burst.
+        let refill = begin
+            .saturating_duration_since(self.busy_until)
+            .as_secs_f64()
+            * capacity as f64
+            / 8.0;
+        let tokens = (self.tokens + refill).min(self.cfg.burst_bytes as f64);
+        let wait_bytes = (size as f64 - tokens).max(0.0);
+        self.tokens = (tokens - size as f64).max(0.0);
+        let nanos = wait_bytes * 8e9 / capacity as f64;
+        let departure = begin + Duration::from_nanos(nanos as u64);
         self.busy_until = departure;
         self.queue.push_back((departure, size));
         self.queued_bytes += size;
@@ -304,6 +321,21 @@ impl Scenario {
         Self::new("cross traffic 1/2", link, Duration::from_secs(60))
     }
 
+    /// 400 kbit/s behind a token-bucket shaper as `tc … tbf rate 400kbit
+    /// burst 4000 latency 200ms` sets one up (the e2e tests' shaped viewer):
+    /// a short burst passes at line rate, so a probe that fits in the
+    /// bucket reads as reachable whatever the rate. Layers as a 960×540
+    /// VP9 L3T3 stream's spatial layers, 35 kbit/s audio.
+    pub fn token_bucket() -> Self {
+        let mut link = LinkConfig::constant(400_000);
+        link.burst_bytes = 4_000;
+        link.queue_bytes = 14_000;
+        let mut s = Self::new("token bucket 400k", link, Duration::from_secs(40));
+        s.layers = vec![150_000, 300_000, 1_000_000];
+        s.audio_bps = 35_000;
+        s
+    }
+
     /// All of the above.
     pub fn all() -> Vec<Self> {
         vec![
@@ -312,6 +344,7 @@ impl Scenario {
             Self::random_loss(),
             Self::burst_loss(),
             Self::cross_traffic(),
+            Self::token_bucket(),
         ]
     }
 

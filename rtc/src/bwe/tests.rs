@@ -469,6 +469,35 @@ fn cross_traffic_taking_half_the_link() {
 }
 
 #[test]
+fn a_token_bucket_burst_is_not_taken_for_capacity() {
+    for seed in 1..=3 {
+        let s = Scenario::token_bucket().with_seed(seed);
+        let r = run(&s);
+        // Time on a layer above the one that fits: the freeze a viewer would see.
+        let over = r
+            .trace
+            .iter()
+            .filter(|p| p.layer > s.layer_for(p.available_bps))
+            .count();
+        assert!(
+            over <= 5,
+            "seed {seed}: {over} × 100 ms above the fitting layer: {r:?}"
+        );
+        assert!(
+            r.overshoot <= Duration::from_secs(1),
+            "seed {seed}: overshoot {:?}",
+            r.overshoot
+        );
+        assert!(
+            r.delivered >= 0.85,
+            "seed {seed}: delivered {}",
+            r.delivered
+        );
+        assert!(r.loss <= 0.01, "seed {seed}: loss {}", r.loss);
+    }
+}
+
+#[test]
 fn runs_are_deterministic() {
     let s = Scenario::burst_loss();
     assert_eq!(run(&s), run(&s));

@@ -284,9 +284,13 @@ async fn run(codec: &str, mime: &str, layering: (&str, &str), plain_viewer: bool
                 show(&r, "C")
             )
         })?;
+    let climbed = lifted.elapsed();
+    let history = view_of(&node, &collector.reports(), "C")
+        .map(|v| v["adaptation"]["history"].to_string())
+        .unwrap_or_default();
     eprintln!(
-        "{codec}: C back on the top layer {:?} after the limit was lifted",
-        lifted.elapsed()
+        "{codec}: C back on the top layer {climbed:?} after the limit was lifted; \
+         [ms ago, estimate, allocated]: {history}"
     );
     Ok(())
 }
