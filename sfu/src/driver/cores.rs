@@ -394,10 +394,18 @@ impl Cores {
 /// the same answer from the same core's migrator).
 #[derive(Debug)]
 pub(super) struct MigrationRoutes {
-    by_id: HashMap<MigrationId, usize>,
+    /// Each migration's core, and whether it ended.
+    by_id: HashMap<MigrationId, Route>,
     /// Ended migrations, oldest first: forgotten beyond `keep`.
     ended: VecDeque<MigrationId>,
     keep: usize,
+}
+
+/// Where a migration's messages go.
+#[derive(Debug, Clone, Copy)]
+struct Route {
+    core: usize,
+    ended: bool,
 }
 
 impl MigrationRoutes {
@@ -413,14 +421,20 @@ impl MigrationRoutes {
 
     /// Migration `id` runs on core `i`.
     pub(super) fn insert(&mut self, id: MigrationId, i: usize) {
-        self.by_id.insert(id, i);
+        self.by_id.insert(
+            id,
+            Route {
+                core: i,
+                ended: false,
+            },
+        );
     }
 
     /// The core a message of a migration goes to: its own; for a new one, the core of the
     /// stream its `Prepare` names; else the first (whose migrator answers "unknown").
     pub(super) fn route(&mut self, cores: &Cores, msg: &Message) -> usize {
-        if let Some(&i) = self.by_id.get(&msg.id) {
-            return i;
+        if let Some(r) = self.by_id.get(&msg.id) {
+            return r.core;
         }
         match &msg.body {
             Body::Prepare(p) => {
@@ -434,8 +448,9 @@ impl MigrationRoutes {
 
     /// Migration `id` ended: its route is kept for a while.
     pub(super) fn ended(&mut self, id: &MigrationId) {
-        if !self.by_id.contains_key(id) || self.ended.contains(id) {
-            return;
+        match self.by_id.get_mut(id) {
+            Some(r) if !r.ended => r.ended = true,
+            _ => return,
         }
         self.ended.push_back(id.clone());
         while self.ended.len() > self.keep {
@@ -813,6 +828,31 @@ fn housekeeping(cores: &Cores, i: usize, core: &mut CoreState) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ended_routes_are_kept_up_to_the_limit_once_each() {
+        let id = |i: usize| MigrationId::new(format!("m-{i}")).expect("id");
+        let mut routes = MigrationRoutes::new(2);
+        for i in 0..4 {
+            routes.insert(id(i), i);
+        }
+        // Ended twice counts once; unknown ids are not kept.
+        routes.ended(&id(0));
+        routes.ended(&id(0));
+        routes.ended(&id(9));
+        assert_eq!(routes.ended.len(), 1);
+        routes.ended(&id(1));
+        assert_eq!(routes.by_id.len(), 4);
+        // A third ended one forgets the oldest; running ones stay.
+        routes.ended(&id(2));
+        assert!(!routes.by_id.contains_key(&id(0)));
+        assert_eq!(routes.by_id.get(&id(1)).map(|r| r.core), Some(1));
+        assert_eq!(
+            routes.by_id.get(&id(3)).map(|r| (r.core, r.ended)),
+            Some((3, false))
+        );
+        assert_eq!(routes.ended.len(), 2);
+    }
 
     #[test]
     fn workers_get_distinct_cpus_of_the_process_s_mask_or_none() {
