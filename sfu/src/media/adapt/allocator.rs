@@ -9,8 +9,9 @@
 //!   something), then the budget left is handed out one layer step at a time, round-robin over
 //!   the video tracks in priority order (screen share before camera), while a step fits;
 //! - going down happens at once (the estimate says the link cannot carry it); going up past
-//!   the layer a track plays needs the step to fit with [`AllocConfig::up_headroom`] to spare
-//!   and, after the track went down, [`AllocConfig::up_hold`] of quiet — no flapping between
+//!   the layer a track plays needs the step to fit with [`AllocConfig::up_headroom`] to spare,
+//!   a [`AllocConfig::up_spare`] share of the estimate left unallocated after it, and, after the
+//!   track went down, [`AllocConfig::up_hold`] of quiet — no flapping between
 //!   two layers when the estimate sits at the boundary; and one layer at a time: a track goes at
 //!   most one layer above the one it plays per allocation;
 //! - when a step up does not fit, the allocation says how much it would take
@@ -26,6 +27,11 @@ pub struct AllocConfig {
     /// A step above the layer a track plays must fit this many times over (the switch brings a
     /// keyframe, and a rate measured over a second is an average).
     pub up_headroom: f64,
+    /// A step above the layer a track plays must also leave this share of the whole estimate
+    /// unallocated: a step that only just fits under a shaped link's estimate (the estimate
+    /// drifts a few percent around the link rate) comes down again within a second, and each
+    /// such failed climb holds the track longer (`docs/adaptation.md`, "Climbing back").
+    pub up_spare: f64,
     /// After a track went down, how long before it may go up again.
     pub up_hold: Duration,
     /// A track that goes down within this of going up failed its climb: its next hold is
@@ -40,6 +46,7 @@ impl Default for AllocConfig {
     fn default() -> Self {
         Self {
             up_headroom: 1.15,
+            up_spare: 0.1,
             // mediasoup holds a downgraded layer 8-10 s; with probing to confirm the headroom,
             // a shorter first hold does not flap (see `docs/adaptation.md`), and a link where
             // climbs keep failing is left alone for longer each time.
@@ -161,14 +168,22 @@ pub fn allocate(
             } else {
                 (delta, false)
             };
-            if need <= budget && !held {
+            // Above the layer it plays, the step must also leave `up_spare` of the estimate.
+            let spare = if above_current {
+                (estimate_bps as f64 * cfg.up_spare) as i64
+            } else {
+                0
+            };
+            if need <= budget && budget - delta >= spare && !held {
                 budget -= delta;
                 level[i] = next;
                 stepped = true;
             } else if wanted.is_none() && !held {
                 // The first step that did not fit, in priority order: what a probe must find.
+                // The estimate at which both the headroom and the spare hold.
                 let used = estimate_bps as i64 - budget;
-                wanted = Some((used + need).max(0) as u64);
+                let with_spare = ((used + delta) as f64 / (1.0 - cfg.up_spare.min(0.9))) as i64;
+                wanted = Some((used + need).max(with_spare).max(0) as u64);
             }
         }
         if !stepped {
@@ -254,10 +269,11 @@ mod tests {
         assert_eq!(st[1].target, Some(2));
         assert_eq!(a.allocated_bps, 540_000);
         assert_eq!(a.switches, [(1, 2, true)]);
+        // What a probe must find for the top layer: 1.54 M with a tenth of the estimate spare
+        // (above the 540 k + 1 M × 1.15 the headroom alone asks).
         assert_eq!(
             a.wanted_bps,
-            Some(540_000 + (1_000_000.0 * cfg.up_headroom) as u64),
-            "what a probe must find for the top layer"
+            Some((1_540_000.0 / (1.0 - cfg.up_spare)) as u64),
         );
         // Under the lowest layer's rate the lowest still goes.
         let a = allocate(now, 100_000, &tracks, &mut st, &cfg);
@@ -291,6 +307,38 @@ mod tests {
         // Staying on the layer it plays needs no headroom.
         allocate(t2, 500_000, &[video(&cam, Some(2))], &mut st, &cfg);
         assert_eq!(st[0].target, Some(2));
+    }
+
+    #[test]
+    fn a_step_up_leaves_a_share_of_the_estimate_spare() {
+        // The VP9 layers of a shaped 400 kbit/s viewer: 150 k, 300 k, 1 M.
+        let t0 = Instant::now();
+        let cam = [
+            layer(1, 150_000, t0),
+            layer(2, 300_000, t0),
+            layer(3, 1_000_000, t0),
+        ];
+        let cfg = AllocConfig::default();
+        let mut st = [TrackState {
+            target: Some(1),
+            ..TrackState::default()
+        }];
+        // 330 k: the step (150 k × 1.15 = 172.5 k) fits the 180 k left after the lowest, but
+        // would leave 30 k, under a tenth of the estimate: no climb, and a probe for the
+        // estimate at which the step leaves a tenth spare.
+        let a = allocate(t0, 330_000, &[video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(1));
+        assert!(a.switches.is_empty());
+        let want = (300_000.0 / (1.0 - cfg.up_spare)) as u64;
+        assert_eq!(a.wanted_bps, Some(want));
+        assert!(want > 330_000, "a probe asks for more than the estimate");
+        // At that estimate it climbs.
+        allocate(t0, want + 1, &[video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(2));
+        // Staying on the layer it plays needs no spare: 310 k keeps the 300 k layer.
+        let a = allocate(t0, 310_000, &[video(&cam, Some(2))], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(2));
+        assert!(a.switches.is_empty());
     }
 
     #[test]
@@ -349,8 +397,10 @@ mod tests {
         let cam = [layer(1, 150_000, now), layer(2, 500_000, now)];
         let mut screen_t = video(&screen, None);
         screen_t.priority = 1;
+        // Steps that fit exactly, to show the order.
         let cfg = AllocConfig {
             up_headroom: 1.0,
+            up_spare: 0.0,
             ..AllocConfig::default()
         };
         let mut st = [TrackState::default(); 2];
