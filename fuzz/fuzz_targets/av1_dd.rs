@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| ferry_rtc::codec::av1::fuzz_dependency_descriptor(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ferry_rtc::codec::fuzz::fuzz_dependency_descriptor(data));

@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 
 pub mod av1;
 pub mod dims;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
 pub mod layers;
 pub mod vp9;
 

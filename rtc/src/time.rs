@@ -14,6 +14,14 @@ pub fn from_age_ms(now: Instant, age_ms: u64) -> Instant {
         .unwrap_or(now)
 }
 
+/// Microseconds from `b` to `a`, negative when `a` is earlier.
+pub fn signed_us(a: Instant, b: Instant) -> i64 {
+    match a.checked_duration_since(b) {
+        Some(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
+        None => -i64::try_from(b.saturating_duration_since(a).as_micros()).unwrap_or(i64::MAX),
+    }
+}
+
 /// Maps core instants to wall-clock time for NTP timestamps. The driver sets
 /// it once from the system clock; simulations use a fixed epoch.
 #[derive(Debug, Clone, Copy)]

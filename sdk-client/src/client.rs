@@ -1,7 +1,7 @@
 //! The Rust SDK's public face: [`FerryClient`] publishes and plays; a [`Session`] is one
 //! publish or play that stays alive by itself (see [`crate::fsm`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,118 +10,11 @@ use ferry_rtc::peer::{PeerRole, ReceivedFrame};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::driver::{Driver, FRAME_QUEUE, MediaSetup, Msg, Setup, Shared, Stats};
+use crate::error::SdkError;
 use crate::fsm::{Config, Event, Kind, Machine, State};
+use crate::quality::Quality;
+use crate::ticket::load_ticket;
 use crate::turn::{IceServer, RelayError, RelaySetup};
-
-/// Why an SDK call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SdkError {
-    /// The session ended before it connected (the reason from its last state change).
-    #[error("the session ended: {0}")]
-    Ended(String),
-    /// It did not connect in time.
-    #[error("the session did not connect within {0:?}")]
-    Timeout(Duration),
-    /// The session's task is gone.
-    #[error("the session is closed")]
-    Closed,
-    /// A bad argument.
-    #[error("{0}")]
-    Invalid(String),
-    /// `relay_only`: the session could not connect because no relay could be used (no
-    /// credentials, or every relay refused or did not answer).
-    #[error("no TURN relay: {0}")]
-    Relay(RelayError),
-    /// The room's node refused a command with an `error` frame (`code`: `not_in_room`,
-    /// `bad_request`, `bad_value`, `key_reused`, `overloaded`, … — docs/rooms.md).
-    #[error("refused by the room: {code}: {message}")]
-    Refused {
-        /// The protocol's code.
-        code: String,
-        /// For people.
-        message: String,
-    },
-    /// The join endpoint did not answer with a place to connect to (`status` 0: no answer).
-    #[error("room join refused: {status} {message}")]
-    JoinFailed {
-        /// The HTTP status (0 when no response came).
-        status: u16,
-        /// The answer's body, or why there was none.
-        message: String,
-    },
-    /// The access token is missing or invalid (HTTP 401, or the room WebSocket's close code 4401).
-    #[error("unauthorized: {0}")]
-    Unauthorized(String),
-    /// The access token does not grant this (HTTP 403, or close code 4403).
-    #[error("forbidden: {0}")]
-    Forbidden(String),
-    /// The room's WebSocket could not be opened or closed before a command was answered.
-    #[error("room connection lost: {0}")]
-    Disconnected(String),
-    /// The node serving the session refused a request about it, or did not answer (`status` 0).
-    #[error("the node answered {status}: {message}")]
-    Rejected {
-        /// The HTTP status (0 when no response came).
-        status: u16,
-        /// The node's reason, or why there was no answer.
-        message: String,
-    },
-}
-
-/// A viewer's caps ([`Session::set_quality`]): the node never sends it more, whatever its link
-/// carries. All `None` ([`Quality::default`]) is automatic: the node's estimate decides. The
-/// JSON body of `POST {session}/layer` (camelCase, absent fields left out).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Quality {
-    /// The highest picture (pixels): the highest simulcast layer at most this high, else the
-    /// lowest (1–16384).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_height: Option<u32>,
-    /// The widest picture (pixels), likewise (1–16384).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_width: Option<u32>,
-    /// Frames per second (1–240; where the source has temporal layers).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_fps: Option<u32>,
-    /// Bit/s the node may send the viewer (10 000–1 000 000 000).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_bitrate: Option<u64>,
-}
-
-impl Quality {
-    /// Checks the node's ranges (a value outside them would be refused with a 400).
-    pub fn validate(&self) -> Result<(), SdkError> {
-        let bad = |what: &str| Err(SdkError::Invalid(format!("quality: {what}")));
-        if self.max_height.is_some_and(|h| !(1..=16_384).contains(&h)) {
-            return bad("max_height must be 1..=16384");
-        }
-        if self.max_width.is_some_and(|w| !(1..=16_384).contains(&w)) {
-            return bad("max_width must be 1..=16384");
-        }
-        if self.max_fps.is_some_and(|f| !(1..=240).contains(&f)) {
-            return bad("max_fps must be 1..=240");
-        }
-        if self
-            .max_bitrate
-            .is_some_and(|b| !(10_000..=1_000_000_000).contains(&b))
-        {
-            return bad("max_bitrate must be 10000..=1000000000 bit/s");
-        }
-        Ok(())
-    }
-
-    /// Whether no cap is set.
-    pub fn is_automatic(&self) -> bool {
-        *self == Quality::default()
-    }
-
-    /// The request body.
-    pub(crate) fn body(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned())
-    }
-}
 
 /// How a session's media is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -594,83 +487,10 @@ fn relay_error(shared: &Mutex<Shared>) -> Option<RelayError> {
         .clone()
 }
 
-/// A ticket persisted at `path` (`None`: none, or unreadable).
-pub(crate) fn load_ticket(path: &Path) -> Option<String> {
-    let t = std::fs::read_to_string(path).ok()?;
-    let t = t.trim();
-    (!t.is_empty()).then(|| t.to_owned())
-}
-
-/// Persists `ticket` at `path` (atomically), or removes the file.
-pub(crate) fn store_ticket(path: &Path, ticket: Option<&str>) {
-    let r = match ticket {
-        Some(t) => {
-            let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, t).and_then(|()| std::fs::rename(&tmp, path))
-        }
-        None => match std::fs::remove_file(path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            r => r,
-        },
-    };
-    if let Err(e) = r {
-        tracing::warn!(path = %path.display(), error = %e, "ticket not persisted");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn tickets_persist_in_a_file() {
-        let path = std::env::temp_dir().join(format!("ferry-ticket-{}", std::process::id()));
-        assert_eq!(load_ticket(&path), None);
-        store_ticket(&path, Some("t1"));
-        assert_eq!(load_ticket(&path).as_deref(), Some("t1"));
-        store_ticket(&path, Some("t2"));
-        assert_eq!(load_ticket(&path).as_deref(), Some("t2"));
-        store_ticket(&path, None);
-        assert_eq!(load_ticket(&path), None);
-        store_ticket(&path, None);
-    }
-
-    #[test]
-    fn caps_are_checked_and_written_as_the_node_reads_them() {
-        assert_eq!(Quality::default().body(), "{}");
-        assert!(Quality::default().is_automatic());
-        let q = Quality {
-            max_height: Some(180),
-            max_bitrate: Some(300_000),
-            ..Quality::default()
-        };
-        assert_eq!(q.body(), r#"{"maxHeight":180,"maxBitrate":300000}"#);
-        assert!(q.validate().is_ok() && !q.is_automatic());
-        for bad in [
-            Quality {
-                max_height: Some(0),
-                ..Quality::default()
-            },
-            Quality {
-                max_width: Some(20_000),
-                ..Quality::default()
-            },
-            Quality {
-                max_fps: Some(241),
-                ..Quality::default()
-            },
-            Quality {
-                max_bitrate: Some(9_999),
-                ..Quality::default()
-            },
-        ] {
-            assert!(
-                matches!(bad.validate(), Err(SdkError::Invalid(_))),
-                "{bad:?}"
-            );
-        }
-    }
 
     #[tokio::test]
     async fn bad_stream_names_are_refused_at_once() {

@@ -41,25 +41,28 @@
 
 mod client;
 mod driver;
+mod error;
 pub mod fsm;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 mod h264;
 pub mod js;
+mod quality;
 mod room;
 mod signalling;
+mod ticket;
 mod turn;
 mod turn_move;
 
-pub use client::{
-    Events, FerryClient, Media, PlayOptions, PublishOptions, Quality, SdkError, Session,
-};
+pub use client::{Events, FerryClient, Media, PlayOptions, PublishOptions, Session};
 pub use driver::Stats;
+pub use error::SdkError;
 pub use ferry_rtc::codec;
 pub use ferry_rtc::media;
 pub use ferry_rtc::peer::{PeerStats, ReceivedFrame};
 pub use ferry_rtc::turn::{TurnError, TurnStats};
 pub use fsm::{Event, State};
+pub use quality::Quality;
 pub use room::{
     ChatMessage, JOIN_TIMEOUT, JoinOptions, MediaKind, Participant, Receipt, RegisterValue, Room,
     RoomEvent, RoomState, Track,

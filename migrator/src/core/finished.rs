@@ -2,12 +2,22 @@
 //! same answer and change nothing.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
 use ferry_proto::{MigrationId, NodeId};
 
-use super::Finish;
 use crate::report::Outcome;
 use crate::wire::Body;
+
+/// How a migration ended, as a state machine hands it back.
+pub(crate) struct Finish {
+    pub(crate) outcome: Outcome,
+    pub(crate) reason: Option<String>,
+    pub(crate) epoch: u64,
+    /// The answer to any later message of this migration from the peer.
+    pub(crate) reply: Option<Body>,
+    pub(crate) blackout: Option<Duration>,
+}
 
 #[derive(Debug)]
 pub(crate) struct FinishedRecord {

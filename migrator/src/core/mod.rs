@@ -3,44 +3,25 @@
 //! hands messages, events and timeouts to its driver.
 
 mod finished;
+mod out;
+mod plan;
 mod source;
 mod target;
 
 use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use ferry_proto::api::CutoverMode;
-use ferry_proto::{MigrationId, NodeId, SessionId, StreamId};
+use ferry_proto::{MigrationId, NodeId, SessionId};
 
 use crate::SessionHost;
 use crate::config::Config;
-use crate::report::{MigrationEvent, Outcome, Phase, Role};
+use crate::report::{MigrationEvent, Outcome, Role};
 use crate::wire::{Abort, Body, Message};
-use finished::FinishedLog;
+use finished::{Finish, FinishedLog};
+use out::Out;
+pub use plan::MigrationPlan;
 use source::Outgoing;
 use target::Incoming;
-
-/// What the source needs to start a migration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MigrationPlan {
-    /// The migration's ID (chosen by the scheduler).
-    pub id: MigrationId,
-    /// The session to move.
-    pub session: SessionId,
-    /// Its stream.
-    pub stream: StreamId,
-    /// Publisher (else viewer).
-    pub publisher: bool,
-    /// Where it goes.
-    pub target: NodeId,
-    /// The session's current ownership epoch on this node.
-    pub epoch: u64,
-    /// How its client is redirected.
-    pub mode: CutoverMode,
-    /// W3C `traceparent` of the span that traces this migration on the
-    /// source (empty: not traced). The target's span joins that trace.
-    pub trace_parent: String,
-}
 
 /// Why [`Migrator::start`] refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,49 +49,6 @@ pub enum AbortError {
     /// target: `Ready`, the source may have committed).
     #[error("migration {0} is past its commit point")]
     TooLate(MigrationId),
-}
-
-/// How a migration ended, as a state machine hands it back.
-pub(crate) struct Finish {
-    pub(crate) outcome: Outcome,
-    pub(crate) reason: Option<String>,
-    pub(crate) epoch: u64,
-    /// The answer to any later message of this migration from the peer.
-    pub(crate) reply: Option<Body>,
-    pub(crate) blackout: Option<Duration>,
-}
-
-/// Output queues the per-migration state machines write into.
-pub(crate) struct Out<'a> {
-    pub(crate) cfg: &'a Config,
-    pub(crate) me: &'a NodeId,
-    transmits: &'a mut VecDeque<(NodeId, Message)>,
-    events: &'a mut VecDeque<MigrationEvent>,
-}
-
-impl Out<'_> {
-    pub(crate) fn send(&mut self, to: &NodeId, id: &MigrationId, body: Body) {
-        self.transmits
-            .push_back((to.clone(), Message::new(id.clone(), body)));
-    }
-
-    pub(crate) fn accepted(&mut self, id: &MigrationId, prepare: &crate::wire::Prepare) {
-        self.events.push_back(MigrationEvent::Accepted {
-            id: id.clone(),
-            session: prepare.session.clone(),
-            source: prepare.source.clone(),
-            mode: prepare.mode,
-            trace_parent: prepare.trace_parent.clone(),
-        });
-    }
-
-    pub(crate) fn phase(&mut self, id: &MigrationId, role: Role, phase: Phase) {
-        self.events.push_back(MigrationEvent::Phase {
-            id: id.clone(),
-            role,
-            phase,
-        });
-    }
 }
 
 /// One node's migration protocol engine, source and target side at once.
@@ -204,12 +142,7 @@ impl Migrator {
         &mut HashMap<MigrationId, Incoming>,
     ) {
         (
-            Out {
-                cfg: &self.cfg,
-                me: &self.me,
-                transmits: &mut self.transmits,
-                events: &mut self.events,
-            },
+            Out::new(&self.cfg, &self.me, &mut self.transmits, &mut self.events),
             &mut self.outgoing,
             &mut self.incoming,
         )

@@ -8,7 +8,9 @@ use ferry_proto::NodeId;
 use ferry_proto::state::WalRecord;
 use prost::Message as _;
 
-use super::{Finish, MigrationPlan, Out};
+use super::finished::Finish;
+use super::out::Out;
+use super::plan::MigrationPlan;
 use crate::SessionHost;
 use crate::report::{MigrationReport, Outcome, Phase, PhaseDurations, Role};
 use crate::wire::{Abort, Body, Commit, Cutover, Prepare, SnapshotChunk, Wal, chunk_snapshot};

@@ -9,7 +9,8 @@ use ferry_proto::state::{SessionSnapshot, WalRecord};
 use ferry_proto::{MigrationId, NodeId};
 use prost::Message as _;
 
-use super::{Finish, Out};
+use super::finished::Finish;
+use super::out::Out;
 use crate::SessionHost;
 use crate::report::{MigrationReport, Outcome, Phase, PhaseDurations, Role};
 use crate::wire::{

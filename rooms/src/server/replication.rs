@@ -3,7 +3,7 @@
 //! cluster token), at most one request in flight per peer; the answer carries the peer's
 //! replies (acks, anti-entropy steps) and the rooms it does not host.
 
-use super::CallError;
+use super::call::{CallError, http_agent, read_answer};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -49,7 +49,7 @@ pub(super) struct Outbox {
 
 impl Outbox {
     pub(super) fn new(token: Option<String>) -> Self {
-        let agent = super::http_agent(REQUEST_TIMEOUT);
+        let agent = http_agent(REQUEST_TIMEOUT);
         Outbox {
             queues: Mutex::default(),
             agent,
@@ -123,7 +123,7 @@ impl Outbox {
             let mut resp = req
                 .send(&body[..])
                 .map_err(|e| CallError::Transport(url.clone(), e.to_string()))?;
-            let (status, bytes) = super::read_answer(&mut resp)
+            let (status, bytes) = read_answer(&mut resp)
                 .map_err(|e| CallError::Transport(url.clone(), e.to_string()))?;
             if status != 200 {
                 return Err(CallError::status(url, status, &bytes));

@@ -3,7 +3,7 @@
 //! room it opens (`GET /v1/rooms/{room}/snapshots`), and removes its own when it stops hosting
 //! an idle room (`DELETE`), all with the cluster token.
 
-use super::CallError;
+use super::call::{CallError, http_agent, read_answer};
 use std::time::Duration;
 
 use crate::codec;
@@ -33,7 +33,7 @@ pub(super) struct SnapshotClient {
 
 impl SnapshotClient {
     pub(super) fn new(target: &SnapshotTarget, node: NodeId, token: Option<&str>) -> Self {
-        let agent = super::http_agent(REQUEST_TIMEOUT);
+        let agent = http_agent(REQUEST_TIMEOUT);
         SnapshotClient {
             agent,
             bases: target
@@ -99,7 +99,7 @@ impl SnapshotClient {
             let mut resp = sent
                 .map_err(|e| CallError::Request(e.to_string()))?
                 .map_err(|e| CallError::Transport(url.clone(), e.to_string()))?;
-            super::read_answer(&mut resp).map_err(|e| CallError::Transport(url, e.to_string()))
+            read_answer(&mut resp).map_err(|e| CallError::Transport(url, e.to_string()))
         })
         .await
         .map_err(|e| CallError::Task(e.to_string()))?

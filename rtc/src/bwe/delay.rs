@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::signed_us;
+use crate::time::signed_us;
 
 /// Packets sent within this span of a group's first packet form one group.
 const SEND_GROUP_US: i64 = 5_000;

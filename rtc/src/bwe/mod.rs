@@ -100,14 +100,6 @@ const FEEDBACK_TIMEOUT_FACTOR: f64 = 0.8;
 /// Configured durations are capped here (no overflow on `Instant` sums).
 const MAX_CONFIG_DURATION: Duration = Duration::from_secs(3600);
 
-/// Microseconds from `b` to `a`, negative when `a` is earlier.
-pub(crate) fn signed_us(a: Instant, b: Instant) -> i64 {
-    match a.checked_duration_since(b) {
-        Some(d) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
-        None => -i64::try_from(b.saturating_duration_since(a).as_micros()).unwrap_or(i64::MAX),
-    }
-}
-
 /// Estimator settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BweConfig {

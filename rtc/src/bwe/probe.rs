@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::signed_us;
+use crate::time::signed_us;
 
 /// A cluster has at least this many packets…
 const MIN_PACKETS: u32 = 5;
@@ -154,8 +154,54 @@ struct Session {
 #[derive(Debug, Clone, Copy)]
 struct ClusterFeedback {
     id: u32,
-    all: Span,
+    /// Where the cluster's second half begins (its planned midpoint).
+    tail_from: Instant,
+    all: Option<Span>,
     tail: Option<Span>,
+}
+
+impl ClusterFeedback {
+    fn add(&mut self, sent: Instant, arrival: i64, size: usize) {
+        Span::add_to(&mut self.all, sent, arrival, size);
+        if sent >= self.tail_from {
+            Span::add_to(&mut self.tail, sent, arrival, size);
+        }
+    }
+
+    /// The rate the path drained the cluster's packets at where it spread
+    /// them out: all of them, or those of its second half (which meet the
+    /// link's rate once the first used up a shaper's burst allowance).
+    fn drained(&self) -> Option<u64> {
+        let all = self.all.and_then(|a| a.saturated_rate());
+        let tail = self
+            .tail
+            .filter(|t| t.packets >= MIN_TAIL_PACKETS)
+            .and_then(|t| t.saturated_rate());
+        match (all, tail) {
+            (Some(a), Some(t)) => Some(a.min(t)),
+            (a, t) => a.or(t),
+        }
+    }
+
+    /// The cluster's measurement, once enough of its `sent_packets` and
+    /// `sent_bytes` were reported.
+    fn measure(&self, sent_packets: u32, sent_bytes: usize) -> Measured {
+        let Some(all) = self.all else {
+            return Measured::Pending;
+        };
+        let need_packets = (f64::from(sent_packets) * MIN_RECEIVED_RATIO)
+            .ceil()
+            .max(4.0);
+        if f64::from(all.packets) < need_packets
+            || (all.bytes as f64) < sent_bytes as f64 * MIN_RECEIVED_RATIO
+        {
+            return Measured::Pending;
+        }
+        match (all.rate(), self.drained()) {
+            (Measured::Rate(a), Some(t)) => Measured::Rate(a.min(t)),
+            (all, _) => all,
+        }
+    }
 }
 
 /// Send and arrival spans of some packets of a cluster.
@@ -182,6 +228,14 @@ impl Span {
             last_arrival: arrival,
             packets: 1,
             bytes: size,
+        }
+    }
+
+    /// Adds a packet to `span`, starting it with the first.
+    fn add_to(span: &mut Option<Self>, sent: Instant, arrival: i64, size: usize) {
+        match span {
+            Some(s) => s.add(sent, arrival, size),
+            None => *span = Some(Self::new(sent, arrival, size)),
         }
     }
 
@@ -215,9 +269,13 @@ impl Span {
     fn rates(&self) -> Option<(f64, f64)> {
         let (send_us, recv_us) = self.spans_us()?;
         let send_bps = self.bytes.saturating_sub(self.last_send_size) as f64 * 8e6 / send_us as f64;
-        let recv_bps =
-            self.bytes.saturating_sub(self.first_arrival_size) as f64 * 8e6 / recv_us as f64;
-        Some((send_bps, recv_bps))
+        Some((send_bps, self.recv_bps(recv_us)))
+    }
+
+    /// The receive rate over a receive span of `recv_us` (the first packet
+    /// received left out).
+    fn recv_bps(&self, recv_us: i64) -> f64 {
+        self.bytes.saturating_sub(self.first_arrival_size) as f64 * 8e6 / recv_us as f64
     }
 
     /// The rate the path carried these packets at: the send rate while it
@@ -244,10 +302,8 @@ impl Span {
     /// first/last-packet corrections.
     fn saturated_rate(&self) -> Option<u64> {
         let (send_us, recv_us) = self.spans_us()?;
-        let recv_bps =
-            self.bytes.saturating_sub(self.first_arrival_size) as f64 * 8e6 / recv_us as f64;
         ((send_us as f64) < MIN_RATIO_UNSATURATED * recv_us as f64)
-            .then_some((SATURATED_UTILISATION * recv_bps) as u64)
+            .then(|| (SATURATED_UTILISATION * self.recv_bps(recv_us)) as u64)
     }
 }
 
@@ -267,9 +323,8 @@ pub(crate) struct Prober {
     next_id: u32,
     failures: u32,
     next_allowed: Option<Instant>,
+    /// The recent clusters, as feedback reports their packets.
     feedback: VecDeque<ClusterFeedback>,
-    /// Where each recent cluster's second half begins (its planned midpoint).
-    halves: VecDeque<(u32, Instant)>,
     outcome: Option<ProbeOutcome>,
     /// A failed cluster's measured rate where the path did not carry it.
     ceiling: Option<u64>,
@@ -285,7 +340,6 @@ impl Default for Prober {
             failures: 0,
             next_allowed: None,
             feedback: VecDeque::with_capacity(MAX_TRACKED),
-            halves: VecDeque::with_capacity(MAX_TRACKED),
             outcome: None,
             ceiling: None,
             last_cluster_end: None,
@@ -389,10 +443,15 @@ impl Prober {
         let slots = (duration.as_nanos() / interval.as_nanos().max(1)) as u32 + 1;
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        if self.halves.len() >= MAX_TRACKED {
-            self.halves.pop_front();
+        if self.feedback.len() >= MAX_TRACKED {
+            self.feedback.pop_front();
         }
-        self.halves.push_back((id, later(now, duration / 2)));
+        self.feedback.push_back(ClusterFeedback {
+            id,
+            tail_from: later(now, duration / 2),
+            all: None,
+            tail: None,
+        });
         if let Some(s) = self.session.as_mut() {
             s.clusters += 1;
         }
@@ -482,61 +541,8 @@ impl Prober {
 
     /// Feedback reported a cluster packet received.
     pub fn on_acked(&mut self, id: u32, sent: Instant, arrival: i64, size: usize) {
-        let in_tail = self
-            .halves
-            .iter()
-            .find(|h| h.0 == id)
-            .is_some_and(|h| sent >= h.1);
         if let Some(f) = self.feedback.iter_mut().find(|f| f.id == id) {
-            f.all.add(sent, arrival, size);
-            match f.tail.as_mut() {
-                Some(t) if in_tail => t.add(sent, arrival, size),
-                None if in_tail => f.tail = Some(Span::new(sent, arrival, size)),
-                _ => {}
-            }
-            return;
-        }
-        if self.feedback.len() >= MAX_TRACKED {
-            self.feedback.pop_front();
-        }
-        let span = Span::new(sent, arrival, size);
-        self.feedback.push_back(ClusterFeedback {
-            id,
-            all: span,
-            tail: in_tail.then_some(span),
-        });
-    }
-
-    fn measure(&self, id: u32, sent_packets: u32, sent_bytes: usize) -> Measured {
-        let Some(f) = self.feedback.iter().find(|f| f.id == id) else {
-            return Measured::Pending;
-        };
-        let need_packets = (f64::from(sent_packets) * MIN_RECEIVED_RATIO)
-            .ceil()
-            .max(4.0);
-        if f64::from(f.all.packets) < need_packets
-            || (f.all.bytes as f64) < sent_bytes as f64 * MIN_RECEIVED_RATIO
-        {
-            return Measured::Pending;
-        }
-        match (f.all.rate(), self.drained(id)) {
-            (Measured::Rate(a), Some(t)) => Measured::Rate(a.min(t)),
-            (all, _) => all,
-        }
-    }
-
-    /// The rate a cluster's packets were drained at where the path spread
-    /// them out: all of them, or those of its second half (which meet the
-    /// link's rate once the first used up a shaper's burst allowance).
-    fn drained(&self, id: u32) -> Option<u64> {
-        let f = self.feedback.iter().find(|f| f.id == id)?;
-        let tail = f
-            .tail
-            .filter(|t| t.packets >= MIN_TAIL_PACKETS)
-            .and_then(|t| t.saturated_rate());
-        match (f.all.saturated_rate(), tail) {
-            (Some(a), Some(t)) => Some(a.min(t)),
-            (a, t) => a.or(t),
+            f.add(sent, arrival, size);
         }
     }
 
@@ -565,7 +571,8 @@ impl Prober {
         else {
             return None;
         };
-        let r = match self.measure(id, packets, bytes) {
+        let feedback = self.feedback.iter().find(|f| f.id == id).copied()?;
+        let r = match feedback.measure(packets, bytes) {
             Measured::Pending => return None,
             Measured::Invalid => {
                 self.fail(now, None, limits);
@@ -591,7 +598,7 @@ impl Prober {
             _ => {
                 // Where the path spread the cluster out (not where loss
                 // thinned it), what it drained at is its capacity.
-                self.ceiling = self.drained(id).map(|d| d.min(rate_bps));
+                self.ceiling = feedback.drained().map(|d| d.min(rate_bps));
                 self.fail(now, Some(r), limits);
             }
         }

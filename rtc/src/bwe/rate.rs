@@ -188,10 +188,7 @@ impl AimdRateControl {
         if self.bitrate <= bps {
             return;
         }
-        if bps < self.capacity.lower_bps() {
-            self.capacity.reset();
-        }
-        self.capacity.update(bps, CAPACITY_ALPHA);
+        self.learn_capacity(bps);
         self.bitrate = bps;
         self.last_change = Some(now);
     }
@@ -275,13 +272,18 @@ impl AimdRateControl {
         if decreased < self.bitrate {
             self.bitrate = decreased;
         }
-        if throughput < self.capacity.lower_bps() {
+        self.learn_capacity(throughput);
+        self.state = RateState::Hold;
+        self.last_change = Some(now);
+    }
+
+    /// The link saturated at `bps`: the capacity estimate takes it in.
+    fn learn_capacity(&mut self, bps: f64) {
+        if bps < self.capacity.lower_bps() {
             // Far below where the link saturated before: that capacity is stale.
             self.capacity.reset();
         }
-        self.capacity.update(throughput, CAPACITY_ALPHA);
-        self.state = RateState::Hold;
-        self.last_change = Some(now);
+        self.capacity.update(bps, CAPACITY_ALPHA);
     }
 
     /// Additive increase near capacity: about one average packet per

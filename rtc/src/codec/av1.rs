@@ -596,58 +596,6 @@ fn template_of(st: &DependencyStructure, template_id: u8) -> Result<&FrameTempla
         .ok_or(DdError::UnknownTemplate(template_id))
 }
 
-/// Fuzz body (`fuzz/fuzz_targets/av1_dd.rs`): arbitrary bytes as a descriptor with and without a
-/// structure in force; whatever parses must write back to an equal descriptor. The bytes then
-/// go through a tracker and a selector as a stream of small extensions.
-#[cfg(any(test, feature = "fuzzing"))]
-pub fn fuzz_dependency_descriptor(data: &[u8]) {
-    use crate::codec::layers::{Av1DdTracker, LayerSelector};
-
-    fn round_trip(dd: &DependencyDescriptor, in_force: Option<&DependencyStructure>) {
-        let Ok(n) = dd.encoded_len(in_force) else {
-            panic!("a parsed descriptor must encode: {dd:?}");
-        };
-        let mut buf = vec![0u8; n];
-        assert_eq!(dd.write(in_force, &mut buf), Ok(n));
-        assert_eq!(DependencyDescriptor::parse(&buf, in_force).as_ref(), Ok(dd));
-    }
-
-    let _ = DependencyDescriptor::parse_mandatory(data);
-    if let Ok(dd) = DependencyDescriptor::parse(data, None) {
-        let st = dd.structure.as_ref();
-        assert!(
-            st.is_some_and(|s| s.validate().is_ok()),
-            "attached structure is valid"
-        );
-        round_trip(&dd, None);
-    }
-    let Ok(chrome) = DependencyDescriptor::parse(&CHROME_L3T3, None) else {
-        panic!("Chrome's L3T3 sample parses");
-    };
-    let st = chrome.structure.as_ref();
-    if let Ok(dd) = DependencyDescriptor::parse(data, st) {
-        round_trip(&dd, st);
-    }
-    let mut t = Av1DdTracker::new();
-    let mut sel = LayerSelector::default();
-    let _ = t.read(&CHROME_L3T3, false);
-    for (k, chunk) in data.chunks(5).enumerate() {
-        if k % 4 == 0 {
-            sel.set_target(chunk.first().map_or(2, |b| b & 3), chunk.len() as u8 & 3);
-        }
-        if let Ok(info) = t.layer_info(chunk, k % 2 == 0) {
-            let _ = sel.select(&info);
-            let _ = (
-                sel.current(),
-                sel.needs_keyframe(),
-                sel.active_decode_targets(),
-            );
-        }
-    }
-    let snap = t.snapshot();
-    assert!(Av1DdTracker::restore(&snap).is_ok());
-}
-
 /// A descriptor with its L3T3 structure (9 decode targets, 3 chains) as Chrome 112 sent it,
 /// first published in jitsi-videobridge's tests.
 #[cfg(any(test, feature = "fuzzing"))]

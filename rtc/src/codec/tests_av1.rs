@@ -3,6 +3,7 @@
 use proptest::prelude::*;
 
 use super::av1::*;
+use super::fuzz::fuzz_dependency_descriptor;
 use super::layers::{Av1DdTracker, DecodeTargets};
 
 /// A template in libwebrtc's notation: `S(s).T(t).Dtis("..").ChainDiffs(..).FrameDiffs(..)`.

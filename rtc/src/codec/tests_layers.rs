@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use proptest::prelude::*;
 
 use super::av1::{CHROME_L3T3, DependencyDescriptor, DependencyStructure};
+use super::fuzz::fuzz_vp9;
 use super::layers::*;
 use super::tests_av1::{dd, encode, l1t3, l3t3_key};
 use super::vp9::*;

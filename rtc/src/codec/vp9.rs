@@ -419,38 +419,3 @@ fn write_ss(
     }
     Ok(())
 }
-
-/// Fuzz body (`fuzz/fuzz_targets/vp9.rs`): parses arbitrary bytes, and checks that whatever
-/// parses writes back to the same descriptor and feeds the layer selector without a panic.
-#[cfg(any(test, feature = "fuzzing"))]
-pub fn fuzz_vp9(data: &[u8]) {
-    use crate::codec::layers::{LayerSelector, SvcMode, vp9_layer_info};
-
-    if let Ok(d) = Vp9Descriptor::parse(data) {
-        assert!(d.len <= data.len());
-        assert!(usize::from(d.p_diff_count) <= MAX_P_DIFFS);
-        let gof: Vec<GofEntry> = d.gof(data).collect();
-        assert_eq!(
-            gof.len(),
-            usize::from(d.ss.and_then(|s| s.gof_pictures).unwrap_or(0))
-        );
-        let mut buf = vec![0u8; d.len];
-        assert_eq!(d.write(&gof, &mut buf), Ok(d.len), "canonical length");
-        assert_eq!(Vp9Descriptor::parse(&buf), Ok(d), "round trip");
-    }
-    // The input as a stream of small packets through both selector modes.
-    for mode in [SvcMode::Full, SvcMode::KSvc] {
-        let mut sel = LayerSelector::new(mode);
-        for (k, chunk) in data.chunks(7).enumerate() {
-            if k % 5 == 0 {
-                sel.set_target(chunk.first().map_or(2, |b| b & 3), chunk.len() as u8 & 3);
-            }
-            if let Some(info) = vp9_layer_info(chunk, k % 3 == 0) {
-                let _ = sel.select(&info);
-                let _ = (sel.current(), sel.needs_keyframe());
-            }
-        }
-        let snap = sel.snapshot();
-        assert_eq!(LayerSelector::restore(snap).snapshot(), snap);
-    }
-}

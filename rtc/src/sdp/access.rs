@@ -7,10 +7,12 @@
 use std::ops::Deref;
 
 use super::attrs::{
-    AttrResult, Candidate, Direction, ExtMap, Fingerprint, Fmtp, Group, Msid, Rid, RtcpFb, RtpMap,
-    Setup, Simulcast, SsrcAttr, SsrcGroup, parse_digits,
+    Candidate, Direction, ExtMap, Fingerprint, Fmtp, Group, Msid, Rid, RtcpFb, RtpMap, Setup,
+    Simulcast, SsrcAttr, SsrcGroup,
 };
-use super::{Attribute, MediaDescription, SdpFrag, SessionDescription};
+use super::description::{Attribute, MediaDescription, SessionDescription};
+use super::frag::SdpFrag;
+use super::grammar::{AttrResult, parse_digits};
 
 fn values<'a>(attrs: &'a [Attribute], name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
     attrs

@@ -1,14 +1,14 @@
 //! Typed forms of the attributes WebRTC relies on: their grammar (used by the parser to reject
 //! malformed known attributes), their decoding and their writing.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 
-use super::Attribute;
 pub use super::candidate::Candidate;
 pub use super::codec::{ExtMap, Fmtp, RtcpFb, RtpMap};
+use super::description::Attribute;
+pub use super::direction::Direction;
+use super::grammar::{AttrResult, check_ice_chars, check_token, parse_digits};
 pub use super::streams::{Rid, RidDirection, Simulcast, SimulcastRid, SsrcAttr, SsrcGroup};
-
-pub(crate) type AttrResult<T> = Result<T, &'static str>;
 
 /// Checks a known attribute against its grammar; unknown names pass.
 pub(crate) fn check(attr: &Attribute) -> AttrResult<()> {
@@ -44,88 +44,12 @@ pub(crate) fn check(attr: &Attribute) -> AttrResult<()> {
     }
 }
 
-/// Parses an all-digits number (no sign, no spaces) that fits `T`.
-pub(crate) fn parse_digits<T: std::str::FromStr>(s: &str, reason: &'static str) -> AttrResult<T> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(reason);
-    }
-    s.parse().map_err(|_| reason)
-}
-
-/// An RTP payload type, 0..=127.
-pub(crate) fn parse_pt(s: &str) -> AttrResult<u8> {
-    match parse_digits::<u8>(s, "bad payload type")? {
-        pt @ 0..=127 => Ok(pt),
-        _ => Err("payload type out of range"),
-    }
-}
-
-/// RFC 8866 `token` characters.
-pub(crate) fn is_token_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`{|}~".contains(c)
-}
-
-pub(crate) fn check_token(s: &str, reason: &'static str) -> AttrResult<()> {
-    if !s.is_empty() && s.chars().all(is_token_char) {
-        Ok(())
-    } else {
-        Err(reason)
-    }
-}
-
-pub(crate) fn check_ice_chars(
-    s: &str,
-    min: usize,
-    max: usize,
-    reason: &'static str,
-) -> AttrResult<()> {
-    let ok = (min..=max).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/');
-    if ok { Ok(()) } else { Err(reason) }
-}
-
 fn check_fmtp(value: &str) -> AttrResult<()> {
     let format = value
         .split_ascii_whitespace()
         .next()
         .ok_or("missing format")?;
     check_token(format, "bad format")
-}
-
-/// Splits `k=v;k;k=v` into trimmed pairs, skipping empty items.
-pub(crate) fn split_params(s: &str) -> Vec<(String, Option<String>)> {
-    s.split(';')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (k.trim().to_string(), Some(v.trim().to_string())),
-            None => (p.to_string(), None),
-        })
-        .collect()
-}
-
-pub(crate) fn write_params(
-    f: &mut fmt::Formatter<'_>,
-    params: &[(String, Option<String>)],
-) -> fmt::Result {
-    for (i, (k, v)) in params.iter().enumerate() {
-        if i > 0 {
-            f.write_char(';')?;
-        }
-        f.write_str(k)?;
-        if let Some(v) = v {
-            write!(f, "={v}")?;
-        }
-    }
-    Ok(())
-}
-
-pub(crate) fn lookup<'a>(params: &'a [(String, Option<String>)], key: &str) -> Option<&'a str> {
-    params
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(key))
-        .and_then(|(_, v)| v.as_deref())
 }
 
 /// Implements `From<T>` and `From<&T>` for `Attribute` using the type's `Display` as value.
@@ -158,57 +82,6 @@ into_attribute! {
     Msid => "msid",
     Candidate => "candidate",
     Group => "group",
-}
-
-/// Media direction (`a=sendrecv` etc.); also the direction of an `a=extmap`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Direction {
-    /// `sendrecv` (the default).
-    SendRecv,
-    /// `sendonly`.
-    SendOnly,
-    /// `recvonly`.
-    RecvOnly,
-    /// `inactive`.
-    Inactive,
-}
-
-impl Direction {
-    /// The attribute name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::SendRecv => "sendrecv",
-            Self::SendOnly => "sendonly",
-            Self::RecvOnly => "recvonly",
-            Self::Inactive => "inactive",
-        }
-    }
-
-    /// Maps an attribute name; `None` for anything else.
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "sendrecv" => Some(Self::SendRecv),
-            "sendonly" => Some(Self::SendOnly),
-            "recvonly" => Some(Self::RecvOnly),
-            "inactive" => Some(Self::Inactive),
-            _ => None,
-        }
-    }
-
-    /// The direction seen from the other side (`sendonly` ↔ `recvonly`).
-    pub fn reverse(self) -> Self {
-        match self {
-            Self::SendOnly => Self::RecvOnly,
-            Self::RecvOnly => Self::SendOnly,
-            other => other,
-        }
-    }
-}
-
-impl From<Direction> for Attribute {
-    fn from(d: Direction) -> Self {
-        Attribute::flag(d.as_str())
-    }
 }
 
 /// `a=setup` (RFC 4145 / RFC 8842).

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::attrs::{check_ice_chars, check_token, parse_digits};
+use super::grammar::{check_ice_chars, check_token, parse_digits};
 
 /// An ICE candidate (RFC 8839 §5.1): `<foundation> <component> <transport> <priority> <address>
 /// <port> typ <type> [raddr <addr>] [rport <port>] *(<ext-name> <ext-value>)`.

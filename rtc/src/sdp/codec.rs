@@ -2,9 +2,8 @@
 
 use std::fmt;
 
-use super::attrs::{
-    Direction, check_token, lookup, parse_digits, parse_pt, split_params, write_params,
-};
+use super::direction::Direction;
+use super::grammar::{check_token, lookup, parse_digits, parse_pt, split_params, write_params};
 
 /// `a=rtpmap:<pt> <encoding>/<clock rate>[/<channels>]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

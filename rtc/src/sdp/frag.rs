@@ -1,8 +1,8 @@
 //! Trickle-ICE fragments (RFC 8840, `application/trickle-ice-sdpfrag`), as sent in WHIP/WHEP PATCH
 //! requests (RFC 9725 §4.4) for trickle and ICE restarts.
 
-use super::attrs::Candidate;
-use super::{Attribute, MediaDescription, SdpError};
+use super::candidate::Candidate;
+use super::description::{Attribute, MediaDescription};
 
 /// A fragment: session-level attributes (`a=ice-ufrag`, `a=ice-pwd`, `a=ice-options`,
 /// `a=group:BUNDLE`, ...) then m-sections carrying `a=mid`, credentials and candidates.
@@ -19,12 +19,6 @@ pub struct SdpFrag {
 }
 
 impl SdpFrag {
-    /// Parses a fragment. Only `a=`, `m=` and (inside an m-section) `c=`/`b=` lines are read; other
-    /// line types are ignored. Size, line and m-section caps are those of a full description.
-    pub fn parse(input: &str) -> Result<Self, SdpError> {
-        super::parse::parse_frag(input)
-    }
-
     /// Candidates of every m-section, with the mid they belong to.
     pub fn candidates(&self) -> Vec<(Option<&str>, Candidate)> {
         self.media

@@ -1,7 +1,9 @@
 //! The body of the cargo-fuzz target. Compiled under `cfg(test)` and the `fuzz` feature so it cannot
 //! rot; a panic here is a finding.
 
-use super::{MAX_SDP_SIZE, MediaView, SdpFrag, SessionDescription};
+use super::access::MediaView;
+use super::description::{MAX_SDP_SIZE, SessionDescription};
+use super::frag::SdpFrag;
 
 /// Parses `data` as a description and as a fragment, exercises every accessor, and checks that
 /// whatever parses writes back to an equal value.

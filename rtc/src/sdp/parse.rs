@@ -1,10 +1,39 @@
 //! Line splitting and the session / m-section grammar.
 
-use super::attrs::{self, parse_pt};
-use super::{
+use super::attrs;
+use super::description::{
     Attribute, Bandwidth, Connection, MAX_LINE_LEN, MAX_MEDIA, MAX_SDP_SIZE, MediaDescription,
-    MediaKind, Origin, SdpError, SdpFrag, SessionDescription, Timing,
+    MediaKind, Origin, SdpError, SessionDescription, Timing,
 };
+use super::frag::SdpFrag;
+use super::grammar::{is_token_char, parse_pt};
+
+impl SessionDescription {
+    /// Parses an offer or answer; see the module docs for what is checked.
+    pub fn parse(input: &str) -> Result<Self, SdpError> {
+        parse_session(input)
+    }
+
+    /// [`parse`](Self::parse) on a raw HTTP body; checks the size before UTF-8.
+    pub fn parse_bytes(input: &[u8]) -> Result<Self, SdpError> {
+        if input.len() > MAX_SDP_SIZE {
+            return Err(SdpError::TooLarge {
+                size: input.len(),
+                max: MAX_SDP_SIZE,
+            });
+        }
+        let text = std::str::from_utf8(input).map_err(|_| SdpError::NotUtf8)?;
+        Self::parse(text)
+    }
+}
+
+impl SdpFrag {
+    /// Parses a fragment. Only `a=`, `m=` and (inside an m-section) `c=`/`b=` lines are read; other
+    /// line types are ignored. Size, line and m-section caps are those of a full description.
+    pub fn parse(input: &str) -> Result<Self, SdpError> {
+        parse_frag(input)
+    }
+}
 
 /// One `<type>=<value>` line.
 #[derive(Debug, Clone, Copy)]
@@ -131,7 +160,7 @@ fn parse_bandwidth(line: &Line<'_>) -> Result<Bandwidth, SdpError> {
         .value
         .split_once(':')
         .ok_or(line.err("b= line needs <type>:<value>"))?;
-    if kind.is_empty() || !kind.chars().all(attrs::is_token_char) {
+    if kind.is_empty() || !kind.chars().all(is_token_char) {
         return Err(line.err("b= bad bandwidth type"));
     }
     let value = num(
@@ -173,7 +202,7 @@ fn parse_media_line(line: &Line<'_>) -> Result<MediaDescription, SdpError> {
             )
         })
         .transpose()?;
-    if !proto.chars().all(|c| attrs::is_token_char(c) || c == '/') {
+    if !proto.chars().all(|c| is_token_char(c) || c == '/') {
         return Err(line.err("m= bad proto"));
     }
     let mut media = MediaDescription::new(
@@ -196,7 +225,7 @@ fn parse_attribute(line: &Line<'_>) -> Result<Attribute, SdpError> {
         Some((n, v)) => (n, Some(v)),
         None => (line.value, None),
     };
-    if name.is_empty() || !name.chars().all(attrs::is_token_char) {
+    if name.is_empty() || !name.chars().all(is_token_char) {
         return Err(line.err("bad attribute name"));
     }
     let attr = Attribute {

@@ -2,7 +2,7 @@
 
 use std::fmt::{self, Write as _};
 
-use super::attrs::{
+use super::grammar::{
     AttrResult, check_token, lookup, parse_digits, parse_pt, split_params, write_params,
 };
 

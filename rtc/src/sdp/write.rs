@@ -2,9 +2,10 @@
 
 use std::fmt;
 
-use super::{
-    Attribute, Bandwidth, Connection, MediaDescription, Origin, SdpFrag, SessionDescription, Timing,
+use super::description::{
+    Attribute, Bandwidth, Connection, MediaDescription, Origin, SessionDescription, Timing,
 };
+use super::frag::SdpFrag;
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -27,7 +27,9 @@
 //! # Ok::<(), ferry_rtc::srtp::SrtpError>(())
 //! ```
 
+mod error;
 mod kdf;
+mod profile;
 mod replay;
 mod streams;
 mod transform;
@@ -41,10 +43,12 @@ mod tests_vectors;
 
 use std::fmt;
 
+pub use error::SrtpError;
 use ferry_proto::state::srtp::{SrtcpStreamState, SrtpContextState, SrtpStreamState};
+pub use profile::SrtpProfile;
 use replay::{MAX_RTCP_INDEX, MAX_RTP_INDEX, ReplayWindow, estimate_index};
 use streams::{StreamMap, WhenFull};
-use transform::{CM_TAG_LEN, GCM_TAG_LEN, RTCP_CLEAR_LEN, RtpMeta, SRTCP_TRAILER_LEN, Transform};
+use transform::{RTCP_CLEAR_LEN, RtpMeta, Transform};
 
 /// SSRCs remembered on the unprotect side; beyond this the least recently used is forgotten,
 /// so a peer inventing SSRCs cannot grow memory.
@@ -53,114 +57,6 @@ pub const MAX_RECV_STREAMS: usize = 64;
 /// SSRCs the protect side will track. It never forgets one (that would reset its ROC and could
 /// reuse a keystream), so a new SSRC past this cap is refused with [`SrtpError::TooManyStreams`].
 pub const MAX_SEND_STREAMS: usize = 1024;
-
-/// An SRTP protection profile (RFC 5764 §4.1.2, RFC 7714 §14.2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SrtpProfile {
-    /// SRTP_AES128_CM_HMAC_SHA1_80: AES-128 counter mode, 80-bit HMAC-SHA1 tag.
-    Aes128CmHmacSha1_80,
-    /// SRTP_AEAD_AES_128_GCM: AES-128-GCM with a 16-octet tag.
-    AeadAes128Gcm,
-    /// AEAD_AES_256_GCM (RFC 7714): 32-byte key, 12-byte salt, 16-byte tag.
-    AeadAes256Gcm,
-}
-
-impl SrtpProfile {
-    /// The profile for a DTLS `use_srtp` protection profile id, if supported.
-    pub fn from_dtls_id(id: u16) -> Option<Self> {
-        match id {
-            0x0001 => Some(Self::Aes128CmHmacSha1_80),
-            0x0007 => Some(Self::AeadAes128Gcm),
-            0x0008 => Some(Self::AeadAes256Gcm),
-            _ => None,
-        }
-    }
-
-    /// The DTLS `use_srtp` protection profile id.
-    pub fn dtls_id(self) -> u16 {
-        match self {
-            Self::Aes128CmHmacSha1_80 => 0x0001,
-            Self::AeadAes128Gcm => 0x0007,
-            Self::AeadAes256Gcm => 0x0008,
-        }
-    }
-
-    /// Master key length in bytes.
-    pub fn master_key_len(self) -> usize {
-        match self {
-            Self::AeadAes256Gcm => 32,
-            Self::Aes128CmHmacSha1_80 | Self::AeadAes128Gcm => 16,
-        }
-    }
-
-    /// Master salt length in bytes.
-    pub fn master_salt_len(self) -> usize {
-        match self {
-            Self::Aes128CmHmacSha1_80 => 14,
-            Self::AeadAes128Gcm | Self::AeadAes256Gcm => 12,
-        }
-    }
-
-    /// Bytes [`SrtpContext::protect_rtp`] appends: the authentication tag.
-    pub fn rtp_overhead(self) -> usize {
-        self.tag_len()
-    }
-
-    /// Bytes [`SrtpContext::protect_rtcp`] appends: the E flag and SRTCP index, and the tag.
-    pub fn rtcp_overhead(self) -> usize {
-        SRTCP_TRAILER_LEN + self.tag_len()
-    }
-
-    fn tag_len(self) -> usize {
-        match self {
-            Self::Aes128CmHmacSha1_80 => CM_TAG_LEN,
-            Self::AeadAes128Gcm | Self::AeadAes256Gcm => GCM_TAG_LEN,
-        }
-    }
-}
-
-/// Why a packet could not be protected or unprotected, or a context not built.
-#[non_exhaustive]
-#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
-pub enum SrtpError {
-    /// The packet is shorter than its header, trailer and tag.
-    #[error("packet too short")]
-    TooShort,
-    /// The master key or salt has the wrong length for the profile.
-    #[error("master key or salt has the wrong length for the profile")]
-    BadKeyLength,
-    /// The authentication tag does not match.
-    #[error("authentication failed")]
-    AuthFailed,
-    /// The index was already accepted.
-    #[error("replayed packet")]
-    Replayed,
-    /// The index lies behind the replay window (or before the stream began).
-    #[error("packet older than the replay window")]
-    TooOld,
-    /// The buffer cannot hold the packet plus the profile's overhead.
-    #[error("buffer too small for the protected packet")]
-    BufferTooSmall,
-    /// Not an RTP/RTCP version 2 packet.
-    #[error("not an RTP or RTCP version 2 packet")]
-    InvalidPacket,
-    /// The ROC or SRTCP index would wrap: the session must be rekeyed.
-    #[error("SRTP index space exhausted; rekey required")]
-    IndexExhausted,
-    /// The packet's index is at or below the floor set by `skip_rtp_index_to`: another node
-    /// may already have used it, and reusing it would reuse keystream.
-    #[error("index at or below the skip floor")]
-    IndexBelowFloor,
-    /// The protect side already tracks [`MAX_SEND_STREAMS`] SSRCs.
-    #[error("too many SSRCs on the protect side")]
-    TooManyStreams,
-    /// A snapshot names an unknown profile.
-    #[error("unknown SRTP protection profile {0:#06x}")]
-    UnknownProfile(u32),
-    /// A snapshot is inconsistent.
-    #[error("invalid SRTP state: {0}")]
-    InvalidState(&'static str),
-}
 
 /// SRTP state of one SSRC: the highest index, the window behind it, and (protect side) the
 /// floor below which no index may be used.

@@ -1,6 +1,6 @@
 //! Packet index estimation (RFC 3711 §3.3.1, Appendix A) and the sliding replay window.
 
-use super::SrtpError;
+use super::error::SrtpError;
 
 /// Number of indices behind the highest one that the window remembers.
 pub(crate) const WINDOW_SIZE: u64 = 128;

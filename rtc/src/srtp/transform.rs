@@ -13,15 +13,10 @@ use hmac::{Hmac, Mac};
 use sha1::Sha1;
 use subtle::ConstantTimeEq;
 
+use super::error::SrtpError;
 use super::kdf::{self, *};
-use super::{SrtpError, SrtpProfile};
+use super::profile::{CM_TAG_LEN, GCM_TAG_LEN, SRTCP_TRAILER_LEN, SrtpProfile};
 
-/// AES-CM: 80-bit HMAC-SHA1 tag (RFC 3711 §4.2.1, §5.2).
-pub(crate) const CM_TAG_LEN: usize = 10;
-/// AEAD_AES_128_GCM: 16-octet tag (RFC 7714 §7).
-pub(crate) const GCM_TAG_LEN: usize = 16;
-/// The E flag and 31-bit SRTCP index.
-pub(crate) const SRTCP_TRAILER_LEN: usize = 4;
 /// RTCP header and sender SSRC, never encrypted.
 pub(crate) const RTCP_CLEAR_LEN: usize = 8;
 

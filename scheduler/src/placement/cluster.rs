@@ -4,9 +4,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ferry_proto::NodeId;
 
+use super::error::{ChangeError, ConfigError};
 use super::hash::{Key, str_hash};
+use super::spec::{NodeSpec, PlacementConfig};
 use super::table::{Slot, SlotRef, Table, threshold};
-use super::{ChangeError, ConfigError, NodeSpec, PlacementConfig};
 
 /// Seed of the zone-level table.
 pub(crate) const ZONE_TABLE_SEED: u64 = 0x7A6F_6E65_732E_6665; // "zones.fe"

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 use super::cluster::{
     Cluster, Member, ZONE_TABLE_SEED, Zone, check_weight, node_table_seed, validate,
 };
+use super::error::LayoutError;
+use super::spec::{NodeSpec, PlacementConfig};
 use super::table::{Slot, SlotRef, Table, threshold};
-use super::{LayoutError, NodeSpec, PlacementConfig};
 
 /// The current [`Layout::version`].
 pub const LAYOUT_VERSION: u32 = 1;
@@ -237,7 +238,7 @@ impl Cluster {
                     self.capabilities.push(c.clone());
                     self.capabilities.len() - 1
                 }
-                None => return Err(super::ChangeError::TooManyCapabilities.into()),
+                None => return Err(super::error::ChangeError::TooManyCapabilities.into()),
             };
             mask |= 1 << bit;
         }

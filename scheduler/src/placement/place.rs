@@ -4,8 +4,9 @@
 use ferry_proto::NodeId;
 
 use super::cluster::{Cluster, Member};
+use super::error::Unplaceable;
 use super::hash::Key;
-use super::{Placement, Requirements, Unplaceable};
+use super::spec::{Placement, Requirements};
 
 /// The nodes a request may use, and their weighted shares among themselves.
 struct Pool<'r> {

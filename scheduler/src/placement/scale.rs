@@ -8,10 +8,12 @@ use std::collections::HashMap;
 use ferry_proto::{IdError, NodeId};
 use serde::Serialize;
 
-use super::{
-    ChangeError, Cluster, ConfigError, Key, Maglev, NodeSpec, PlacementConfig, Requirements, Ring,
-    Unplaceable,
-};
+use super::cluster::Cluster;
+use super::error::{ChangeError, ConfigError, Unplaceable};
+use super::hash::Key;
+use super::maglev::Maglev;
+use super::ring::Ring;
+use super::spec::{NodeSpec, PlacementConfig, Requirements};
 
 /// What to simulate.
 #[derive(Clone, Debug)]

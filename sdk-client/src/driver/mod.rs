@@ -65,11 +65,11 @@ pub(crate) enum Msg {
     ResetGaps,
     /// Play: new caps, answered once the node serving the session took them.
     SetQuality(
-        crate::client::Quality,
-        oneshot::Sender<Result<(), crate::client::SdkError>>,
+        crate::quality::Quality,
+        oneshot::Sender<Result<(), crate::error::SdkError>>,
     ),
     /// Caps sent again after a move were not taken.
-    QualityFailed(crate::client::SdkError),
+    QualityFailed(crate::error::SdkError),
 }
 
 /// A snapshot of a session.
@@ -111,7 +111,7 @@ pub(crate) struct Shared {
     /// Why the session could not use a relay (`relay_only`: why it could not connect).
     pub relay_error: Option<RelayError>,
     /// Play: the caps asked for last.
-    pub quality: Option<crate::client::Quality>,
+    pub quality: Option<crate::quality::Quality>,
 }
 
 /// How the session's media is made.
@@ -252,7 +252,7 @@ impl Driver {
                 let _ = r.send(());
             }
             Msg::SetQuality(_, r) => {
-                let _ = r.send(Err(crate::client::SdkError::Closed));
+                let _ = r.send(Err(crate::error::SdkError::Closed));
             }
             _ => {}
         }
@@ -749,7 +749,7 @@ impl Driver {
             }
             Command::StoreTicket { ticket } => {
                 if let Some(path) = &self.s.ticket_file {
-                    crate::client::store_ticket(path, ticket.as_deref());
+                    crate::ticket::store_ticket(path, ticket.as_deref());
                 }
             }
             Command::Emit(e) => {

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 use super::{Driver, Msg};
-use crate::client::{Quality, SdkError};
+use crate::error::SdkError;
 use crate::fsm::{Event, Kind};
+use crate::quality::Quality;
 use crate::signalling;
 
 /// Session URLs (and their layer URLs) remembered: a few moves' worth.

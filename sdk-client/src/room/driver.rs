@@ -8,7 +8,7 @@
 //! socket still counts during a move.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::stream::SplitSink;
@@ -21,10 +21,10 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::book::Book;
 use super::frames::{self, Keys, ServerFrame};
+use super::model::{JOIN_TIMEOUT, JoinOptions, Receipt, RoomEvent, RoomState};
 use super::socket::{DialRequest, Dialed, Incoming, Ws, dial, read, refusal};
 use super::view::RoomView;
-use super::{JOIN_TIMEOUT, JoinOptions, Receipt, RoomEvent, RoomState, lock};
-use crate::client::SdkError;
+use crate::error::SdkError;
 
 type Reply = oneshot::Sender<Result<Receipt, SdkError>>;
 
@@ -627,6 +627,10 @@ fn code(e: &SdkError) -> &str {
         SdkError::Disconnected(_) | SdkError::Closed => "closed",
         _ => "failed",
     }
+}
+
+pub(super) fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

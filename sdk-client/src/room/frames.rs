@@ -6,8 +6,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ChatMessage, MediaKind, Participant, Receipt, RegisterValue, RoomEvent};
-use crate::client::SdkError;
+use super::model::{ChatMessage, MediaKind, Participant, Receipt, RegisterValue, RoomEvent};
+use crate::error::SdkError;
 
 pub(crate) use ferry_proto::room::EVENT_TYPES;
 

@@ -14,9 +14,9 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
 
-use super::JOIN_TIMEOUT;
 use super::frames::{self, ServerFrame, Welcome};
-use crate::client::SdkError;
+use super::model::JOIN_TIMEOUT;
+use crate::error::SdkError;
 
 /// A room WebSocket.
 pub(crate) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;

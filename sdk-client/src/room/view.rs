@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::frames::WelcomeState;
-use super::{ChatMessage, Participant, RegisterValue, RoomEvent, Track};
+use super::model::{ChatMessage, Participant, RegisterValue, RoomEvent, Track};
 
 /// Participants, chat and reactions, kept from the welcome and the server's events.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -36,9 +36,9 @@ const INBOX: usize = 4096;
 /// Who waits for a core's answer ([`crate::node::Answer`]).
 pub(super) enum Waiter {
     /// A viewer's WHEP request.
-    Session(super::Reply<crate::node::signal::SessionAnswer>),
+    Session(super::handle::Reply<crate::node::signal::SessionAnswer>),
     /// A recording starting: whether the stream came.
-    Stream(super::Reply<bool>),
+    Stream(super::handle::Reply<bool>),
 }
 
 impl std::fmt::Debug for Waiter {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use ferry_proto::NodeId;
 use ferry_proto::api::{Heartbeat, SessionKind, SessionReport};
 
-use crate::driver::NodeHandle;
+use crate::driver::handle::NodeHandle;
 use crate::node::metrics::NodeMetrics;
 use crate::node::signal;
 

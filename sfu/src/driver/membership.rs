@@ -26,6 +26,9 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 pub use ferry_proto::trace::{parse_trace_parent, trace_parent};
 
+/// A session event for its server-sent event stream: the event's name and its JSON data.
+pub type SessionEvent = (&'static str, String);
+
 /// Why the cluster secrets could not be read or made.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsError {
@@ -611,8 +614,8 @@ pub struct SessionEvents(Arc<Mutex<Streams>>);
 
 #[derive(Debug, Default)]
 struct Streams {
-    live: HashMap<SessionId, tokio::sync::broadcast::Sender<crate::driver::SessionEvent>>,
-    unheard: HashMap<SessionId, (std::time::Instant, crate::driver::SessionEvent)>,
+    live: HashMap<SessionId, tokio::sync::broadcast::Sender<SessionEvent>>,
+    unheard: HashMap<SessionId, (std::time::Instant, SessionEvent)>,
 }
 
 /// Events a session's stream keeps for a slow reader.
@@ -631,10 +634,7 @@ impl SessionEvents {
     }
 
     /// A receiver of `session`'s events from now on.
-    pub fn subscribe(
-        &self,
-        session: &SessionId,
-    ) -> tokio::sync::broadcast::Receiver<crate::driver::SessionEvent> {
+    pub fn subscribe(&self, session: &SessionId) -> tokio::sync::broadcast::Receiver<SessionEvent> {
         let mut s = self.lock();
         s.live.retain(|_, tx| tx.receiver_count() > 0);
         s.live
@@ -645,7 +645,7 @@ impl SessionEvents {
 
     /// Sends an event (its name and one JSON object) to `session`'s listeners; whether anyone
     /// listened. A `migrate` event nobody heard is kept for a late subscriber.
-    pub fn send(&self, session: &SessionId, event: crate::driver::SessionEvent) -> bool {
+    pub fn send(&self, session: &SessionId, event: SessionEvent) -> bool {
         let mut s = self.lock();
         let heard = s
             .live
@@ -663,7 +663,7 @@ impl SessionEvents {
     }
 
     /// The `migrate` event `session`'s client missed here, if it is recent.
-    pub fn unheard(&self, session: &SessionId) -> Option<crate::driver::SessionEvent> {
+    pub fn unheard(&self, session: &SessionId) -> Option<SessionEvent> {
         let s = self.lock();
         s.unheard
             .get(session)

@@ -15,62 +15,16 @@ use ferry_record::{RecorderState, Store};
 use tokio::sync::oneshot;
 
 use super::cores::CoreState;
-use super::{Command, Cores, NodeHandle};
+use super::cores::Cores;
+use super::handle::{Command, NodeHandle, RecordingCommand, RecordingReply};
 use crate::driver::recording_writer::{RecordingApiError, RecordingView};
 use crate::node::{RecordingError, RecordingPhase};
-
-type RecordingReply<T> = oneshot::Sender<Result<T, RecordingApiError>>;
 
 /// How often a hand-over is looked at while it waits for its keyframe.
 const HANDOVER_POLL: Duration = Duration::from_millis(10);
 
 /// How long a hand-over waits for the source's last objects to be stored.
 const STORE_WAIT: Duration = Duration::from_secs(30);
-
-/// A handed-over state and a barrier that resolves once the objects before it are stored.
-type Handed = (Box<RecorderState>, oneshot::Receiver<()>);
-
-/// What the control task does for a recording.
-pub(super) enum RecordingCommand {
-    /// Starts one (under the scheduler's id, if it gave one).
-    Start(
-        Option<RecordingId>,
-        StreamId,
-        Option<String>,
-        RecordingReply<RecordingView>,
-    ),
-    /// Continues one from a stored state (after its node died) or from a hand-over.
-    Resume(
-        RecordingId,
-        StreamId,
-        Box<RecorderState>,
-        bool,
-        RecordingReply<RecordingView>,
-    ),
-    /// Target of a move: waits for the source's state.
-    Await(RecordingId, StreamId, String, RecordingReply<RecordingView>),
-    /// Target of a move: the source's state is in.
-    ResumeAwaiting(
-        RecordingId,
-        Box<RecorderState>,
-        RecordingReply<RecordingView>,
-    ),
-    /// Source of a move: hand over at the next keyframe.
-    BeginHandover(RecordingId, RecordingReply<()>),
-    /// Source of a move: the state it handed over, once it has, and a barrier that resolves
-    /// when its last objects are stored.
-    HandedOver(RecordingId, RecordingReply<Option<Handed>>),
-    /// Source of a move: hand over now (no keyframe came).
-    Export(RecordingId, RecordingReply<Handed>),
-    /// Stops one; the answer comes once its last objects are stored. A recording waiting for a
-    /// hand-over is dropped.
-    Stop(
-        RecordingId,
-        RecordingReply<oneshot::Receiver<RecordingView>>,
-    ),
-    List(RecordingReply<Vec<RecordingView>>),
-    Show(RecordingId, RecordingReply<RecordingView>),
-}
 
 impl NodeHandle {
     async fn recording_call<T>(

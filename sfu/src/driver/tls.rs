@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use axum::extract::connect_info::Connected;
+use axum::serve::IncomingStream;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -268,6 +270,23 @@ impl axum::serve::Listener for TlsListener {
     }
 }
 
+/// The address a connection came from, for handlers and middleware
+/// (`ConnectInfo<ClientAddr>`), over plain TCP and TLS alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub SocketAddr);
+
+impl Connected<IncomingStream<'_, TcpListener>> for ClientAddr {
+    fn connect_info(stream: IncomingStream<'_, TcpListener>) -> Self {
+        ClientAddr(*stream.remote_addr())
+    }
+}
+
+impl Connected<IncomingStream<'_, TlsListener>> for ClientAddr {
+    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
+        ClientAddr(*stream.remote_addr())
+    }
+}
+
 /// Serves `app` on `tcp`: HTTPS with `tls`, else plain HTTP. Ends when the server does.
 pub async fn serve(
     tcp: TcpListener,
@@ -275,7 +294,6 @@ pub async fn serve(
     app: axum::Router,
 ) -> std::io::Result<()> {
     // Handlers and middleware see the client's address (`ConnectInfo<ClientAddr>`).
-    use crate::driver::http::limits::ClientAddr;
     let app = app.into_make_service_with_connect_info::<ClientAddr>();
     match tls {
         Some(tls) => axum::serve(tls.listener(tcp)?, app).await,

@@ -2,6 +2,7 @@
 //! reach the node the session left are forwarded to the node that has it now (WHIP/WHEP
 //! clients such as GStreamer do not follow redirects on the session URL, RFC 9725 §4.6).
 
+use super::error::{FERRY_ERROR, error};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -33,7 +34,7 @@ pub async fn forward(
         .and_then(|v| v.parse::<u8>().ok())
         .unwrap_or(0);
     if hops >= MAX_HOPS {
-        return super::error(
+        return error(
             StatusCode::NOT_FOUND,
             "no such session (it moved between nodes and is gone)",
         );
@@ -87,7 +88,7 @@ pub async fn forward(
         let kept = (
             header("content-type"),
             header("etag"),
-            header(super::FERRY_ERROR.as_str()),
+            header(FERRY_ERROR.as_str()),
         );
         let text = r.body_mut().read_to_string().unwrap_or_default();
         Ok::<_, ureq::Error>((r.status().as_u16(), kept, text))
@@ -101,7 +102,7 @@ pub async fn forward(
             for (name, v) in [
                 (header::CONTENT_TYPE, content_type),
                 (header::ETAG, etag),
-                (super::FERRY_ERROR, code),
+                (FERRY_ERROR, code),
             ] {
                 if let Some(v) = v.and_then(|v| HeaderValue::from_str(&v).ok()) {
                     h.insert(name, v);
@@ -109,10 +110,10 @@ pub async fn forward(
             }
             r
         }
-        Ok(Err(e)) => super::error(
+        Ok(Err(e)) => error(
             StatusCode::BAD_GATEWAY,
             format!("the session moved to {url}, which did not answer: {e}"),
         ),
-        Err(_) => super::error(StatusCode::BAD_GATEWAY, "forwarding failed"),
+        Err(_) => error(StatusCode::BAD_GATEWAY, "forwarding failed"),
     }
 }

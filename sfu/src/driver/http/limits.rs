@@ -13,20 +13,19 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use axum::serve::IncomingStream;
-use tokio::net::TcpListener;
 
-use crate::driver::tls::TlsListener;
+use super::error::{FERRY_ERROR, error};
+use crate::driver::tls::ClientAddr;
 
 /// How often one client may ask.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -132,23 +131,6 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
     /// Clients remembered now.
     pub fn clients(&self) -> usize {
         self.buckets.len()
-    }
-}
-
-/// The address a connection came from, for handlers and middleware
-/// (`ConnectInfo<ClientAddr>`), over plain TCP and TLS alike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientAddr(pub SocketAddr);
-
-impl Connected<IncomingStream<'_, TcpListener>> for ClientAddr {
-    fn connect_info(stream: IncomingStream<'_, TcpListener>) -> Self {
-        ClientAddr(*stream.remote_addr())
-    }
-}
-
-impl Connected<IncomingStream<'_, TlsListener>> for ClientAddr {
-    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
-        ClientAddr(*stream.remote_addr())
     }
 }
 
@@ -259,7 +241,7 @@ async fn limit(State(limits): State<HttpLimits>, req: Request, next: Next) -> Re
         Err(wait) => {
             let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
             tracing::debug!(client = %client_key(ip), retry_after_s = secs, "rate limited");
-            let mut r = super::error(
+            let mut r = error(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!(
                     "too many requests from {}: retry in {secs} s",
@@ -270,7 +252,7 @@ async fn limit(State(limits): State<HttpLimits>, req: Request, next: Next) -> Re
                 r.headers_mut().insert(header::RETRY_AFTER, v);
             }
             r.headers_mut()
-                .insert(super::FERRY_ERROR, HeaderValue::from_static("rate-limited"));
+                .insert(FERRY_ERROR, HeaderValue::from_static("rate-limited"));
             r
         }
     }

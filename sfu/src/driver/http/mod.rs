@@ -10,19 +10,25 @@ use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use ferry_proto::auth::{AuthError, Grant, Verifier};
+use ferry_proto::SessionId;
+use ferry_proto::auth::{AuthError, Grant};
 use ferry_proto::trace::TRACEPARENT;
-use ferry_proto::{SessionId, StreamId};
 use tower_http::cors::{Any, CorsLayer};
 use tracing::Instrument;
 
+mod app;
+mod error;
 mod forward;
 pub mod limits;
 mod recordings;
 mod turn;
 
-use crate::driver::NodeHandle;
+use crate::driver::handle::NodeHandle;
 use crate::node::signal::{PatchOutcome, SessionKind, SignalError, TicketError};
+pub use app::{Access, ProcessMetrics};
+use app::{AppState, parse_stream};
+use error::{FERRY_ERROR, error};
+pub use turn::IceServer;
 
 const SDP: &str = "application/sdp";
 const SDPFRAG: &str = "application/trickle-ice-sdpfrag";
@@ -34,8 +40,6 @@ const FERRY_TICKET_EXPIRES: HeaderName = HeaderName::from_static("ferry-ticket-e
 const FERRY_SESSION: HeaderName = HeaderName::from_static("ferry-session");
 /// The node serving the session (201).
 const FERRY_NODE: HeaderName = HeaderName::from_static("ferry-node");
-/// Machine-readable reason of a refusal (tickets, idempotency keys).
-const FERRY_ERROR: HeaderName = HeaderName::from_static("ferry-error");
 /// The client's key for a POST: a retry with it gets the same session back.
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 /// A node the client could not reach (read by the scheduler; allowed here for CORS).
@@ -44,59 +48,6 @@ const FERRY_FAILED_NODE: HeaderName = HeaderName::from_static("ferry-failed-node
 const TICKET_REFRESH: std::time::Duration = std::time::Duration::from_secs(30);
 /// Largest accepted SDP body.
 pub const MAX_BODY: usize = 64 * 1024;
-
-/// An ICE server announced in `Link: rel="ice-server"` headers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IceServer {
-    /// `stun:host:port` or `turn:host:port?transport=udp`.
-    pub url: String,
-    /// TURN username.
-    pub username: Option<String>,
-    /// TURN credential.
-    pub credential: Option<String>,
-}
-
-impl IceServer {
-    fn link(&self) -> String {
-        let mut s = format!("<{}>; rel=\"ice-server\"", self.url);
-        if let (Some(u), Some(c)) = (&self.username, &self.credential) {
-            s.push_str(&format!(
-                "; username=\"{u}\"; credential=\"{c}\"; credential-type=\"password\""
-            ));
-        }
-        s
-    }
-}
-
-/// Extra Prometheus text the embedding process appends to `/metrics`
-/// (process-wide gauges such as heap usage).
-#[derive(Clone)]
-pub struct ProcessMetrics(pub std::sync::Arc<dyn Fn() -> String + Send + Sync>);
-
-impl std::fmt::Debug for ProcessMetrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ProcessMetrics")
-    }
-}
-
-/// Who may create sessions, and how clients reach this node.
-#[derive(Debug, Clone)]
-pub struct Access {
-    /// Checks the access token of every WHIP/WHEP `POST`.
-    pub tokens: std::sync::Arc<Verifier>,
-    /// `https` when the node serves TLS, else `http` (the scheme of the `Location`s it gives).
-    pub scheme: &'static str,
-}
-
-#[derive(Clone)]
-struct AppState {
-    node: NodeHandle,
-    ice_servers: Vec<IceServer>,
-    turn: turn::TurnLinks,
-    process_metrics: Option<ProcessMetrics>,
-    access: Access,
-    limits: limits::HttpLimits,
-}
 
 /// `/readyz`: 200 when the node should get new sessions; 503 with the reason before the
 /// scheduler acknowledged a heartbeat and while the node drains (`/healthz` only says the
@@ -201,17 +152,6 @@ pub fn router(
         })
 }
 
-fn error(status: StatusCode, reason: impl Into<String>) -> Response {
-    let mut reason = reason.into();
-    reason.push('\n');
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        reason,
-    )
-        .into_response()
-}
-
 fn signal_error(e: SignalError) -> Response {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
     let mut r = error(status, e.to_string());
@@ -239,10 +179,6 @@ fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
 
 fn body_text(body: &Bytes) -> Result<&str, Response> {
     std::str::from_utf8(body).map_err(|_| error(StatusCode::BAD_REQUEST, "body is not UTF-8"))
-}
-
-fn parse_stream(s: &str) -> Result<StreamId, Response> {
-    StreamId::new(s).map_err(|e| error(StatusCode::BAD_REQUEST, format!("stream name: {e}")))
 }
 
 async fn whip_post(
@@ -795,7 +731,7 @@ async fn session_events(
         })
     };
     struct Feed {
-        rx: tokio::sync::broadcast::Receiver<crate::driver::SessionEvent>,
+        rx: tokio::sync::broadcast::Receiver<crate::driver::membership::SessionEvent>,
         node: NodeHandle,
         id: SessionId,
         first: Option<Event>,

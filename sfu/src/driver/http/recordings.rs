@@ -25,7 +25,7 @@ use ferry_proto::RecordingId;
 use ferry_proto::api::check_recording_target;
 use ferry_proto::auth::Grant;
 
-use super::{AppState, parse_stream};
+use super::app::{AppState, parse_stream};
 use crate::driver::recording_writer::RecordingApiError;
 
 /// How long `DELETE` waits for the recording's last objects to be stored.

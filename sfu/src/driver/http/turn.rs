@@ -10,8 +10,30 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ferry_proto::api::TurnCredentialsResponse;
 use ferry_proto::{SessionId, StreamId};
 
-use super::IceServer;
-use crate::driver::NodeHandle;
+use crate::driver::handle::NodeHandle;
+
+/// An ICE server announced in `Link: rel="ice-server"` headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IceServer {
+    /// `stun:host:port` or `turn:host:port?transport=udp`.
+    pub url: String,
+    /// TURN username.
+    pub username: Option<String>,
+    /// TURN credential.
+    pub credential: Option<String>,
+}
+
+impl IceServer {
+    pub(super) fn link(&self) -> String {
+        let mut s = format!("<{}>; rel=\"ice-server\"", self.url);
+        if let (Some(u), Some(c)) = (&self.username, &self.credential) {
+            s.push_str(&format!(
+                "; username=\"{u}\"; credential=\"{c}\"; credential-type=\"password\""
+            ));
+        }
+        s
+    }
+}
 
 /// How long the node waits for the scheduler's relays before answering without them.
 const ASK_TIMEOUT: Duration = Duration::from_millis(500);

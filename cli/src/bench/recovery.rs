@@ -19,9 +19,10 @@ use anyhow::{Context, Result, bail, ensure};
 use ferry_sfu::codec::Codec;
 use serde::Serialize;
 
-use crate::bench::{Clocks, wait_for};
-use crate::bench_migrate::{Cluster, max_gap, percentile, video_packets, write_json};
-use crate::bench_peer::{self, SdkPeer};
+use super::cluster::{Cluster, max_gap, video_packets};
+use super::process::{Clocks, wait_for};
+use super::report::{percentile, write_json};
+use super::sdk_peer::{self, SdkPeer};
 
 /// Options of `ferry bench recovery`.
 #[derive(clap::Args, Debug)]
@@ -75,7 +76,7 @@ async fn pair(
     seed: u64,
 ) -> Result<(SdkPeer, SdkPeer)> {
     let clocks = Clocks::now();
-    let publisher = bench_peer::start(
+    let publisher = sdk_peer::start(
         &c.gateway,
         &c.token,
         Some(&c.node_http[pub_node]),
@@ -87,13 +88,13 @@ async fn pair(
     )
     .await?;
     // The viewer's node relays the stream in once the routing table names its origin.
-    let origin = crate::bench_migrate::NODE_IDS[pub_node];
+    let origin = super::cluster::NODE_IDS[pub_node];
     wait_for(Duration::from_secs(10), || async {
         Ok(!c.sessions_on(origin).await?.is_empty())
     })
     .await?;
     let viewer = loop {
-        match bench_peer::start(
+        match sdk_peer::start(
             &c.gateway,
             &c.token,
             Some(&c.node_http[view_node]),

@@ -13,7 +13,7 @@ use ferry_sdk::{FerryClient, Media, PeerStats, PlayOptions, PublishOptions, Sess
 use ferry_sfu::codec::Codec;
 use tokio::sync::mpsc;
 
-use crate::bench::Clocks;
+use super::process::Clocks;
 
 /// One SDK session of a benchmark.
 pub(crate) struct SdkPeer {

@@ -24,12 +24,12 @@ use anyhow::{Context, Result, bail, ensure};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::bench::wait_for;
-use crate::bench_etcd::EtcdCluster;
-use crate::bench_migrate::{
+use super::cluster::{
     Cluster, HaSchedulers, get_json, leads, post_json, start_media, stats, video_missing,
-    write_json,
 };
+use super::etcd::EtcdCluster;
+use super::process::wait_for;
+use super::report::write_json;
 
 /// A node's etcd lease: `ferry scheduler`'s heartbeat interval times the beats it may miss.
 const NODE_LEASE: Duration = Duration::from_secs(3);
@@ -291,7 +291,7 @@ pub async fn ha(args: HaArgs) -> Result<()> {
     .await
     .context("node-c was not marked down")?;
     r.node_down_ms = killed.elapsed().as_secs_f64() * 1e3;
-    let key = format!("{}/nodes/node-c", crate::bench_migrate::bench_etcd_prefix());
+    let key = format!("{}/nodes/node-c", super::cluster::bench_etcd_prefix());
     loop {
         if !etcd.has_key(&key)? {
             r.node_lease_expired_ms = killed.elapsed().as_secs_f64() * 1e3;
@@ -315,7 +315,7 @@ pub async fn ha(args: HaArgs) -> Result<()> {
     }
     recovery.sort_by(f64::total_cmp);
     r.node_kill_recovered = recovery.len();
-    r.node_kill_recovery_p50_ms = crate::bench_migrate::percentile(&recovery, 0.5);
+    r.node_kill_recovery_p50_ms = super::report::percentile(&recovery, 0.5);
     r.node_kill_recovery_max_ms = recovery.last().copied().unwrap_or(0.0);
 
     println!("{:<34} {:>10}", "leader killed mid-drain", "value");

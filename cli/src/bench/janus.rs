@@ -26,9 +26,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::bench::{
-    Clocks, PeerHandle, Side, all_stats, clock_ticks, cpu_seconds, drive_peer, side, wait_for,
-};
+use super::fanout::{PeerHandle, Side, all_stats, drive_peer, side};
+use super::process::{Clocks, clock_ticks, cpu_seconds, wait_for};
 
 /// The host's end of the veth pair: the RTP source and every viewer socket.
 const HOST_IP: Ipv4Addr = Ipv4Addr::new(10, 203, 0, 1);
@@ -90,7 +89,7 @@ pub(crate) async fn janus(args: JanusArgs) -> Result<()> {
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);
         let others: Vec<usize> = (0..cpus).filter(|&c| c != cpu).collect();
         ensure!(!others.is_empty(), "--pin-cpu needs at least 2 CPUs");
-        crate::bench::pin_process(std::process::id(), &others)?;
+        super::process::pin_process(std::process::id(), &others)?;
     }
     println!(
         "{:>5} | {:>10} {:>6} {:>10} | {:>8} {:>8} {:>8} | {:>7}",
@@ -196,7 +195,7 @@ async fn measure(
     let env = tokio::task::spawn_blocking(JanusEnv::start).await??;
     let pid = env.pid;
     if let Some(cpu) = pin_cpu {
-        crate::bench::pin_process(pid, &[cpu])?;
+        super::process::pin_process(pid, &[cpu])?;
     }
     let api = env.api();
     let envr = &env;
@@ -224,14 +223,14 @@ async fn measure(
     }
     wait_for(Duration::from_secs(60), || async {
         env.check_alive()?;
-        crate::bench::all_playing(&viewers).await
+        super::fanout::all_playing(&viewers).await
     })
     .await
     .with_context(|| format!("viewers did not all start playing{}", env.log_tail()))?;
     // Threads Janus made for the viewers inherit the affinity of their creators; pin again
     // anyway so none escapes.
     if let Some(cpu) = pin_cpu {
-        crate::bench::pin_process(pid, &[cpu])?;
+        super::process::pin_process(pid, &[cpu])?;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
 

@@ -20,8 +20,9 @@ use ferry_transcode::ladder::Rung;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::bench::{clock_ticks, cpu_seconds, wait_for};
-use crate::bench_migrate::{Cluster, get_json, post_json, write_json};
+use super::cluster::{Cluster, get_json, post_json};
+use super::process::{clock_ticks, cpu_seconds, wait_for};
+use super::report::write_json;
 
 /// Options of `ferry bench transcode`.
 #[derive(clap::Args, Debug)]

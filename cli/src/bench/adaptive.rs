@@ -24,7 +24,7 @@ use ferry_sim::net::LinkConfig;
 use ferry_sim::testbed::Testbed;
 use serde::Serialize;
 
-use crate::bench_migrate::write_json;
+use super::report::write_json;
 
 /// Options of `ferry bench adaptive`.
 #[derive(clap::Args, Debug)]

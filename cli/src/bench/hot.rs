@@ -14,9 +14,9 @@ use ferry_sfu::peer::LatencyStats;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::bench::{Clocks, clock_ticks, cpu_seconds, wait_for};
-use crate::bench_migrate::{Cluster, NODE_IDS, get_json};
-use crate::bench_peer::{self, SdkPeer};
+use super::cluster::{Cluster, NODE_IDS, get_json};
+use super::process::{Clocks, clock_ticks, cpu_seconds, wait_for};
+use super::sdk_peer::{self, SdkPeer};
 
 /// Options of `ferry bench hot-stream`.
 #[derive(clap::Args, Debug)]
@@ -108,7 +108,7 @@ pub(crate) async fn hot_stream(args: HotStreamArgs) -> Result<()> {
     .await?;
     let clocks = Clocks::now();
     let stream = "hot";
-    let publisher = bench_peer::start(
+    let publisher = sdk_peer::start(
         &c.gateway,
         &c.token,
         Some(&c.node_http[0]),
@@ -133,7 +133,7 @@ pub(crate) async fn hot_stream(args: HotStreamArgs) -> Result<()> {
         let (gateway, token, clocks) = (c.gateway.clone(), c.token.clone(), clocks.clone());
         let bitrate = args.bitrate;
         tokio::spawn(async move {
-            bench_peer::start(
+            sdk_peer::start(
                 &gateway,
                 &token,
                 None,

@@ -98,7 +98,7 @@ impl EtcdCluster {
     fn healthy(&self) -> bool {
         self.clients.iter().zip(&self.members).all(|(url, m)| {
             m.is_none()
-                || crate::bench_migrate::get_text(&format!("{url}/health"))
+                || super::cluster::get_text(&format!("{url}/health"))
                     .is_some_and(|b| b.contains("\"health\":\"true\""))
         })
     }

@@ -34,8 +34,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::bench::{clock_ticks, cpu_seconds};
-use crate::bench_migrate::{Cluster, percentile, post_json};
+use super::cluster::{Cluster, post_json};
+use super::process::{clock_ticks, cpu_seconds};
+use super::report::percentile;
 
 /// Options of `ferry bench room`.
 #[derive(clap::Args, Debug)]
@@ -615,10 +616,9 @@ async fn hot_room(args: &RoomArgs, isolation: bool) -> Result<HotRow> {
     let storm = take(&chats);
     let ops = (hot_ops.load(Ordering::Relaxed) - ops0) as f64 / t1.elapsed().as_secs_f64();
     let node = cluster.node_http.first().cloned().unwrap_or_default();
-    let rooms = tokio::task::spawn_blocking(move || {
-        crate::bench_migrate::get_json(&format!("{node}/v1/rooms"))
-    })
-    .await??;
+    let rooms =
+        tokio::task::spawn_blocking(move || super::cluster::get_json(&format!("{node}/v1/rooms")))
+            .await??;
     let isolated = rooms
         .as_array()
         .into_iter()

@@ -1,79 +1,26 @@
-//! `ferry bench …`: end-to-end benchmarks that print a table and write JSON
-//! under `target/bench/`.
-//!
-//! `forward` fans one synthetic publisher out to N synthetic SRTP
-//! subscribers through a real `ferry node` process over loopback UDP, and
-//! runs the same fan-out through a raw UDP relay (`ferry bench relay`: no
-//! WebRTC, the same `recvmmsg` / `sendmmsg` batching as the node) as the
-//! baseline, and through Janus 1.1's streaming plugin (`bench_janus`, when `janus` is
-//! installed). CPU and memory are read from each process's `/proc` entry; the forwarding
-//! process runs pinned to CPU 0 and the benchmark on the others. `--saturate` searches for the
-//! highest fan-out each sustains and runs Ferry at twice its own (overload).
+//! `ferry bench forward`: one synthetic publisher fanned out to N synthetic SRTP subscribers
+//! through a real `ferry node` process over loopback UDP, against the same fan-out through a
+//! raw UDP relay (`ferry bench relay`: no WebRTC, the same `recvmmsg` / `sendmmsg` batching as
+//! the node) and through Janus 1.1's streaming plugin (`janus.rs`, when `janus` is installed).
+//! CPU and memory are read from each process's `/proc` entry; the forwarding process runs
+//! pinned to CPU 0 and the benchmark on the others. `--saturate` searches for the highest
+//! fan-out each sustains and runs Ferry at twice its own (overload).
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::fanout::{PeerCmd, PeerHandle, Side, all_playing, all_stats, side, start_peer};
+use super::process::{
+    ChildProc, Clocks, clock_ticks, cpu_count, cpu_seconds, pin_process, rss_bytes, spawn_on,
+    wait_for,
+};
 use anyhow::{Context, Result, bail};
 use ferry_sfu::codec::Codec;
-use ferry_sfu::peer::{LatencyStats, Peer, PeerConfig, PeerRole, PeerStats};
+use ferry_sfu::peer::{LatencyStats, PeerConfig, PeerRole, PeerStats};
 use ferry_sfu::time::WallClock;
 use serde::Serialize;
-use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
-
-/// Benchmarks.
-#[derive(clap::Subcommand, Debug)]
-pub enum BenchCommand {
-    /// One publisher fanned out to N SRTP subscribers, against a raw-UDP relay.
-    Forward(ForwardArgs),
-    /// Placement under scale events: keys moved and load spread, ours
-    /// against a vnode ring and Maglev.
-    Placement(PlacementArgs),
-    /// Live migration of N sessions between two nodes behind an edge:
-    /// blackout at the receiver, migration time, state moved.
-    Migrate(crate::bench_migrate::MigrateArgs),
-    /// Viewers of one stream beyond its origin's share: where the scheduler puts them (bounded
-    /// load over the nodes, fed by the cascade relay), what each node carries, and what the
-    /// viewers receive.
-    HotStream(crate::bench_hot::HotStreamArgs),
-    /// A join storm into one room over the nodes (WebSocket participants): events delivered per
-    /// participant, join latency, CPU per node, with and without merge windows and lazy
-    /// subscription.
-    Room(crate::bench_room::RoomArgs),
-    /// Transcodes of a real VP8 stream, 1, 2, 4 … at once: each rung's real-time factor and
-    /// CPU, the node's CPU, and bare ffmpeg on the same file as the baseline.
-    Transcode(crate::bench_transcode::TranscodeArgs),
-    /// Drain a node with N sessions: time to empty it, packets lost.
-    Drain(crate::bench_migrate::DrainArgs),
-    /// SIGKILL the node of an SDK viewer, then of an SDK publisher: time until media plays
-    /// again (p50/p95/max over the trials).
-    Recovery(crate::bench_recovery::RecoveryArgs),
-    /// Scheduler replicas on a real etcd cluster: the leader SIGKILLed mid-drain, an etcd
-    /// member killed, a node killed — failover time, drain, packets lost, recovery.
-    Ha(crate::bench_ha::HaArgs),
-    /// The TURN fleet under scale events (relays join, drain, are removed, a zone is lost):
-    /// users moved against the minimum, load spread (simulated, the scheduler's own code).
-    Turn(TurnArgs),
-    /// The fan-out of `forward` through Janus 1.1's streaming plugin (the Debian `janus`
-    /// package), in a network namespace of its own.
-    Janus(crate::bench_janus::JanusArgs),
-    /// Viewers on simulated links (capacity drawn from a spread, stepped down and up): time to
-    /// settle after a drop and to climb after the capacity returns, link use, loss, layer flaps;
-    /// beside it the same links with every viewer pinned to the top layer (adaptation off) as
-    /// the baseline.
-    Adaptive(crate::bench_adaptive::AdaptiveArgs),
-    /// The raw-UDP fan-out baseline (started by `forward`).
-    #[command(hide = true)]
-    Relay {
-        /// Listen address.
-        #[arg(long, default_value = "127.0.0.1:0")]
-        udp: SocketAddr,
-    },
-}
 
 /// Options of `ferry bench forward`.
 #[derive(clap::Args, Debug)]
@@ -123,274 +70,8 @@ pub struct ForwardArgs {
     probes: usize,
 }
 
-pub async fn run(cmd: BenchCommand) -> Result<()> {
-    match cmd {
-        BenchCommand::Forward(args) => forward(args).await,
-        BenchCommand::Placement(args) => placement(args),
-        BenchCommand::Migrate(args) => crate::bench_migrate::migrate(args).await,
-        BenchCommand::HotStream(args) => crate::bench_hot::hot_stream(args).await,
-        BenchCommand::Room(args) => crate::bench_room::room(args).await,
-        BenchCommand::Transcode(args) => crate::bench_transcode::transcode(args).await,
-        BenchCommand::Drain(args) => crate::bench_migrate::drain(args).await,
-        BenchCommand::Recovery(args) => crate::bench_recovery::recovery(args).await,
-        BenchCommand::Ha(args) => crate::bench_ha::ha(args).await,
-        BenchCommand::Turn(args) => turn(args),
-        BenchCommand::Janus(args) => crate::bench_janus::janus(args).await,
-        BenchCommand::Adaptive(args) => crate::bench_adaptive::adaptive(args),
-        BenchCommand::Relay { udp } => relay(udp).await,
-    }
-}
-
-/// A child process of ours (`ferry node` or `ferry bench relay`), killed on drop.
-pub(crate) struct ChildProc {
-    child: Child,
-    words: Vec<String>,
-}
-
-impl ChildProc {
-    pub(crate) fn spawn(args: &[&str]) -> Result<ChildProc> {
-        let exe = std::env::current_exe().context("current_exe")?;
-        let mut child = Command::new(exe)
-            .args(args)
-            .env(
-                "RUST_LOG",
-                std::env::var("FERRY_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("spawning ferry {args:?}"))?;
-        let stdout = child.stdout.take().context("stdout")?;
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        reader.read_line(&mut line)?;
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
-                sink.clear();
-            }
-        });
-        Ok(ChildProc {
-            child,
-            words: line.split_whitespace().map(str::to_owned).collect(),
-        })
-    }
-
-    pub(crate) fn after(&self, key: &str) -> Result<String> {
-        self.words
-            .windows(2)
-            .find(|w| w[0] == key)
-            .map(|w| w[1].clone())
-            .with_context(|| format!("no {key} in {:?}", self.words))
-    }
-
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for ChildProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Pins every thread of process `pid` to `cpus` (`sched_setaffinity`; threads created later
-/// inherit it from their creator).
-pub(crate) fn pin_process(pid: u32, cpus: &[usize]) -> Result<()> {
-    use nix::sched::sched_setaffinity;
-    use nix::unistd::Pid;
-    let set = cpu_set(cpus)?;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let Some(tid) = task?.file_name().to_str().and_then(|t| t.parse().ok()) else {
-            continue;
-        };
-        // A thread may end between the listing and the call.
-        if let Err(e) = sched_setaffinity(Pid::from_raw(tid), &set)
-            && e != nix::errno::Errno::ESRCH
-        {
-            bail!("pinning thread {tid} of process {pid} to CPUs {cpus:?}: {e}");
-        }
-    }
-    Ok(())
-}
-
-/// Starts `ferry args…` on `cpus` only: the calling thread takes that mask while it creates
-/// the child, which inherits it (so that the child's own thread pinning stays within it).
-pub(crate) fn spawn_on(args: &[&str], cpus: &[usize]) -> Result<ChildProc> {
-    use nix::sched::{sched_getaffinity, sched_setaffinity};
-    let me = nix::unistd::Pid::from_raw(0);
-    let before = sched_getaffinity(me)?;
-    sched_setaffinity(me, &cpu_set(cpus)?).with_context(|| format!("CPUs {cpus:?}"))?;
-    let child = ChildProc::spawn(args);
-    sched_setaffinity(me, &before)?;
-    child
-}
-
-/// The affinity mask of `cpus`.
-fn cpu_set(cpus: &[usize]) -> Result<nix::sched::CpuSet> {
-    let mut set = nix::sched::CpuSet::new();
-    for &c in cpus {
-        set.set(c).with_context(|| format!("CPU {c}"))?;
-    }
-    Ok(set)
-}
-
-/// CPUs this process may run on, as it started (before [`pin_process`] narrowed it).
-fn cpu_count() -> usize {
-    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
-}
-
-pub(crate) fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
-/// User + system CPU seconds of a process.
-pub(crate) fn cpu_seconds(pid: u32, ticks: f64) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat.rsplit_once(')').context("stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = f.get(11).context("utime")?.parse()?;
-    let stime: f64 = f.get(12).context("stime")?.parse()?;
-    Ok((utime + stime) / ticks)
-}
-
-/// Resident memory of a process in bytes.
-fn rss_bytes(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .context("VmRSS")?;
-    Ok(kb * 1024)
-}
-
 /// Frame rate of the synthetic publisher (the test peer's default).
 const FPS: f64 = 30.0;
-
-pub(crate) enum PeerCmd {
-    Stats(oneshot::Sender<PeerStats>),
-    /// Stop reading: the peer becomes a sink (`ferry bench forward --scaling`).
-    Park,
-    Stop,
-}
-
-/// Drives one test peer on its own UDP socket (the node's batched loop).
-pub(crate) async fn drive_peer(peer: Peer, socket: UdpSocket, rx: mpsc::Receiver<PeerCmd>) {
-    let mut l = PeerLoop {
-        peer,
-        rx,
-        parked: false,
-    };
-    ferry_sfu::udp::serve(&socket, &mut l).await;
-    if !l.parked {
-        return;
-    }
-    // A sink: the socket stays open and unread, its receive buffer at the kernel's minimum, so
-    // the kernel drops what the node sends it (no ICMP back) and this process does no work.
-    let _ = nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::RcvBuf, &1);
-    while let Some(cmd) = l.rx.recv().await {
-        match cmd {
-            PeerCmd::Stats(tx) => {
-                let _ = tx.send(l.peer.stats());
-            }
-            PeerCmd::Stop => break,
-            PeerCmd::Park => {}
-        }
-    }
-}
-
-/// A test peer as the UDP loop sees it; its own input is the bench's commands.
-struct PeerLoop {
-    peer: Peer,
-    rx: mpsc::Receiver<PeerCmd>,
-    /// Told to stop reading ([`PeerCmd::Park`]).
-    parked: bool,
-}
-
-impl ferry_sfu::udp::Datagrams for PeerLoop {
-    type Transmit = (SocketAddr, Vec<u8>);
-    type Event = PeerCmd;
-
-    fn view(t: &Self::Transmit) -> (&[u8], SocketAddr) {
-        (&t.1[..], t.0)
-    }
-
-    fn handle_datagram(
-        &mut self,
-        now: Instant,
-        from: SocketAddr,
-        data: &mut [u8],
-        waited: Duration,
-    ) {
-        // Latency to the kernel's arrival stamp: what the node and the network took, not how
-        // far behind this process is in reading its sockets.
-        self.peer.handle_datagram_waited(now, from, data, waited);
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        self.peer.handle_timeout(now);
-    }
-
-    fn poll_transmit(&mut self) -> Option<Self::Transmit> {
-        self.peer.poll_transmit()
-    }
-
-    fn poll_timeout(&mut self) -> Option<Instant> {
-        self.peer.poll_timeout()
-    }
-
-    async fn next_event(&mut self) -> Option<PeerCmd> {
-        match self.rx.recv().await {
-            Some(PeerCmd::Stop) | None => None,
-            Some(PeerCmd::Park) => {
-                self.parked = true;
-                None
-            }
-            cmd => cmd,
-        }
-    }
-
-    fn handle_event(&mut self, cmd: PeerCmd) {
-        if let PeerCmd::Stats(tx) = cmd {
-            let _ = tx.send(self.peer.stats());
-        }
-    }
-}
-
-/// A bare synthetic peer of the fan-out benchmark (no signalling beyond its POST, nothing to
-/// follow); the benchmarks that move sessions use SDK sessions (`bench_peer`).
-pub(crate) struct PeerHandle {
-    pub(crate) tx: mpsc::Sender<PeerCmd>,
-}
-
-impl PeerHandle {
-    pub(crate) async fn stats(&self) -> Result<PeerStats> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(PeerCmd::Stats(tx))
-            .await
-            .ok()
-            .context("peer gone")?;
-        rx.await.context("peer gone")
-    }
-}
-
-impl Drop for PeerHandle {
-    fn drop(&mut self) {
-        let _ = self.tx.try_send(PeerCmd::Stop);
-    }
-}
 
 /// `ferry_process_heap_bytes` from a node's `/metrics`.
 async fn heap_bytes(http: &str) -> Result<u64> {
@@ -422,82 +103,8 @@ async fn node_metrics(http: &str, names: &[&str]) -> Result<Vec<f64>> {
     .await?
 }
 
-/// POSTs an SDP offer; returns the answer.
-async fn signal(url: String, offer: String) -> Result<String> {
-    tokio::task::spawn_blocking(move || -> Result<String> {
-        let mut resp = ureq::post(&url)
-            .header("Content-Type", "application/sdp")
-            .send(offer.as_bytes())
-            .with_context(|| format!("POST {url}"))?;
-        Ok(resp.body_mut().read_to_string()?)
-    })
-    .await?
-}
-
-#[derive(Clone)]
-pub(crate) struct Clocks {
-    pub(crate) wall: WallClock,
-    pub(crate) epoch: Instant,
-}
-
-impl Clocks {
-    /// Wall clock and latency epoch anchored now.
-    pub(crate) fn now() -> Self {
-        let now = Instant::now();
-        Clocks {
-            wall: WallClock {
-                base: now,
-                unix_at_base: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default(),
-            },
-            epoch: now,
-        }
-    }
-}
-
-pub(crate) async fn start_peer(
-    role: PeerRole,
-    seed: u64,
-    bitrate: u32,
-    clocks: &Clocks,
-    url: String,
-) -> Result<PeerHandle> {
-    let socket = ferry_sfu::udp::bind(([127, 0, 0, 1], 0).into())?;
-    let local = socket.local_addr()?;
-    let now = Instant::now();
-    let mut cfg = PeerConfig::new(role, seed, local, now);
-    cfg.wall = clocks.wall;
-    cfg.latency_epoch = clocks.epoch;
-    cfg.video_bitrate_bps = bitrate;
-    let mut secret = [0x11u8; 32];
-    secret[..8].copy_from_slice(&seed.to_le_bytes());
-    let cert = ferry_sfu::cert::generate(secret)?;
-    let mut peer = Peer::new(cfg, Arc::new(cert), now);
-    let answer = signal(url, peer.create_offer()).await?;
-    peer.apply_answer(Instant::now(), &answer)?;
-    let (tx, rx) = mpsc::channel(4);
-    tokio::spawn(drive_peer(peer, socket, rx));
-    Ok(PeerHandle { tx })
-}
-
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Side {
-    /// Media packets the subscribers received per second.
-    pub(crate) out_pps: f64,
-    /// CPU the forwarding process used, in cores.
-    pub(crate) cpu_cores: f64,
-    /// `out_pps / cpu_cores`.
-    pub(crate) pps_per_core: f64,
-    pub(crate) latency_p50_us: Option<u64>,
-    pub(crate) latency_p99_us: Option<u64>,
-    pub(crate) latency_max_us: Option<u64>,
-    /// Packets the subscribers were missing at the end.
-    pub(crate) missing: u64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-struct Row {
+pub(crate) struct Row {
     subscribers: usize,
     /// The node's `--workers`.
     workers: usize,
@@ -519,24 +126,6 @@ struct Row {
     /// includes buffer-pool growth and allocator slack).
     rss_per_subscriber_bytes: f64,
     nack_cache_packets: usize,
-}
-
-pub(crate) fn side(out: u64, dur: f64, cpu: f64, lat: &LatencyStats, missing: u64) -> Side {
-    let out_pps = out as f64 / dur;
-    let cpu_cores = cpu / dur;
-    Side {
-        out_pps,
-        cpu_cores,
-        pps_per_core: if cpu_cores > 0.0 {
-            out_pps / cpu_cores
-        } else {
-            0.0
-        },
-        latency_p50_us: lat.quantile_us(0.5),
-        latency_p99_us: lat.quantile_us(0.99),
-        latency_max_us: lat.max_us,
-        missing,
-    }
 }
 
 struct FerryRun {
@@ -873,42 +462,6 @@ async fn park_playing(viewers: &[PeerHandle], probes: usize, parked: &mut [bool]
     Ok(all && viewers.len() == parked.len())
 }
 
-/// Every viewer is connected and has video packets.
-pub(crate) async fn all_playing(viewers: &[PeerHandle]) -> Result<bool> {
-    for v in viewers {
-        let s = v.stats().await?;
-        if !s.connected || s.video().map(|r| r.packets).sum::<u64>() == 0 {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-pub(crate) async fn all_stats(peers: &[PeerHandle]) -> Result<Vec<PeerStats>> {
-    let mut out = Vec::with_capacity(peers.len());
-    for p in peers {
-        out.push(p.stats().await?);
-    }
-    Ok(out)
-}
-
-pub(crate) async fn wait_for<F, Fut>(timeout: Duration, mut check: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<bool>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// A raw subscriber: registers with the relay, counts packets and latency (to the kernel's
 /// arrival stamp, as the Ferry run's peers measure it), on the same batched loop.
 async fn raw_subscriber(
@@ -1094,7 +647,7 @@ async fn measure_raw(
     Ok((side, holes as f64 / (got + holes).max(1) as f64))
 }
 
-async fn forward(args: ForwardArgs) -> Result<()> {
+pub(crate) async fn forward(args: ForwardArgs) -> Result<()> {
     let ticks = clock_ticks();
     cpu_count();
     if args.scaling {
@@ -1143,7 +696,7 @@ async fn forward(args: ForwardArgs) -> Result<()> {
             0.0
         };
         let pin_janus = (args.pin && cpu_count() >= 2).then_some(0);
-        let janus = crate::bench_janus::measure_janus(n, args.bitrate, args.duration, pin_janus)
+        let janus = super::janus::measure_janus(n, args.bitrate, args.duration, pin_janus)
             .await
             .with_context(|| format!("janus run, {n} subscribers"))?;
         let over_janus = janus
@@ -1534,7 +1087,7 @@ async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
 /// The raw baseline: datagram `SUB` subscribes its sender; every other
 /// datagram goes to every subscriber. Same loop shape and batching as the node's driver
 /// (`recvmmsg` in, `sendmmsg` out, [`ferry_sfu::udp::BATCH`] per call).
-async fn relay(udp: SocketAddr) -> Result<()> {
+pub(crate) async fn relay(udp: SocketAddr) -> Result<()> {
     use ferry_sfu::udp::{BATCH, RecvBatch, send_each, try_recv_batch};
     // The same kernel buffers as the node's media socket.
     let socket = ferry_sfu::udp::bind(udp)?;
@@ -1560,172 +1113,4 @@ async fn relay(udp: SocketAddr) -> Result<()> {
             }
         }
     }
-}
-
-/// Options of `ferry bench placement`.
-#[derive(clap::Args, Debug)]
-pub struct PlacementArgs {
-    /// Nodes in the simulated cluster.
-    #[arg(long, default_value_t = 10_000)]
-    nodes: usize,
-    /// Keys (rooms, streams) placed.
-    #[arg(long, default_value_t = 1_000_000)]
-    keys: usize,
-    /// Zones the nodes are spread over (round robin).
-    #[arg(long, default_value_t = 4)]
-    zones: usize,
-    /// Bounded-loads ε for the `ours+bl` rows.
-    #[arg(long, default_value_t = 0.25)]
-    epsilon: f64,
-    /// Ring virtual nodes per unit of weight.
-    #[arg(long, default_value_t = 100.0)]
-    vnodes: f64,
-    /// Seed of the weights and of the nodes each event picks.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Where the JSON goes.
-    #[arg(long, default_value = "target/bench/placement.json")]
-    out: PathBuf,
-}
-
-/// `ferry bench placement`: scale events on one simulated cluster (see
-/// `ferry_scheduler::placement::scale` for what each event and policy is).
-fn placement(args: PlacementArgs) -> Result<()> {
-    use ferry_scheduler::placement::scale::{ScaleParams, ScaleRow, simulate};
-
-    #[derive(Serialize)]
-    struct Row {
-        #[serde(flatten)]
-        row: ScaleRow,
-        /// Wall time since the previous row (a policy's first row includes
-        /// its baseline run).
-        seconds: f64,
-    }
-    let params = ScaleParams {
-        nodes: args.nodes,
-        keys: args.keys,
-        zones: args.zones,
-        epsilon: args.epsilon,
-        vnodes: args.vnodes,
-        seed: args.seed,
-    };
-    println!(
-        "{} nodes ({} zones), {} keys; loads are relative to each node's weighted share",
-        args.nodes, args.zones, args.keys
-    );
-    println!(
-        "{:<22} {:<8} | {:>8} {:>8} {:>6} {:>8} | {:>7} {:>7} | {:>6} {:>6} | {:>6}",
-        "event",
-        "policy",
-        "moved %",
-        "optimal",
-        "ratio",
-        "extra %",
-        "max/avg",
-        "after",
-        "CV",
-        "after",
-        "s"
-    );
-    let mut rows = Vec::new();
-    let mut t = Instant::now();
-    simulate(&params, |r| {
-        let seconds = t.elapsed().as_secs_f64();
-        println!(
-            "{:<22} {:<8} | {:>8.3} {:>8.3} {:>6.2} {:>8.3} | {:>7.3} {:>7.3} | {:>6.3} {:>6.3} | {:>6.2}",
-            r.event,
-            r.policy,
-            100.0 * r.moved,
-            100.0 * r.optimal,
-            if r.optimal > 0.0 {
-                r.moved / r.optimal
-            } else {
-                0.0
-            },
-            100.0 * r.extra,
-            r.max_over_avg_before,
-            r.max_over_avg_after,
-            r.cv_before,
-            r.cv_after,
-            seconds
-        );
-        rows.push(Row {
-            row: r.clone(),
-            seconds,
-        });
-        t = Instant::now();
-    })?;
-    if let Some(dir) = args.out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&args.out, serde_json::to_string_pretty(&rows)?)?;
-    println!("wrote {}", args.out.display());
-    Ok(())
-}
-
-/// Options of `ferry bench turn`.
-#[derive(clap::Args, Debug)]
-pub struct TurnArgs {
-    /// Relays at the start.
-    #[arg(long, default_value_t = 50)]
-    servers: usize,
-    /// Users (each holds one credential).
-    #[arg(long, default_value_t = 100_000)]
-    clients: usize,
-    /// Zones the relays are spread over.
-    #[arg(long, default_value_t = 3)]
-    zones: usize,
-    /// Seed of the relays' weights.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Where the JSON goes.
-    #[arg(long, default_value = "target/bench/turn.json")]
-    out: PathBuf,
-}
-
-fn turn(args: TurnArgs) -> Result<()> {
-    use ferry_scheduler::turn::scale::{TurnScaleParams, simulate};
-    let params = TurnScaleParams {
-        servers: args.servers,
-        clients: args.clients,
-        zones: args.zones,
-        seed: args.seed,
-    };
-    println!(
-        "{} TURN relays ({} zones, weights 1 or 2), {} users; after each event every user asks again",
-        args.servers, args.zones, args.clients
-    );
-    println!(
-        "{:<26} {:>6} | {:>8} {:>8} {:>6} | {:>8} {:>8} | {:>6} {:>9} | {:>6}",
-        "event", "relays", "moved", "minimum", "ratio", "forced", "rebal.", "CV", "max/share", "s"
-    );
-    let rows = simulate(&params, |r| {
-        println!(
-            "{:<26} {:>6} | {:>8} {:>8} {:>6.2} | {:>8} {:>8} | {:>6.3} {:>9.3} | {:>6.2}",
-            r.event,
-            r.relays_in_service,
-            r.moved,
-            r.minimum,
-            r.ratio,
-            r.relay_left,
-            r.rebalanced,
-            r.cv,
-            r.max_over_share,
-            r.seconds
-        );
-    })
-    .map_err(anyhow::Error::msg)?;
-    if let Some(dir) = args.out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let json = serde_json::json!({
-        "servers": args.servers,
-        "clients": args.clients,
-        "zones": args.zones,
-        "seed": args.seed,
-        "rows": rows,
-    });
-    std::fs::write(&args.out, serde_json::to_string_pretty(&json)?)?;
-    println!("wrote {}", args.out.display());
-    Ok(())
 }
