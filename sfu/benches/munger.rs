@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ferry_sfu::codec::Codec;
 use ferry_sfu::media::egress::OutgoingTrack;
+use ferry_sfu::media::line::MediaLine;
 use ferry_sfu::media::munger::{Munger, SourcePacket};
-use ferry_sfu::node::negotiate::MediaLine;
 
 fn line() -> MediaLine {
     MediaLine {

@@ -14,6 +14,7 @@ const OUTBOUND = [
   'packetsSent', 'bytesSent', 'framesEncoded', 'framesSent', 'keyFramesEncoded',
   'framesPerSecond', 'frameWidth', 'frameHeight', 'encoderImplementation',
   'qualityLimitationReason', 'nackCount', 'pliCount', 'firCount', 'retransmittedPacketsSent',
+  'scalabilityMode',
 ];
 
 const INBOUND = [

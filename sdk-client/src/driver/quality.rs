@@ -3,72 +3,12 @@
 //! node, which knows nothing of them; an `edge` or `ice-restart` move carries them in the
 //! session's snapshot, where sending them again changes nothing.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
-
 use tokio::sync::oneshot;
 
 use super::{Driver, Msg};
 use crate::error::SdkError;
 use crate::fsm::{Event, Kind};
 use crate::quality::Quality;
-use crate::signalling;
-
-/// Session URLs (and their layer URLs) remembered: a few moves' worth.
-const REMEMBERED: usize = 8;
-
-/// What the driver knows of the caps.
-#[derive(Debug, Default)]
-pub(super) struct Caps {
-    /// The caps, once the app set any. Shared with the POSTs, which send the latest when they
-    /// run: two calls in a row cannot leave the node with the older caps.
-    latest: Arc<Mutex<Option<Quality>>>,
-    /// POSTs of caps run one at a time (on the blocking pool).
-    order: Arc<Mutex<()>>,
-    /// Session URLs that have the latest caps.
-    told: VecDeque<String>,
-    /// Each session URL's caps URL, from its answer's `Link`.
-    urls: VecDeque<(String, String)>,
-}
-
-impl Caps {
-    fn latest(&self) -> Option<Quality> {
-        *self.latest.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Notes `location` as told; whether it had not been.
-    fn mark(&mut self, location: &str) -> bool {
-        if self.told.iter().any(|l| l == location) {
-            return false;
-        }
-        self.told.push_back(location.to_owned());
-        while self.told.len() > REMEMBERED {
-            self.told.pop_front();
-        }
-        true
-    }
-
-    /// A POST of the latest caps to the session at `location` (blocking).
-    fn post(&self, location: &str) -> impl FnOnce() -> Result<(), SdkError> + Send + 'static {
-        let url = self
-            .urls
-            .iter()
-            .find(|(l, _)| l == location)
-            .map_or_else(|| format!("{location}/layer"), |(_, u)| u.clone());
-        let latest = self.latest.clone();
-        let order = self.order.clone();
-        move || {
-            let _turn = order.lock().unwrap_or_else(|e| e.into_inner());
-            let body = latest
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or_default()
-                .body();
-            signalling::set_layer(&url, &body)
-                .map_err(|(status, message)| SdkError::Rejected { status, message })
-        }
-    }
-}
 
 impl Driver {
     /// `Session::set_quality`: the new caps to the node serving the session now (answered on
@@ -82,13 +22,12 @@ impl Driver {
             let _ = reply.send(Err(SdkError::Invalid("only a player has caps".into())));
             return;
         }
-        *self.caps.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(quality);
+        self.caps.set(quality);
         self.s
             .shared
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .quality = Some(quality);
-        self.caps.told.clear();
         let Some(location) = self.s.machine.location().map(str::to_owned) else {
             // Not answered yet: the first answer gets them.
             let _ = reply.send(Ok(()));
@@ -105,11 +44,7 @@ impl Driver {
     /// media flows.
     pub(super) fn quality_answered(&mut self, location: &str, layer: Option<String>) {
         if let Some(url) = layer {
-            self.caps.urls.retain(|(l, _)| l != location);
-            self.caps.urls.push_back((location.to_owned(), url));
-            while self.caps.urls.len() > REMEMBERED {
-                self.caps.urls.pop_front();
-            }
+            self.caps.learn_url(location, url);
         }
         self.resend_quality(location);
     }

@@ -6,12 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ferry_rtc::cert;
-use ferry_rtc::peer::{MediaSource, Peer, PeerConfig};
+use ferry_rtc::peer::Peer;
 use tokio::net::UdpSocket;
-use tokio::sync::mpsc;
 
-use super::{Driver, Msg};
 use crate::signalling::PostRequest;
 use crate::turn::Relay;
 use crate::turn_move::{RelayMove, Retiring};
@@ -103,98 +100,6 @@ impl Drop for Transport {
             while let Some(d) = r.client.poll_transmit() {
                 let _ = self.socket.try_send_to(&d, r.server());
             }
-        }
-    }
-}
-
-impl Driver {
-    pub(super) fn close_transport(&mut self, t: u32) {
-        if let Some(mut tr) = self.transports.remove(&t) {
-            let now = Instant::now();
-            tr.peer.close();
-            while let Some((to, d)) = tr.peer.poll_transmit() {
-                tr.send(now, to, &d);
-            }
-            // Dropping it deallocates its relays.
-        }
-        if self.current == Some(t) {
-            self.current = None;
-        }
-    }
-
-    /// A new transport: a socket, a peer, its offer.
-    pub(super) async fn open(&mut self, t: u32) -> Option<String> {
-        let socket = ferry_rtc::udp::bind(([0, 0, 0, 0], 0).into()).ok()?;
-        let local = socket.local_addr().ok()?;
-        let now = Instant::now();
-        let seed = self.s.seed.wrapping_add(u64::from(t) * 0x9e37_79b9);
-        let mut cfg = PeerConfig::new(self.s.media.role, seed, local, now);
-        if let Some((wall, epoch)) = self.s.media.clocks {
-            cfg.wall = wall;
-            cfg.latency_epoch = epoch;
-        }
-        cfg.video_bitrate_bps = self.s.media.bitrate_bps;
-        cfg.media = if self.s.media.synthetic {
-            MediaSource::Synthetic
-        } else {
-            MediaSource::External
-        };
-        let mut secret = [0u8; 32];
-        secret[..8].copy_from_slice(&seed.to_le_bytes());
-        secret[8] = 0x5d;
-        let cert = cert::generate(secret).ok()?;
-        let mut peer = Peer::new(cfg, Arc::new(cert), now);
-        let offer = peer.create_offer();
-        let socket = Arc::new(socket);
-        let reader = tokio::spawn(read_socket(t, socket.clone(), self.tx.clone()));
-        self.transports.insert(
-            t,
-            Transport {
-                peer,
-                socket,
-                reader,
-                offer: offer.clone(),
-                answered: false,
-                connected: false,
-                restarting: false,
-                frames: 0,
-                heard: (0, now),
-                probing: false,
-                window: None,
-                relay: None,
-                gathering: false,
-                waiting: None,
-                direct: false,
-                relay_only: self.s.relays.relay_only,
-                moving: None,
-                retiring: None,
-            },
-        );
-        Some(offer)
-    }
-
-    pub(super) fn flush(&mut self) {
-        let now = Instant::now();
-        for tr in self.transports.values_mut() {
-            while let Some((to, d)) = tr.peer.poll_transmit() {
-                tr.send(now, to, &d);
-            }
-            tr.flush_relay();
-        }
-    }
-}
-
-async fn read_socket(t: u32, socket: Arc<UdpSocket>, tx: mpsc::UnboundedSender<Msg>) {
-    let mut buf = vec![0u8; 2048];
-    loop {
-        match socket.recv_from(&mut buf).await {
-            Ok((n, from)) => {
-                if tx.send(Msg::Datagram(t, from, buf[..n].to_vec())).is_err() {
-                    return;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
-            Err(_) => return,
         }
     }
 }

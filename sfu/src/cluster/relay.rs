@@ -17,9 +17,9 @@ use ferry_proto::state::MediaLineState;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+use crate::media::line::MediaLine;
 use crate::media::munger::SourcePacket;
 use crate::nack::{Arrival, NackConfig, NackGenerator, PacketCache};
-use crate::node::negotiate::MediaLine;
 
 /// First byte of relay media datagrams (unassigned in RFC 7983).
 pub const MEDIA: u8 = 0xF0;

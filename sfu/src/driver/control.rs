@@ -5,20 +5,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ferry_proto::{SessionId, StreamId};
-use tokio::sync::mpsc;
-
 use ferry_migrator::MigrationPlan;
 use ferry_migrator::transport::{QuicTransport, Transport as _};
 use ferry_proto::api::MigrationView;
-
-use crate::driver::membership::{MigrationApiError, MigrationBook};
-use crate::node::Requested;
+use ferry_proto::{SessionId, StreamId};
+use tokio::sync::mpsc;
 
 use super::cores::{self, Cores};
-use crate::node::signal::SignalError;
-
 use super::handle::{Command, CreateRequest};
+use crate::driver::membership::{MigrationApiError, MigrationBook};
+use crate::node::Requested;
+use crate::node::signal::SignalError;
 
 /// The node's side of migrations in a cluster, owned by the control task: the transport,
 /// which core runs each migration, and the book the HTTP API reads. The migrations

@@ -26,16 +26,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ferry_migrator::transport::QuicTransport;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
-
-use ferry_migrator::transport::QuicTransport;
 
 use crate::driver::membership::{
     ClusterOptions, Directory, MigrationBook, SessionEvents, SharedDirectory,
 };
 use crate::node::Node;
-
 use control::{Migrations, run};
 use cores::Cores;
 use handle::Command;

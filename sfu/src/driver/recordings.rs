@@ -14,8 +14,7 @@ use ferry_proto::{RecordingId, StreamId};
 use ferry_record::{RecorderState, Store};
 use tokio::sync::oneshot;
 
-use super::cores::CoreState;
-use super::cores::Cores;
+use super::cores::{CoreState, Cores};
 use super::handle::{Command, NodeHandle, RecordingCommand, RecordingReply};
 use crate::driver::recording_writer::{RecordingApiError, RecordingView};
 use crate::node::{RecordingError, RecordingPhase};

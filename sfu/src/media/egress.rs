@@ -12,8 +12,8 @@ use ferry_proto::state::media::{OutgoingStreamState, SvcSelectorState};
 use crate::codec::layers::{LayerInfo, LayerSelector, LayerSelectorSnapshot, Selection, SvcMode};
 use crate::codec::{self, Codec};
 use crate::media::adapt::allocator::{MOVE_HOLD, TrackState};
+use crate::media::line::MediaLine;
 use crate::media::munger::{DropReason, Munged, Munger, Retransmit, SourcePacket};
-use crate::node::negotiate::MediaLine;
 use crate::rtcp::{SenderReportData, write_sdes_cname, write_sender_report};
 use crate::rtp::{self, ExtensionIdMap, RtpHeader, RtpPacketMut};
 
@@ -144,7 +144,7 @@ impl OutgoingTrack {
         if self.line.codec == Codec::Av1
             && self
                 .line
-                .ext_id(crate::node::negotiate::EXT_DEPENDENCY_DESCRIPTOR)
+                .ext_id(ferry_rtc::sdp::extmap::EXT_DEPENDENCY_DESCRIPTOR)
                 .is_none()
         {
             0
@@ -221,7 +221,7 @@ impl OutgoingTrack {
         self.ext_map = [0; 256];
         self.dd_ext = self
             .line
-            .ext_id(crate::node::negotiate::EXT_DEPENDENCY_DESCRIPTOR);
+            .ext_id(ferry_rtc::sdp::extmap::EXT_DEPENDENCY_DESCRIPTOR);
         for (id, uri) in publisher {
             if let Some(ours) = self.line.ext_id(uri) {
                 self.ext_map[usize::from(*id)] = ours;
@@ -535,7 +535,7 @@ mod tests {
     fn an_av1_viewer_without_the_descriptor_is_held_to_the_base_spatial_layer() {
         let dd = (
             12,
-            crate::node::negotiate::EXT_DEPENDENCY_DESCRIPTOR.to_owned(),
+            ferry_rtc::sdp::extmap::EXT_DEPENDENCY_DESCRIPTOR.to_owned(),
         );
         let with = OutgoingTrack::new(1, av1_line(vec![dd]), 0, 0, 0);
         assert_eq!(with.spatial_ceiling(), u8::MAX);

@@ -9,13 +9,14 @@ use ferry_proto::state::IncomingTrackState;
 use ferry_proto::state::media::{IncomingStreamState, ReceiveStats, SenderReportInfo};
 
 use crate::codec::{self, Codec};
+use crate::media::line::MediaLine;
 use crate::media::munger::SourcePacket;
 use crate::nack::{Arrival, NackConfig, NackGenerator, PacketCache};
-use crate::node::negotiate::{EXT_RID, EXT_RRID, MediaLine};
 use crate::rtcp::{ReportBlock, dlsr_from_duration, ntp_short};
 use crate::rtp::{self, RtpHeader};
 use crate::seq::TsUnwrapper;
 use crate::time::ntp_add;
+use ferry_rtc::sdp::extmap::{EXT_RID, EXT_RRID};
 
 /// Most SSRCs one track may carry (simulcast layers plus strays).
 const MAX_STREAMS_PER_TRACK: usize = 8;

@@ -13,4 +13,5 @@
 pub mod adapt;
 pub mod egress;
 pub mod ingest;
+pub mod line;
 pub mod munger;

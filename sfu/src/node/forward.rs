@@ -126,7 +126,7 @@ impl Node {
                 let rids = source.map_or(0, |l| l.rids.len());
                 let codec = source.map(|l| l.codec);
                 let dd_ext = source
-                    .and_then(|l| l.ext_id(crate::node::negotiate::EXT_DEPENDENCY_DESCRIPTOR));
+                    .and_then(|l| l.ext_id(ferry_rtc::sdp::extmap::EXT_DEPENDENCY_DESCRIPTOR));
                 // Which layers of a scalable stream the packet is of (once for every viewer).
                 let info = codec.and_then(|c| entry.layer_info(line, c, dd_ext, pkt));
                 // A keyframe says the picture size (what viewers' caps are checked against).
@@ -664,7 +664,7 @@ fn choose_served(
 
 /// What the munger needs to know of a cached packet of track `line`.
 pub(super) fn source_packet(
-    line: &crate::node::negotiate::MediaLine,
+    line: &crate::media::line::MediaLine,
     ssrc: u32,
     ext_seq: u64,
     ext_ts: u64,
@@ -689,7 +689,7 @@ pub(super) fn source_packet(
         clock_rate: line.codec.clock_rate(),
         vp8,
         dd_frame: line
-            .ext_id(crate::node::negotiate::EXT_DEPENDENCY_DESCRIPTOR)
+            .ext_id(ferry_rtc::sdp::extmap::EXT_DEPENDENCY_DESCRIPTOR)
             .and_then(|id| dd_frame(pkt, id)),
     })
 }

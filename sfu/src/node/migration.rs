@@ -19,8 +19,8 @@ use ferry_proto::{NodeId, SessionId, StreamId};
 use super::Node;
 use super::tunnelling::{FORWARD_GRACE, Forward, MOVED_GRACE};
 use crate::cluster::relay::{self, RelayIn, RelayOut};
+use crate::media::line::MediaLine;
 use crate::media::munger::DropReason;
-use crate::node::negotiate::MediaLine;
 use crate::node::session::{Role, Session, WalLog};
 
 /// Why a migration step failed on this node.
@@ -44,7 +44,7 @@ pub enum MigrateError {
     WrongState(SessionId, &'static str),
     /// The snapshot cannot be restored.
     #[error("snapshot refused: {0}")]
-    BadSnapshot(#[from] crate::node::negotiate::RestoreError),
+    BadSnapshot(#[from] crate::media::line::RestoreError),
     /// The target node's address is not known here.
     #[error("no address known for node {0}")]
     UnknownPeer(NodeId),

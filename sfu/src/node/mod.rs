@@ -11,7 +11,7 @@
 //! }
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,7 +63,8 @@ pub use moves::MoveNotice;
 pub use recording::{
     AWAIT_LIMIT, RecordingCounters, RecordingError, RecordingInfo, RecordingOutput, RecordingPhase,
 };
-pub use ticket::{TICKET_TTL, TicketError, sign_ticket};
+pub use signal::TicketError;
+pub use ticket::{TICKET_TTL, sign_ticket};
 pub use tunnelling::FORWARD_GRACE;
 use tunnelling::{Forward, Held, Ingress};
 
@@ -186,9 +187,14 @@ struct StreamEntry {
     /// Dynacast: the simulcast encodings of a local publisher and whether it was told to send
     /// them ([`Node::dynacast`]).
     encodings: Vec<crate::media::adapt::layers::Encoding>,
-    /// Per track (by m-line): the dependency descriptor structure in force (AV1).
-    dd: Vec<Option<crate::codec::layers::Av1DdTracker>>,
+    /// Per RTP stream (m-line, SSRC): the dependency descriptor structure in force. Each
+    /// simulcast encoding has its own structure and frame numbers.
+    dd: BTreeMap<(usize, u32), crate::codec::layers::Av1DdTracker>,
 }
+
+/// The RTP streams of a stream whose dependency descriptors are tracked at once (each
+/// simulcast encoding of each track is one).
+const MAX_DD_STREAMS: usize = 16;
 
 impl StreamEntry {
     /// The layers of track `line` (made on first use; a publisher has a few m-lines).
@@ -203,9 +209,11 @@ impl StreamEntry {
         &mut self.layers[line.min(last)]
     }
 
-    /// The layers of a scalable stream's packet `pkt` of track `line`: VP9 from its payload
-    /// descriptor, AV1 from its dependency descriptor (extension id `dd_ext`), VP8 when its
-    /// payload descriptor carries temporal layers; `None` for a stream without layers.
+    /// The layers of a scalable stream's packet `pkt` of track `line`: from the dependency
+    /// descriptor (extension id `dd_ext`) where the packet carries one — AV1 always, and VP8,
+    /// whose payload descriptor Chromium leaves bare (no picture id, no temporal layer) once the
+    /// descriptor is negotiated — else VP9 from its payload descriptor and VP8 when its payload
+    /// descriptor carries temporal layers; `None` for a stream without layers.
     fn layer_info(
         &mut self,
         line: usize,
@@ -215,23 +223,24 @@ impl StreamEntry {
     ) -> Option<crate::codec::layers::LayerInfo> {
         use crate::codec::{Codec, layers};
         let h = crate::rtp::RtpHeader::parse(pkt).ok()?;
-        let payload = h.payload(pkt);
-        match codec {
-            Codec::Vp8 => {
+        let dd = dd_ext.and_then(|id| h.find_extension(pkt, id));
+        match (codec, dd) {
+            (Codec::Av1 | Codec::Vp8, Some(ext)) => {
+                let key = (line, h.ssrc);
+                if !self.dd.contains_key(&key) && self.dd.len() >= MAX_DD_STREAMS {
+                    // A publisher that restarted its encoders many times: the oldest go.
+                    self.dd.pop_first();
+                }
+                let tracker = self.dd.entry(key).or_default();
+                tracker.read(ext, h.marker).ok().map(|(_, info)| info)
+            }
+            (Codec::Vp8, None) => {
+                let payload = h.payload(pkt);
                 crate::codec::vp8_descriptor(payload)?.temporal?;
                 layers::vp8_layer_info(payload, h.marker)
             }
-            Codec::Vp9 => layers::vp9_layer_info(payload, h.marker),
-            Codec::Av1 => {
-                let ext = h.find_extension(pkt, dd_ext?)?;
-                if self.dd.len() <= line {
-                    self.dd.resize_with(line.min(63) + 1, || None);
-                }
-                let last = self.dd.len() - 1;
-                let tracker = self.dd[line.min(last)].get_or_insert_with(layers::Av1DdTracker::new);
-                tracker.read(ext, h.marker).ok().map(|(_, info)| info)
-            }
-            Codec::Opus | Codec::H264 => None,
+            (Codec::Vp9, _) => layers::vp9_layer_info(h.payload(pkt), h.marker),
+            (Codec::Av1, None) | (Codec::Opus | Codec::H264, _) => None,
         }
     }
 
@@ -251,11 +260,7 @@ impl StreamEntry {
                 Some((top, Some(l)))
             }),
             Codec::Av1 => {
-                let structure = self
-                    .dd
-                    .get(line)
-                    .and_then(Option::as_ref)
-                    .and_then(|t| t.structure());
+                let structure = self.dd.get(&(line, ssrc)).and_then(|t| t.structure());
                 let layers = structure.and_then(dims::dd_sizes);
                 match (layers, dims::av1_size(payload)) {
                     (Some(l), top) => l

@@ -14,7 +14,7 @@ use ferry_record::{Output, Recorder, RecorderConfig, RecorderState, TrackConfig}
 
 use super::Node;
 use crate::codec::Codec;
-use crate::node::negotiate::MediaLine;
+use crate::media::line::MediaLine;
 use crate::rtcp::SenderReportData;
 use crate::rtp::RtpHeader;
 

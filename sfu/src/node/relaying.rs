@@ -12,8 +12,8 @@ use crate::cluster::relay::{
     self, Control, MediaHeader, Offer, Redirect, RelayIn, RelayNack, RelayOut, RelaySr, RelayTrack,
     Subscribe, control::Body,
 };
+use crate::media::line::MediaLine;
 use crate::media::munger::SourcePacket;
-use crate::node::negotiate::MediaLine;
 use crate::node::session::Role;
 use crate::rtp::RtpHeader;
 

@@ -14,9 +14,9 @@ use crate::dtls::{DtlsPhase, DtlsTransport, SrtpKeys};
 use crate::ice::{IceCredentials, IceLite};
 use crate::media::egress::OutgoingTrack;
 use crate::media::ingest::IncomingTrack;
+use crate::media::line::{MediaLine, RestoreError};
 use crate::nack::NackConfig;
 use crate::node::metrics::NodeMetrics;
-use crate::node::negotiate::{MediaLine, RestoreError};
 use crate::node::signal::{SessionInfo, SessionKind};
 use crate::rtcp::{self, ReportBlock};
 use crate::srtp::{SrtpContext, SrtpProfile};
@@ -849,7 +849,7 @@ fn twcc_recorder(media: &[MediaLine], role: &Role) -> Option<(u8, crate::twcc::T
     let id = media
         .iter()
         .filter(|m| m.accepted && m.twcc)
-        .find_map(|m| m.ext_id(crate::node::negotiate::EXT_TRANSPORT_CC))?;
+        .find_map(|m| m.ext_id(ferry_rtc::sdp::extmap::EXT_TRANSPORT_CC))?;
     Some((id, crate::twcc::TwccRecorder::default()))
 }
 
@@ -862,7 +862,7 @@ fn viewer_adapt(media: &[MediaLine], role: &Role) -> crate::media::adapt::viewer
     let twcc = media
         .iter()
         .filter(|m| m.accepted && m.twcc)
-        .find_map(|m| m.ext_id(crate::node::negotiate::EXT_TRANSPORT_CC));
+        .find_map(|m| m.ext_id(ferry_rtc::sdp::extmap::EXT_TRANSPORT_CC));
     let remb = media.iter().any(|m| m.accepted && m.remb);
     crate::media::adapt::viewer::ViewerAdapt::new(twcc, remb)
 }

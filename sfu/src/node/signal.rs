@@ -4,8 +4,6 @@
 use ferry_proto::{SessionId, StreamId};
 use serde::Serialize;
 
-pub use crate::node::TicketError;
-
 /// Whether a session publishes or views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -134,6 +132,54 @@ impl SignalError {
             SignalError::IdempotencyMismatch(_) => Some("idempotency-mismatch"),
             SignalError::Moved(_) => Some("session-moved"),
             _ => None,
+        }
+    }
+}
+
+/// Why a ticket is refused. Each answers with its own status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TicketError {
+    /// Not a ticket at all (400).
+    #[error("the ticket is malformed")]
+    Malformed,
+    /// Not signed by this cluster (403).
+    #[error("the ticket is not signed by this cluster")]
+    Forged,
+    /// Signed, but for another stream or kind (403).
+    #[error("the ticket is for another stream or kind")]
+    Mismatch,
+    /// Past its expiry (410).
+    #[error("the ticket expired")]
+    Expired,
+    /// Its generation was used already (409).
+    #[error("the ticket was used already")]
+    Replayed,
+    /// This node has no cluster key to check tickets with (403).
+    #[error("this node is not in a cluster and cannot check tickets")]
+    NoCluster,
+}
+
+impl TicketError {
+    /// The HTTP status.
+    pub fn status(self) -> u16 {
+        match self {
+            TicketError::Malformed => 400,
+            TicketError::Forged | TicketError::Mismatch | TicketError::NoCluster => 403,
+            TicketError::Expired => 410,
+            TicketError::Replayed => 409,
+        }
+    }
+
+    /// Machine-readable code (`Ferry-Error` header).
+    pub fn code(self) -> &'static str {
+        match self {
+            TicketError::Malformed => "ticket-malformed",
+            TicketError::Forged => "ticket-forged",
+            TicketError::Mismatch => "ticket-mismatch",
+            TicketError::Expired => "ticket-expired",
+            TicketError::Replayed => "ticket-replayed",
+            TicketError::NoCluster => "ticket-unsupported",
         }
     }
 }

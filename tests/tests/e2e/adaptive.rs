@@ -8,7 +8,8 @@
 //! decoded, ≤ 1 freeze over a 12 s window, its bitrate within the limit) while B keeps the top
 //! layer; once the shaping is lifted, C climbs back to the top layer within 15 s. For VP8 and
 //! H.264 simulcast, and for VP9 SVC (`L3T3_KEY`: one stream of three spatial and three temporal
-//! layers, of which the node forwards each viewer its own).
+//! layers, of which the node forwards each viewer its own). And a VP8 `L1T3` stream: a viewer's
+//! frame-rate cap drops the temporal layers above it.
 
 use std::time::{Duration, Instant};
 
@@ -318,6 +319,133 @@ async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_vp9() -> Result
 async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_av1() -> Result<()> {
     let _area = ferry_tests::area(module_path!());
     run("av1", "video/AV1", ("scalability", "L3T3_KEY"), true).await
+}
+
+/// A VP8 stream with temporal layers (`L1T3`: one encoding, its frames in three temporal
+/// layers of 7.5, 15 and 30 fps at 30 fps): a viewer that caps its frame rate
+/// (`POST {session}/layer` `{"maxFps": …}`) is forwarded the temporal layers within the cap —
+/// about half the frames at `maxFps: 15`, a quarter at `maxFps: 8` — decodes them without
+/// freezing, and gets every frame again once the cap is lifted. The rates are measured against
+/// what the publisher encoded over the same window (a busy machine encodes fewer than 30 a
+/// second).
+///
+/// Twice: with the dependency descriptor negotiated (Chromium then sends a bare VP8 payload
+/// descriptor, and the node reads the layers from the extension) and without it (the layers
+/// are in the VP8 payload descriptor).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_rate_cap_drops_vp8_temporal_layers() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
+    temporal_layers(true).await?;
+    temporal_layers(false).await
+}
+
+async fn temporal_layers(dd: bool) -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let node = FerryNode::spawn(&[])?;
+    let collector = Collector::start()?;
+    let whip = format!("{}/whip/temporal", node.http);
+    let whep = format!("{}/whep/temporal", node.http);
+    let token = node.token.as_str();
+    let publish = collector.page_url(
+        "publish.html",
+        &[
+            ("whip", &whip),
+            ("codec", "vp8"),
+            ("audio", "0"),
+            ("id", "A"),
+            ("token", token),
+            ("scalability", "L1T3"),
+            ("width", "640"),
+            ("height", "360"),
+            ("dd", if dd { "1" } else { "0" }),
+        ],
+    );
+    let _a = Browser::open(&publish)?;
+    collector
+        .wait_until(SETUP, |r| {
+            r.get("A").is_some_and(|a| {
+                a["connectionState"] == "connected" && num(a, "/outbound/video/framesEncoded") > 0.0
+            })
+        })
+        .await
+        .with_context(|| format!("A publishes nothing: {}", show(&collector.reports(), "A")))?;
+    let view = collector.page_url(
+        "view.html",
+        &[
+            ("whep", &whep),
+            ("id", "B"),
+            ("token", token),
+            ("dd", if dd { "1" } else { "0" }),
+        ],
+    );
+    let _b = Browser::open(&view)?;
+    collector
+        .wait_until(SETUP, |r| {
+            r.get("B")
+                .is_some_and(|b| num(b, "/inbound/video/framesDecoded") > 30.0)
+        })
+        .await
+        .with_context(|| format!("B plays nothing: {}", show(&collector.reports(), "B")))?;
+    let location = collector.reports()["B"]["whep"]["location"]
+        .as_str()
+        .context("B's report has no session location")?
+        .to_owned();
+    // Decoded over encoded frames in a window after `cap` took effect, and B's freezes.
+    let measure = |cap: &'static str| {
+        let (collector, location) = (&collector, location.clone());
+        async move {
+            let resp = http(
+                &format!("{location}/layer"),
+                "POST",
+                &[("Content-Type", "application/json")],
+                cap.as_bytes(),
+            )?;
+            ensure!(
+                resp.status == 204,
+                "caps {cap}: {} {}",
+                resp.status,
+                resp.body
+            );
+            // The next keyframe or switch point, and the jitter buffer draining.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let start = collector.reports();
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            let end = collector.reports();
+            let delta = |id: &str, key: &str| num(&end[id], key) - num(&start[id], key);
+            let encoded = delta("A", "/outbound/video/framesEncoded");
+            let decoded = delta("B", "/inbound/video/framesDecoded");
+            let freezes = delta("B", "/inbound/video/freezeCount");
+            eprintln!(
+                "vp8 L1T3 (dependency descriptor: {dd}), caps {cap}: B decoded {decoded} of {encoded} frames encoded ({:.2}), \
+                 {freezes} freezes; A encodes {}",
+                decoded / encoded.max(1.0),
+                end["A"]["outbound"]["video"]["scalabilityMode"]
+            );
+            ensure!(encoded > 0.0, "A encoded nothing: {}", show(&end, "A"));
+            ensure!(
+                end["A"]["outbound"]["video"]["scalabilityMode"] == "L1T3",
+                "A does not send temporal layers: {}",
+                end["A"]["outbound"]["video"]
+            );
+            Ok::<_, anyhow::Error>((decoded / encoded, freezes))
+        }
+    };
+    let (half, freezes) = measure(r#"{"maxFps": 15}"#).await?;
+    ensure!(
+        (0.35..=0.65).contains(&half),
+        "maxFps 15: B decoded {half:.2} of the frames (T0 and T1 are half)"
+    );
+    ensure!(freezes <= 1.0, "maxFps 15: B froze {freezes} times");
+    let (quarter, freezes) = measure(r#"{"maxFps": 8}"#).await?;
+    ensure!(
+        (0.15..=0.35).contains(&quarter),
+        "maxFps 8: B decoded {quarter:.2} of the frames (T0 is a quarter)"
+    );
+    ensure!(freezes <= 1.0, "maxFps 8: B froze {freezes} times");
+    let (all, freezes) = measure("{}").await?;
+    ensure!(all >= 0.85, "no cap: B decoded {all:.2} of the frames");
+    ensure!(freezes <= 1.0, "no cap: B froze {freezes} times");
+    Ok(())
 }
 
 /// How long the migration test watches the viewer on its new node: within the move's hold
