@@ -7,6 +7,7 @@ use std::time::Instant;
 use ferry_proto::StreamId;
 
 use super::Node;
+use crate::codec::Codec;
 use crate::codec::layers::Selection;
 use crate::media::adapt::layers::{SUBSTITUTE_SILENCE, SourceLayer};
 use crate::media::egress::Take;
@@ -116,44 +117,42 @@ impl Node {
         // Simulcast is what the publisher negotiated (rids), not how many SSRCs came: a
         // publisher that restarts its encoder sends a new SSRC that replaces the old one.
         let sessions = &self.sessions;
-        let (simulcast, recorded, layer_info, dd_ext, unknown_layers) =
-            match self.streams.get_mut(stream) {
-                Some(entry) => {
-                    let source = match entry.publisher.and_then(|k| sessions.get(k)?.as_ref()) {
-                        Some(p) => p.media.get(line),
-                        None => entry.relay_in.as_ref().and_then(|r| r.media.get(line)),
-                    };
-                    let rids = source.map_or(0, |l| l.rids.len());
-                    let codec = source.map(|l| l.codec);
-                    let dd_ext = source
-                        .and_then(|l| l.ext_id(ferry_rtc::sdp::extmap::EXT_DEPENDENCY_DESCRIPTOR));
-                    // Which layers of a scalable stream the packet is of (once for every viewer).
-                    let read = codec.map(|c| entry.layer_info(now, line, c, dd_ext, pkt));
-                    let unknown_layers = matches!(read, Some(Err(_)));
-                    let info = read.and_then(Result::ok).flatten();
-                    // A keyframe says the picture size (what viewers' caps are checked against).
-                    if src.keyframe_start
-                        && let Some(c) = codec.filter(|c| c.is_video())
-                    {
-                        entry.note_sizes(line, c, src.ssrc, pkt);
-                    }
-                    let layers = entry.layers_mut(line);
-                    layers.on_packet(now, src.ssrc, pkt.len());
-                    if let Some(i) = &info {
-                        layers.on_layer(src.ssrc, i.spatial, i.temporal, pkt.len());
-                    }
-                    layers.simulcast = rids > 1;
-                    // Recordings (and transcoders) take the top layer.
-                    (
-                        layers.simulcast,
-                        !layers.simulcast || layers.top(now) == Some(src.ssrc),
-                        info,
-                        dd_ext,
-                        unknown_layers,
-                    )
+        let (simulcast, recorded, layer_info, dd_ext) = match self.streams.get_mut(stream) {
+            Some(entry) => {
+                let source = match entry.publisher.and_then(|k| sessions.get(k)?.as_ref()) {
+                    Some(p) => p.media.get(line),
+                    None => entry.relay_in.as_ref().and_then(|r| r.media.get(line)),
+                };
+                let rids = source.map_or(0, |l| l.rids.len());
+                let codec = source.map(|l| l.codec);
+                let dd_ext = source
+                    .and_then(|l| l.ext_id(ferry_rtc::sdp::extmap::EXT_DEPENDENCY_DESCRIPTOR));
+                // Which layers of a scalable stream the packet is of (once for every viewer).
+                let info = codec.and_then(|c| entry.layer_info(line, c, dd_ext, pkt));
+                // A keyframe says the picture size (what viewers' caps are checked against).
+                if src.keyframe_start
+                    && let Some(c) = codec.filter(|c| c.is_video())
+                {
+                    entry.note_sizes(line, c, src.ssrc, pkt);
                 }
-                None => (false, true, None, None, false),
-            };
+                let layers = entry.layers_mut(line);
+                layers.on_packet(now, src.ssrc, pkt.len());
+                if let Some(i) = &info
+                    && codec.is_some_and(Codec::is_scalable)
+                {
+                    layers.on_spatial(src.ssrc, i.spatial, pkt.len());
+                }
+                layers.simulcast = rids > 1;
+                // Recordings (and transcoders) take the top layer.
+                (
+                    layers.simulcast,
+                    !layers.simulcast || layers.top(now) == Some(src.ssrc),
+                    info,
+                    dd_ext,
+                )
+            }
+            None => (false, true, None, None),
+        };
         // The descriptor's frame number, which each viewer's munger renumbers.
         let with_dd;
         let src = match dd_ext.and_then(|id| dd_frame(pkt, id)) {
@@ -169,9 +168,7 @@ impl Node {
         if recorded {
             self.record(now, stream, line, pkt);
         }
-        // A descriptor this node cannot read yet: its layers are unknown, and every viewer
-        // gets every layer of it, until a keyframe brings the structure.
-        let mut want_keyframe = unknown_layers;
+        let mut want_keyframe = false;
         let mut took_over = Vec::new();
         let Some(entry) = self.streams.get_mut(stream) else {
             return false;

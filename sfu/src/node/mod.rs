@@ -187,10 +187,9 @@ struct StreamEntry {
     /// Dynacast: the simulcast encodings of a local publisher and whether it was told to send
     /// them ([`Node::dynacast`]).
     encodings: Vec<crate::media::adapt::layers::Encoding>,
-    /// Per RTP stream (m-line, SSRC): the dependency descriptor structure in force, and when
-    /// the stream last carried a descriptor. Each simulcast encoding has its own structure
-    /// and frame numbers.
-    dd: BTreeMap<(usize, u32), (Instant, crate::codec::layers::Av1DdTracker)>,
+    /// Per RTP stream (m-line, SSRC): the dependency descriptor structure in force. Each
+    /// simulcast encoding has its own structure and frame numbers.
+    dd: BTreeMap<(usize, u32), crate::codec::layers::Av1DdTracker>,
 }
 
 /// The RTP streams of a stream whose dependency descriptors are tracked at once (each
@@ -214,63 +213,35 @@ impl StreamEntry {
     /// descriptor (extension id `dd_ext`) where the packet carries one — AV1 always, and VP8,
     /// whose payload descriptor Chromium leaves bare (no picture id, no temporal layer) once the
     /// descriptor is negotiated — else VP9 from its payload descriptor and VP8 when its payload
-    /// descriptor carries temporal layers; `None` for a stream without layers. `Err` when the
-    /// packet carries a descriptor this node cannot read yet, for want of the structure (a
-    /// relay that started between two keyframes): its layers are unknown until a keyframe.
+    /// descriptor carries temporal layers; `None` for a stream without layers.
     fn layer_info(
         &mut self,
-        now: Instant,
         line: usize,
         codec: crate::codec::Codec,
         dd_ext: Option<u8>,
         pkt: &[u8],
-    ) -> Result<Option<crate::codec::layers::LayerInfo>, crate::codec::av1::DdError> {
+    ) -> Option<crate::codec::layers::LayerInfo> {
         use crate::codec::{Codec, layers};
-        let Ok(h) = crate::rtp::RtpHeader::parse(pkt) else {
-            return Ok(None);
-        };
-        // Only AV1 and VP8 read their layers from the descriptor (one lookup per packet).
-        let dd = match codec {
-            Codec::Av1 | Codec::Vp8 => dd_ext.and_then(|id| h.find_extension(pkt, id)),
-            _ => None,
-        };
-        Ok(match (codec, dd) {
-            (_, Some(ext)) => {
+        let h = crate::rtp::RtpHeader::parse(pkt).ok()?;
+        let dd = dd_ext.and_then(|id| h.find_extension(pkt, id));
+        match (codec, dd) {
+            (Codec::Av1 | Codec::Vp8, Some(ext)) => {
                 let key = (line, h.ssrc);
-                if self.dd.len() >= MAX_DD_STREAMS
-                    && !self.dd.contains_key(&key)
-                    && let Some(stale) = self
-                        .dd
-                        .iter()
-                        .min_by_key(|(_, (at, _))| *at)
-                        .map(|(k, _)| *k)
-                {
-                    // A publisher that restarted its encoders many times: the longest silent
-                    // stream goes.
-                    self.dd.remove(&stale);
+                if !self.dd.contains_key(&key) && self.dd.len() >= MAX_DD_STREAMS {
+                    // A publisher that restarted its encoders many times: the oldest go.
+                    self.dd.pop_first();
                 }
-                let (at, tracker) = self
-                    .dd
-                    .entry(key)
-                    .or_insert_with(|| (now, crate::codec::layers::Av1DdTracker::default()));
-                *at = now;
-                match tracker.read(ext, h.marker) {
-                    Ok((_, info)) => Some(info),
-                    Err(crate::codec::av1::DdError::NoStructure) => {
-                        return Err(crate::codec::av1::DdError::NoStructure);
-                    }
-                    Err(_) => None,
-                }
+                let tracker = self.dd.entry(key).or_default();
+                tracker.read(ext, h.marker).ok().map(|(_, info)| info)
             }
             (Codec::Vp8, None) => {
                 let payload = h.payload(pkt);
-                crate::codec::vp8_descriptor(payload)
-                    .and_then(|d| d.temporal)
-                    .and_then(|_| layers::vp8_layer_info(payload, h.marker))
+                crate::codec::vp8_descriptor(payload)?.temporal?;
+                layers::vp8_layer_info(payload, h.marker)
             }
-            (Codec::Vp9, None) => layers::vp9_layer_info(h.payload(pkt), h.marker),
-            (Codec::Av1 | Codec::Opus | Codec::H264, None) => None,
-        })
+            (Codec::Vp9, _) => layers::vp9_layer_info(h.payload(pkt), h.marker),
+            (Codec::Av1, None) | (Codec::Opus | Codec::H264, _) => None,
+        }
     }
 
     /// Notes the picture sizes a keyframe of stream `ssrc` of track `line` says (VP8's frame
@@ -289,7 +260,7 @@ impl StreamEntry {
                 Some((top, Some(l)))
             }),
             Codec::Av1 => {
-                let structure = self.dd.get(&(line, ssrc)).and_then(|(_, t)| t.structure());
+                let structure = self.dd.get(&(line, ssrc)).and_then(|t| t.structure());
                 let layers = structure.and_then(dims::dd_sizes);
                 match (layers, dims::av1_size(payload)) {
                     (Some(l), top) => l
