@@ -2,7 +2,7 @@
 //! (virtual clock, seeded network: fast, and the same numbers on every machine).
 //!
 //! One node, one simulcast publisher (Chrome's 720p ladder: q 150 k, h 500 k, f 2.5 Mbit/s,
-//! VP8, plus Opus), N viewers each behind a link of its own whose capacity is drawn
+//! VP8 with three temporal layers each as Chrome sends them, plus Opus), N viewers each behind a link of its own whose capacity is drawn
 //! log-uniformly from a spread, with a drop-tail queue of 200 ms of that capacity (as
 //! `tc … tbf latency 200ms`) and 20 ms of delay, and a free viewer or two for reference. Three
 //! phases: *steady* at the drawn capacities, *drop* to 30–50 % of them (drawn), *recovery* back
@@ -47,6 +47,9 @@ pub struct AdaptiveArgs {
     /// Highest link capacity drawn, in kbit/s.
     #[arg(long, default_value_t = 4000)]
     max_kbit: u64,
+    /// Temporal layers of each of the publisher's VP8 encodings (1 to 3; Chrome sends 3).
+    #[arg(long, default_value_t = 3)]
+    temporal_layers: u8,
     /// Print this viewer's samples (layer, gap, acknowledged rate, estimate) to stderr.
     #[arg(long)]
     trace: Option<usize>,
@@ -116,23 +119,86 @@ struct WireRates {
     overhead_bytes: f64,
     /// The layers' nominal (encoder target) rates, for comparison.
     nominal: Vec<u64>,
+    /// The ladder the node climbs, lowest first (as `SourceLayers::ladder` builds it: the
+    /// lowest layer through all its temporal layers, the layers above from half the frame
+    /// rate), each rung's rate its layer's share by the encoder's temporal split.
+    rungs: Vec<RungRate>,
+}
+
+/// One rung of the ladder: a layer up to a temporal layer.
+#[derive(Debug, Clone, Serialize)]
+struct RungRate {
+    /// `q`, `h`, `f` with all temporal layers; `q0`, `h1`, … up to one.
+    name: String,
+    layer: u8,
+    /// `None`: all temporal layers.
+    temporal: Option<u8>,
+    bps: u64,
 }
 
 impl WireRates {
-    /// The highest layer that fits in `bps` with the audio (`None`: not even the lowest).
+    fn new(
+        layers: Vec<u64>,
+        audio: u64,
+        overhead_bytes: f64,
+        nominal: Vec<u64>,
+        shares: &[f64],
+    ) -> Self {
+        let n = shares.len();
+        let mut rungs = Vec::new();
+        for (l, &bps) in layers.iter().enumerate() {
+            let from = if l == 0 { 0 } else { n.saturating_sub(2) };
+            for (t, share) in shares.iter().enumerate().skip(from) {
+                let all = t + 1 == n;
+                let name = LAYER_NAMES.get(l).copied().unwrap_or("?");
+                rungs.push(RungRate {
+                    name: if all {
+                        name.into()
+                    } else {
+                        format!("{name}{t}")
+                    },
+                    layer: l as u8,
+                    temporal: (!all).then_some(t as u8),
+                    bps: (bps as f64 * share) as u64,
+                });
+            }
+        }
+        WireRates {
+            layers,
+            audio,
+            overhead_bytes,
+            nominal,
+            rungs,
+        }
+    }
+
+    /// The highest rung that fits in `bps` with the audio (`None`: not even the lowest).
     fn best_fit(&self, bps: u64) -> Option<u8> {
-        self.layers
+        self.rungs
             .iter()
-            .rposition(|r| r + self.audio <= bps)
+            .rposition(|r| r.bps + self.audio <= bps)
             .and_then(|l| u8::try_from(l).ok())
+    }
+
+    /// The rung of layer `layer` played up to temporal layer `temporal` (the first of the
+    /// layer's rungs that takes it).
+    fn rung_of(&self, layer: u8, temporal: u8) -> Option<u8> {
+        self.rungs
+            .iter()
+            .position(|r| r.layer == layer && r.temporal.is_none_or(|t| t >= temporal))
+            .and_then(|i| u8::try_from(i).ok())
+    }
+
+    fn rung_name(&self, rung: Option<u8>) -> &str {
+        rung.and_then(|r| self.rungs.get(usize::from(r)))
+            .map_or("-", |r| r.name.as_str())
     }
 }
 
 /// Measures [`WireRates`]: the publisher and one viewer on a free link, [`CALIBRATION`] long.
-fn calibrate(seed: u64) -> Result<WireRates> {
+fn calibrate(seed: u64, simulcast: SimulcastConfig) -> Result<WireRates> {
     let node: SocketAddr = NODE.parse()?;
     let mut tb = Testbed::new(seed, LinkConfig::delay(Duration::from_millis(20)));
-    let simulcast = SimulcastConfig::chrome_720p();
     tb.simulcast = Some(simulcast);
     tb.add_node(NodeId::new("node-a")?, node)?;
     let (publisher, _) = tb.publish(node, "cam", Codec::Vp8, PUBLISHER.parse()?)?;
@@ -164,20 +230,21 @@ fn calibrate(seed: u64) -> Result<WireRates> {
         let wire = (b1 - b0) as f64 + (p1 - p0) as f64 * overhead_bytes;
         (wire * 8.0 / secs) as u64
     };
-    Ok(WireRates {
-        layers: simulcast
+    Ok(WireRates::new(
+        simulcast
             .layers()
             .iter()
             .map(|l| rate(Some(l.rid)))
             .collect(),
-        audio: rate(None),
+        rate(None),
         overhead_bytes,
-        nominal: simulcast
+        simulcast
             .layers()
             .iter()
             .map(|l| u64::from(l.bitrate_bps))
             .collect(),
-    })
+        simulcast.temporal_shares(),
+    ))
 }
 
 /// One sample of one viewer, at the end of a tick.
@@ -185,6 +252,8 @@ fn calibrate(seed: u64) -> Result<WireRates> {
 struct Sample {
     /// The layer it got most video packets of during the tick (`None`: no video).
     layer: Option<u8>,
+    /// VP8 frames it got per temporal layer so far.
+    temporal_frames: [u64; 4],
     /// Its largest video arrival gap that ended during the tick.
     gap: Duration,
     /// Payload bytes of every stream so far.
@@ -229,16 +298,17 @@ struct ViewerRow {
     /// `None`: a free link.
     capacity_kbit: Option<u64>,
     drop_kbit: Option<u64>,
-    /// The best layer that fits (0 = q, 1 = h, 2 = f; `None`: none does, or a free link).
+    /// The best rung that fits (an index into `WireRates::rungs`; `None`: none does, or a
+    /// free link).
     fit: Option<u8>,
     fit_in_drop: Option<u8>,
-    /// Seconds after the drop until it played a layer that fits and stayed on it (`None`:
+    /// Seconds after the drop until it played a rung that fits and stayed on it (`None`:
     /// not by the end of the phase).
     settle_s: Option<f64>,
-    /// Seconds after the recovery until it played the best layer that fits and stayed on it.
+    /// Seconds after the recovery until it played the best rung that fits and stayed on it.
     climb_s: Option<f64>,
-    /// The layer it played at the end of the steady phase, and the seconds after the recovery
-    /// until it was back on that layer and stayed.
+    /// The rung it played at the end of the steady phase, and the seconds after the recovery
+    /// until it was back on that rung and stayed.
     steady_layer: Option<u8>,
     climb_back_s: Option<f64>,
     /// Video arrival gaps over 500 ms, and the longest gap (ms).
@@ -246,7 +316,7 @@ struct ViewerRow {
     longest_gap_ms: f64,
     /// Last 10 s of the steady phase: payload received over the capacity; what the node's
     /// estimator saw acknowledged (every RTP datagram: media, retransmissions, probes) over
-    /// the capacity; payload over the rate of the best fitting layer plus audio, on the wire.
+    /// the capacity; payload over the rate of the best fitting rung plus audio, on the wire.
     media_use: Option<f64>,
     total_use: Option<f64>,
     of_fit: Option<f64>,
@@ -272,7 +342,7 @@ struct ViewerRow {
 #[derive(Debug, Clone, Serialize)]
 struct ModeRow {
     mode: &'static str,
-    /// Shaped viewers whose dropped link still carries the lowest layer (the aggregates).
+    /// Shaped viewers whose dropped link still carries the lowest rung (the aggregates).
     viewers: usize,
     /// Settle times of those whose layer did not fit at some point of the drop.
     settle: Spread,
@@ -295,7 +365,7 @@ struct ModeRow {
     viewers_with_freezes: usize,
     flaps_per_min_mean: f64,
     flaps_per_min_max: f64,
-    /// Shaped viewers whose dropped link carries not even the lowest layer plus audio.
+    /// Shaped viewers whose dropped link carries not even the lowest rung plus audio.
     below_lowest: usize,
     below_lowest_freezes: u64,
     below_lowest_loss_max: f64,
@@ -397,7 +467,7 @@ fn run_mode(
     let started = std::time::Instant::now();
     let node: SocketAddr = NODE.parse()?;
     let mut tb = Testbed::new(args.seed, LinkConfig::delay(Duration::from_millis(20)));
-    tb.simulcast = Some(SimulcastConfig::chrome_720p());
+    tb.simulcast = Some(simulcast_of(args));
     tb.add_node(NodeId::new("node-a")?, node)?;
     tb.node(node).set_adaptive(adaptive);
     let (publisher, _) = tb.publish(node, "cam", Codec::Vp8, PUBLISHER.parse()?)?;
@@ -451,6 +521,7 @@ fn run_mode(
                     .and_then(|s| s.adaptation);
                 samples[v].push(Sample {
                     layer,
+                    temporal_frames: video.map_or([0; 4], |s| s.temporal_frames),
                     gap: video.map_or(Duration::ZERO, |s| s.max_arrival_gap),
                     media_bytes: st.received.iter().map(|s| s.bytes).sum(),
                     packets: st.received.iter().map(|s| s.packets).sum(),
@@ -480,12 +551,24 @@ fn run_mode(
                 }
                 if args.trace == Some(v) {
                     let x = samples[v].last().copied().unwrap_or_default();
+                    // The node's side: what it allocated, what a step up wants, and the
+                    // video track's target (layer index, temporal layer).
+                    let node_side = adaptation.as_ref().map_or(String::new(), |a| {
+                        let video = a.tracks.iter().find(|t| t.kind == "video");
+                        format!(
+                            " allocated {:>5} wanted {:>5} target {:?}/{:?}",
+                            a.allocated_bps / 1000,
+                            a.wanted_bps.unwrap_or(0) / 1000,
+                            video.and_then(|t| t.target),
+                            video.and_then(|t| t.temporal_target),
+                        )
+                    });
                     eprintln!(
-                        "{} t {:>5.1} {:<8} layer {} gap {:>4} ms acked {:>5} estimate {:>5} kbit/s",
+                        "{} t {:>5.1} {:<8} layer {} gap {:>4} ms acked {:>5} estimate {:>5} kbit/s{node_side}",
                         if adaptive { "adaptive" } else { "baseline" },
                         (phase * per_phase + tick + 1) as f64 * TICK.as_secs_f64(),
                         PHASES[phase],
-                        layer_name(x.layer),
+                        wire.rung_name(rung_at(wire, &samples[v], samples[v].len() - 1)),
                         x.gap.as_millis(),
                         x.acked_bps.unwrap_or(0) / 1000,
                         x.estimate_bps.unwrap_or(0) / 1000,
@@ -494,12 +577,12 @@ fn run_mode(
             }
         }
     }
-    let rates = &wire.layers;
-    let top = u8::try_from(rates.len().saturating_sub(1))?;
+    let top = u8::try_from(wire.rungs.len().saturating_sub(1))?;
     let mut rows = Vec::new();
     for (v, (p, (peer, _))) in plans.iter().zip(&viewers).enumerate() {
         let s = &samples[v];
         let layers: Vec<Option<u8>> = s.iter().map(|x| x.layer).collect();
+        let rungs: Vec<Option<u8>> = (0..s.len()).map(|i| rung_at(wire, s, i)).collect();
         let range = |phase: usize| phase * per_phase..(phase + 1) * per_phase;
         let fit = p.capacity_bps.and_then(|c| wire.best_fit(c));
         let fit_in_drop = p.drop_bps.and_then(|c| wire.best_fit(c));
@@ -508,10 +591,10 @@ fn run_mode(
             None => (top, top),
             Some(_) => (fit_in_drop.unwrap_or(0), fit.unwrap_or(0)),
         };
-        let settle_s = time_to_stay(&layers, range(1), |l| l <= want_drop);
-        let climb_s = time_to_stay(&layers, range(2), |l| l == want_back);
-        let steady_layer = layers[range(0)].iter().rev().find_map(|l| *l);
-        let climb_back_s = time_to_stay(&layers, range(2), |l| Some(l) == steady_layer);
+        let settle_s = time_to_stay(&rungs, range(1), |l| l <= want_drop);
+        let climb_s = time_to_stay(&rungs, range(2), |l| l == want_back);
+        let steady_layer = rungs[range(0)].iter().rev().find_map(|l| *l);
+        let climb_back_s = time_to_stay(&rungs, range(2), |l| Some(l) == steady_layer);
         let freezes = s.iter().filter(|x| x.gap > FREEZE).count() as u64;
         let longest_gap = s.iter().map(|x| x.gap).max().unwrap_or_default();
         let window_s = window as f64 * TICK.as_secs_f64();
@@ -597,8 +680,8 @@ fn run_mode(
             media_use: p.capacity_bps.map(|c| media_bps / c as f64),
             total_use: steady_mean(|x| x.acked_bps),
             of_fit: fit
-                .and_then(|l| rates.get(usize::from(l)))
-                .map(|r| media_bps / (r + wire.audio) as f64),
+                .and_then(|l| wire.rungs.get(usize::from(l)))
+                .map(|r| media_bps / (r.bps + wire.audio) as f64),
             estimate_use: steady_mean(|x| x.estimate_bps),
             loss,
             loss_by_phase,
@@ -708,9 +791,34 @@ fn pct(x: f64) -> String {
 
 const LAYER_NAMES: [&str; 3] = ["q", "h", "f"];
 
-fn layer_name(l: Option<u8>) -> &'static str {
-    l.and_then(|l| LAYER_NAMES.get(usize::from(l)).copied())
-        .unwrap_or("-")
+/// How many ticks back a sample looks for the temporal layers a viewer got (T0 comes every
+/// 133 ms at 30 fps with three layers).
+const TEMPORAL_LOOKBACK: usize = 3;
+
+/// The rung sample `i` played: its layer, up to the highest temporal layer whose frames came
+/// over the last [`TEMPORAL_LOOKBACK`] ticks on that layer (the frames of the layer it left
+/// do not count).
+fn rung_at(wire: &WireRates, s: &[Sample], i: usize) -> Option<u8> {
+    let x = s.get(i)?;
+    let layer = x.layer?;
+    let mut from = i;
+    while from > 0 && i - from + 1 < TEMPORAL_LOOKBACK && s[from - 1].layer == x.layer {
+        from -= 1;
+    }
+    let before = match from.checked_sub(1) {
+        Some(b) => s[b].temporal_frames,
+        None => [0; 4],
+    };
+    let tid = (0..4u8)
+        .rev()
+        .find(|&t| x.temporal_frames[usize::from(t)] > before[usize::from(t)])
+        .unwrap_or(0);
+    wire.rung_of(layer, tid)
+}
+
+/// The publisher's encodings.
+fn simulcast_of(args: &AdaptiveArgs) -> SimulcastConfig {
+    SimulcastConfig::chrome_720p().with_temporal_layers(args.temporal_layers)
 }
 
 /// One line of right-aligned cells.
@@ -729,7 +837,7 @@ fn cells(header: &str) -> Vec<String> {
 }
 
 /// The adaptive run, viewer by viewer.
-fn print_viewers(r: &ModeRow) {
+fn print_viewers(r: &ModeRow, wire: &WireRates) {
     let w = [6, 7, 6, 3, 4, 6, 6, 6, 6, 4, 7, 5];
     line(
         &w,
@@ -743,8 +851,8 @@ fn print_viewers(r: &ModeRow) {
                 v.viewer.to_string(),
                 kbit(v.capacity_kbit),
                 kbit(v.drop_kbit),
-                layer_name(v.fit).into(),
-                layer_name(v.fit_in_drop).into(),
+                wire.rung_name(v.fit).into(),
+                wire.rung_name(v.fit_in_drop).into(),
                 secs(v.settle_s),
                 secs(v.climb_s),
                 v.media_use.map_or_else(|| "-".into(), pct),
@@ -786,7 +894,7 @@ fn print_modes(rows: &[ModeRow]) {
     line(
         &w,
         &cells(
-            "mode|climb back n p50/95/max|loss phase|of fit|complete|<q|<q frz/loss|free f|keyframes/s|wall s",
+            "mode|climb back n p50/95/max|loss phase|of fit|complete|<low|<low frz/loss|free f|keyframes/s|wall s",
         ),
     );
     for r in rows {
@@ -825,6 +933,10 @@ pub fn adaptive(args: AdaptiveArgs) -> Result<()> {
     ensure!(args.viewers + args.free > 0, "no viewers");
     ensure!(args.duration >= 1.0, "--duration must be at least 1 s");
     ensure!(
+        (1..=3).contains(&args.temporal_layers),
+        "--temporal-layers must be 1, 2 or 3"
+    );
+    ensure!(
         args.min_kbit > 0 && args.min_kbit <= args.max_kbit,
         "--min-kbit must be positive and at most --max-kbit"
     );
@@ -854,7 +966,7 @@ pub fn adaptive(args: AdaptiveArgs) -> Result<()> {
          phases of {} s: steady, drop to 30–50 %, recovery; virtual time",
         args.seed, args.viewers, args.min_kbit, args.max_kbit, args.free, args.duration
     );
-    let wire = calibrate(args.seed)?;
+    let wire = calibrate(args.seed, simulcast_of(&args))?;
     let kbit = |v: &[u64]| {
         v.iter()
             .map(|b| (b / 1000).to_string())
@@ -869,16 +981,26 @@ pub fn adaptive(args: AdaptiveArgs) -> Result<()> {
         kbit(&wire.nominal),
         wire.audio / 1000
     );
+    println!(
+        "the ladder ({} temporal layers): {}",
+        args.temporal_layers,
+        wire.rungs
+            .iter()
+            .map(|r| format!("{} {}", r.name, r.bps / 1000))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let mut rows = Vec::new();
     for adaptive in [true, false] {
         rows.push(run_mode(&args, &plans, &wire, adaptive)?);
     }
     if let Some(r) = rows.first() {
-        print_viewers(r);
+        print_viewers(r, &wire);
     }
     print_modes(&rows);
     let json = serde_json::json!({
         "seed": args.seed,
+        "temporal_layers": args.temporal_layers,
         "viewers": args.viewers,
         "free": args.free,
         "phase_s": args.duration,

@@ -273,6 +273,9 @@ pub struct OutgoingStreamState {
     /// How long ago it last went up a layer, in ms.
     #[prost(uint64, optional, tag = "13")]
     pub up_ago_ms: Option<u64>,
+    /// The highest temporal layer of its target the allocator chose (absent: all of them).
+    #[prost(uint32, optional, tag = "14")]
+    pub target_temporal: Option<u32>,
 }
 
 /// A viewer's layer selector for a scalable source (`ferry_rtc::codec::layers`).

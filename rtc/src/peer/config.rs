@@ -90,6 +90,9 @@ impl PeerConfig {
     }
 }
 
+/// Most temporal layers a synthetic VP8 encoding has.
+pub const MAX_TEMPORAL_LAYERS: u8 = 3;
+
 /// Most simulcast layers a publisher sends (Chrome sends up to four encodings).
 pub const MAX_SIMULCAST_LAYERS: usize = 4;
 
@@ -118,6 +121,8 @@ impl SimulcastLayer {
 pub struct SimulcastConfig {
     layers: [SimulcastLayer; MAX_SIMULCAST_LAYERS],
     len: usize,
+    /// Temporal layers of each VP8 encoding (1: none), as libwebrtc's encoder makes them.
+    pub temporal_layers: u8,
 }
 
 impl SimulcastConfig {
@@ -126,6 +131,7 @@ impl SimulcastConfig {
         let mut c = SimulcastConfig {
             layers: [SimulcastLayer::UNUSED; MAX_SIMULCAST_LAYERS],
             len: layers.len().min(MAX_SIMULCAST_LAYERS),
+            temporal_layers: 1,
         };
         c.layers[..c.len].copy_from_slice(&layers[..c.len]);
         c
@@ -151,6 +157,25 @@ impl SimulcastConfig {
                 scale_down_by: 1,
             },
         ])
+    }
+
+    /// The same layers, each a VP8 stream of `n` temporal layers (1 to
+    /// [`MAX_TEMPORAL_LAYERS`]) in libwebrtc's pattern and rate split: Chrome's VP8 simulcast
+    /// sends three.
+    pub fn with_temporal_layers(mut self, n: u8) -> Self {
+        self.temporal_layers = n.clamp(1, MAX_TEMPORAL_LAYERS);
+        self
+    }
+
+    /// The share of an encoding's delta frames' bytes its temporal layers up to each carry,
+    /// lowest first (the last is 1): libwebrtc's VP8 split, 60/40 % with two layers and
+    /// 40/20/40 % with three.
+    pub fn temporal_shares(&self) -> &'static [f64] {
+        match self.temporal_layers {
+            0 | 1 => &[1.0],
+            2 => &[0.6, 1.0],
+            _ => &[0.4, 0.6, 1.0],
+        }
     }
 
     /// The layers, lowest first.

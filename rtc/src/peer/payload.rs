@@ -140,6 +140,8 @@ pub(super) struct FrameSpec {
     pub picture_id: u16,
     /// Payload bytes to produce in total (codec headers included); a floor applies.
     pub bytes: usize,
+    /// VP8 temporal layer: its index, the layer sync bit (Y) and TL0PICIDX.
+    pub temporal: Option<(u8, bool, u8)>,
 }
 
 /// Splits a frame into RTP payloads of at most `max_payload` bytes. The last one carries the
@@ -175,18 +177,24 @@ fn split(total: usize, n: usize) -> impl Iterator<Item = usize> {
 }
 
 fn vp8(f: &FrameSpec, max_payload: usize) -> Vec<Vec<u8>> {
-    const HEADER: usize = 4 + 1;
-    let room = max_payload.saturating_sub(HEADER + STAMP_LEN).max(1);
-    let body = f.bytes.saturating_sub(HEADER + STAMP_LEN).max(1);
+    // The descriptor (4 bytes, 6 with TL0PICIDX and TID) and the frame tag's first byte.
+    let header = if f.temporal.is_some() { 6 + 1 } else { 4 + 1 };
+    let room = max_payload.saturating_sub(header + STAMP_LEN).max(1);
+    let body = f.bytes.saturating_sub(header + STAMP_LEN).max(1);
     let n = body.div_ceil(room);
     let pid = f.picture_id & 0x7fff;
     split(body, n)
         .enumerate()
         .map(|(i, len)| {
-            let mut p = Vec::with_capacity(HEADER + STAMP_LEN + len);
-            // X=1, S on the first packet, PID 0; I=1; M=1 with the 15-bit picture id.
+            let mut p = Vec::with_capacity(header + STAMP_LEN + len);
+            // X=1, S on the first packet, PID 0; I=1 (and L, T with temporal layers); M=1
+            // with the 15-bit picture id; TL0PICIDX; TID, Y.
             let start = if i == 0 { 0x10 } else { 0 };
-            p.extend_from_slice(&[0x80 | start, 0x80, 0x80 | (pid >> 8) as u8, pid as u8]);
+            let lt = if f.temporal.is_some() { 0x60 } else { 0 };
+            p.extend_from_slice(&[0x80 | start, 0x80 | lt, 0x80 | (pid >> 8) as u8, pid as u8]);
+            if let Some((tid, sync, tl0)) = f.temporal {
+                p.extend_from_slice(&[tl0, (tid & 3) << 6 | u8::from(sync) << 5]);
+            }
             // First byte of the VP8 frame tag: show_frame, and P = 0 on keyframes.
             p.push(match (i, f.keyframe) {
                 (0, true) => 0x10,
@@ -197,7 +205,7 @@ fn vp8(f: &FrameSpec, max_payload: usize) -> Vec<Vec<u8>> {
                 p.extend_from_slice(&VP8_KEY_HEADER);
             }
             f.stamp.write(&mut p);
-            fill(&mut p, HEADER + STAMP_LEN + len, f.stamp.frame);
+            fill(&mut p, header + STAMP_LEN + len, f.stamp.frame);
             p
         })
         .collect()
@@ -265,7 +273,25 @@ mod tests {
             },
             picture_id: 0x1234,
             bytes,
+            temporal: None,
         }
+    }
+
+    #[test]
+    fn vp8_temporal_layers_go_in_the_descriptor() {
+        let f = FrameSpec {
+            temporal: Some((2, true, 77)),
+            ..spec(false, 2500)
+        };
+        let pkts = packetize(Codec::Vp8, &f, 1000);
+        assert_eq!(pkts.len(), 3);
+        for p in &pkts {
+            let d = vp8_descriptor(p).unwrap();
+            assert_eq!(d.temporal, Some((2, true)));
+            assert_eq!(d.picture_id, Some((0x1234, true)));
+            assert_eq!(read_stamp(Codec::Vp8, p).unwrap().frame, 42);
+        }
+        assert_eq!(pkts.iter().map(Vec::len).sum::<usize>(), 2500 - 23 + 3 * 23);
     }
 
     #[test]

@@ -508,6 +508,12 @@ impl Receiver {
             let of_first_key = s.first_key_ts.is_some_and(|(_, k)| k == ts);
             s.stats.first_packet_keyframe = Some(!video || key || of_first_key);
         }
+        if frame_start && codec == Some(Codec::Vp8) {
+            let tid = crate::codec::vp8_descriptor(payload)
+                .and_then(|d| d.temporal)
+                .map_or(0, |(t, _)| t);
+            s.stats.temporal_frames[usize::from(tid & 3)] += 1;
+        }
         if video && keyframe {
             // An H.264 keyframe starts twice (STAP-A, then the IDR's first FU-A): count frames.
             if frame_start {

@@ -88,6 +88,10 @@ pub(super) struct Layer {
     pub bitrate_bps: u32,
     /// The layer's own VP8 picture id counter, as each of Chrome's encoders has.
     pub picture_id: u16,
+    /// Its temporal layers (1: none).
+    pub temporal_layers: u8,
+    /// The index of its last base temporal layer frame (VP8 TL0PICIDX).
+    pub tl0_pic_idx: u8,
 }
 
 /// One outgoing RTP stream.
@@ -526,6 +530,7 @@ impl Sender {
                 stamp: stamp(&cfg, at, n, None),
                 picture_id: self.picture_id,
                 bytes: if keyframe { key_bytes } else { delta_bytes },
+                temporal: None,
             };
             self.picture_id = (self.picture_id + 1) & 0x7fff;
             let ts = v.ts_at(offset);
@@ -539,11 +544,20 @@ impl Sender {
                 .key
                 .next_is_key(at, cfg.keyframe_interval, &mut self.forced_keyframes);
             let (key_bytes, delta_bytes) = frame_sizes(&cfg, layer.bitrate_bps);
+            let temporal = temporal_frame(layer.temporal_layers, n, keyframe);
+            if temporal.is_some_and(|t| t.tid == 0) {
+                layer.tl0_pic_idx = layer.tl0_pic_idx.wrapping_add(1);
+            }
             let spec = FrameSpec {
                 keyframe,
                 stamp: stamp(&cfg, at, n, Some(layer.index)),
                 picture_id: layer.picture_id,
-                bytes: if keyframe { key_bytes } else { delta_bytes },
+                bytes: if keyframe {
+                    key_bytes
+                } else {
+                    temporal.map_or(delta_bytes, |t| (delta_bytes as f64 * t.size) as usize)
+                },
+                temporal: temporal.map(|t| (t.tid, t.sync, layer.tl0_pic_idx)),
             };
             layer.picture_id = (layer.picture_id + 1) & 0x7fff;
             let ts = v.ts_at(offset);
@@ -561,6 +575,7 @@ impl Sender {
             stamp: self.stamp(at, n),
             picture_id: 0,
             bytes: AUDIO_BYTES,
+            temporal: None,
         };
         let abs = self.abs_send_time(at);
         if let Some(a) = self.audio.as_mut() {
@@ -721,6 +736,40 @@ fn stamp(cfg: &SendConfig, at: Instant, frame: u64, layer: Option<u8>) -> Stamp 
     }
 }
 
+/// One frame's place in a temporal layer pattern.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct TemporalFrame {
+    tid: u8,
+    /// It references the base layer only: a receiver may start taking its layer here.
+    sync: bool,
+    /// Its size over an average delta frame's.
+    size: f64,
+}
+
+/// Frame `n`'s temporal layer in libwebrtc's VP8 patterns (two layers: 0 1; three: 0 2 1 2),
+/// sized after its rate split (two: 60/40 %, three: 40/20/40 %); a keyframe is in the base
+/// layer. `None` for a stream without temporal layers.
+fn temporal_frame(layers: u8, n: u64, keyframe: bool) -> Option<TemporalFrame> {
+    let (tid, sync, size) = match (layers, n % 4) {
+        (0 | 1, _) => return None,
+        (2, 0 | 2) => (0, false, 1.2),
+        (2, _) => (1, true, 0.8),
+        (_, 0) => (0, false, 1.6),
+        (_, 1) => (2, true, 0.8),
+        (_, 2) => (1, true, 0.8),
+        (_, _) => (2, false, 0.8),
+    };
+    Some(if keyframe {
+        TemporalFrame {
+            tid: 0,
+            sync: false,
+            size: 1.0,
+        }
+    } else {
+        TemporalFrame { tid, sync, size }
+    })
+}
+
 /// Frame sizes (key, delta) that average to `bitrate_bps` over a keyframe interval, with
 /// keyframes three times the size of delta frames.
 fn frame_sizes(cfg: &SendConfig, bitrate_bps: u32) -> (usize, usize) {
@@ -732,4 +781,39 @@ fn frame_sizes(cfg: &SendConfig, bitrate_bps: u32) -> (usize, usize) {
     }
     let delta = avg * gop / (gop + 2);
     ((3 * delta) as usize, delta as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peer::config::SimulcastConfig;
+
+    #[test]
+    fn temporal_frame_sizes_split_the_rate_as_the_shares_say() {
+        for n in 1..=3u8 {
+            let shares = SimulcastConfig::chrome_720p()
+                .with_temporal_layers(n)
+                .temporal_shares();
+            let mut per_layer = [0.0; 3];
+            for f in 0..4 {
+                match temporal_frame(n, f, false) {
+                    Some(t) => per_layer[usize::from(t.tid)] += t.size / 4.0,
+                    None => per_layer[0] += 0.25,
+                }
+            }
+            let mut upto = 0.0;
+            for (t, share) in shares.iter().enumerate() {
+                upto += per_layer[t];
+                assert!(
+                    (upto - share).abs() < 1e-9,
+                    "{n} layers, T{t}: {upto} vs {share}"
+                );
+            }
+        }
+        assert_eq!(
+            temporal_frame(3, 1, true).map(|t| t.tid),
+            Some(0),
+            "a keyframe is T0"
+        );
+    }
 }

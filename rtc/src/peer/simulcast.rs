@@ -42,6 +42,8 @@ pub(super) fn layer_streams(
             index: i as u8,
             bitrate_bps: cfg.bitrate_bps,
             picture_id: *picture_id,
+            temporal_layers: sim.temporal_layers,
+            tl0_pic_idx: *picture_id as u8,
         };
         let s = SendStream::new(line.codec, line.pt, b, ext).with_layer(layer, rid);
         out.push(s);

@@ -276,6 +276,9 @@ pub struct RecvStreamStats {
     pub ts_regressions: u64,
     /// Distinct frame numbers seen (stamped payloads only).
     pub frames_seen: u64,
+    /// VP8 frame starts received per temporal layer (TID 0 to 3; all in 0 without temporal
+    /// layers).
+    pub temporal_frames: [u64; 4],
     /// Frames with every packet from the frame start to the marker received.
     pub frames_completed: u64,
     /// Packets without a readable stamp.
@@ -328,6 +331,7 @@ impl RecvStreamStats {
             keyframes: 0,
             ts_regressions: 0,
             frames_seen: 0,
+            temporal_frames: [0; 4],
             frames_completed: 0,
             unstamped: 0,
             latency: LatencyStats::default(),

@@ -52,6 +52,9 @@ pub struct OutgoingTrack {
     pub svc: Option<LayerSelector>,
     /// The highest temporal layer it takes (its frame-rate cap), if any.
     pub temporal_cap: Option<u8>,
+    /// Its source is a scalable stream whose spatial layers the allocator chooses among:
+    /// `layer.target` is a spatial layer's index (else an SSRC).
+    pub scalable: bool,
 }
 
 /// What the munger adds to a packet's payload numbering.
@@ -99,6 +102,28 @@ impl OutgoingTrack {
             layer: TrackState::default(),
             svc: None,
             temporal_cap: None,
+            scalable: false,
+        }
+    }
+
+    /// The highest temporal layer it gets: the lower of its allocation's and its cap's.
+    pub fn temporal_target(&self) -> u8 {
+        let allotted = self.layer.temporal.unwrap_or(u8::MAX);
+        self.temporal_cap.unwrap_or(u8::MAX).min(allotted)
+    }
+
+    /// Whether it gets less than every layer of a scalable stream: a temporal layer below the
+    /// top, or one spatial layer of several.
+    pub fn selects_layers(&self) -> bool {
+        self.temporal_target() != u8::MAX || self.scalable || self.spatial_ceiling() != u8::MAX
+    }
+
+    /// Hands the temporal layer it gets now ([`OutgoingTrack::temporal_target`]) to its layer
+    /// selector, which reaches it at the points the stream allows.
+    pub fn retarget_temporal(&mut self) {
+        let temporal = self.temporal_target();
+        if let Some(sp) = self.svc.as_ref().map(|s| s.target().0) {
+            self.set_svc_target(sp, temporal);
         }
     }
 
@@ -106,13 +131,11 @@ impl OutgoingTrack {
     /// the marker bit to write) or drop. The selector starts at the allocator's spatial target
     /// (the top until one is chosen) and the temporal cap.
     pub fn select_layer(&mut self, info: &LayerInfo) -> Selection {
-        let (spatial, temporal) = (
-            self.layer
-                .target
-                .map_or(u8::MAX, |s| s.min(255) as u8)
-                .min(self.spatial_ceiling()),
-            self.temporal_cap.unwrap_or(u8::MAX),
-        );
+        let spatial = match self.layer.target {
+            Some(s) if self.scalable => s.min(255) as u8,
+            _ => u8::MAX,
+        };
+        let (spatial, temporal) = (spatial.min(self.spatial_ceiling()), self.temporal_target());
         let codec = self.line.codec;
         let sel = self.svc.get_or_insert_with(|| {
             // K-SVC (L3T3_KEY, what browsers send) forwards one spatial layer between key
@@ -419,6 +442,7 @@ impl OutgoingTrack {
             retransmitted: self.retransmitted,
             index: self.index as u32,
             target_ssrc: self.layer.target,
+            target_temporal: self.layer.temporal.map(u32::from),
             svc: self.svc.as_ref().map(|v| svc_to_state(&v.snapshot())),
             temporal_cap: self.temporal_cap.map(u32::from),
             held_for_ms: self
@@ -455,6 +479,7 @@ impl OutgoingTrack {
             last_served_gop: 0,
             layer: TrackState {
                 target: s.target_ssrc,
+                temporal: s.target_temporal.map(|t| t.min(255) as u8),
                 held_until: s.held_for_ms.map(|ms| now + Duration::from_millis(ms)),
                 hold: Duration::from_millis(s.hold_ms),
                 up_at: s
@@ -466,6 +491,8 @@ impl OutgoingTrack {
                 .as_ref()
                 .map(|v| LayerSelector::restore(svc_from_state(v))),
             temporal_cap: s.temporal_cap.map(|t| t.min(255) as u8),
+            // The next allocation says.
+            scalable: s.svc.as_ref().is_some_and(|v| v.ksvc),
         }
     }
 }
@@ -552,5 +579,50 @@ mod tests {
         let _ = without.select_layer(&info);
         without.set_svc_target(2, u8::MAX);
         assert_eq!(without.svc.as_ref().map(|s| s.target().0), Some(0));
+    }
+
+    /// The temporal layer the allocator chose and the viewer's frame-rate cap: the lower
+    /// wins, and the allocator's choice travels in the snapshot.
+    #[test]
+    fn the_temporal_target_is_the_lower_of_the_allocation_and_the_cap_and_moves() {
+        let now = Instant::now();
+        let mut t = OutgoingTrack::new(1, av1_line(Vec::new()), 0, 0, 0);
+        assert_eq!(t.temporal_target(), u8::MAX);
+        t.layer.target = Some(7);
+        t.layer.temporal = Some(1);
+        assert_eq!(t.temporal_target(), 1);
+        t.temporal_cap = Some(0);
+        assert_eq!(t.temporal_target(), 0);
+        t.temporal_cap = Some(2);
+        assert_eq!(t.temporal_target(), 1);
+        let back = OutgoingTrack::restore(&t.snapshot(now), t.line.clone(), now);
+        assert_eq!((back.layer.target, back.layer.temporal), (Some(7), Some(1)));
+        assert_eq!(back.temporal_target(), 1);
+    }
+
+    /// Only a viewer that gets less than every layer needs the layers read: a frame-rate cap
+    /// or allocation, one spatial layer of a scalable stream, or no descriptor to put spatial
+    /// layers together.
+    #[test]
+    fn a_track_selects_layers_only_when_it_gets_less_than_all_of_them() {
+        let dd = (
+            12,
+            ferry_rtc::sdp::extmap::EXT_DEPENDENCY_DESCRIPTOR.to_owned(),
+        );
+        let mut t = OutgoingTrack::new(1, av1_line(vec![dd]), 0, 0, 0);
+        assert!(!t.selects_layers(), "every layer");
+        t.temporal_cap = Some(1);
+        assert!(t.selects_layers(), "a frame-rate cap");
+        t.temporal_cap = None;
+        t.layer.temporal = Some(0);
+        assert!(t.selects_layers(), "a temporal layer allotted");
+        t.layer.temporal = None;
+        t.scalable = true;
+        assert!(t.selects_layers(), "a spatial layer of several");
+        let without = OutgoingTrack::new(1, av1_line(Vec::new()), 0, 0, 0);
+        assert!(
+            without.selects_layers(),
+            "no descriptor: the base spatial layer"
+        );
     }
 }

@@ -8,7 +8,7 @@ use ferry_proto::StreamId;
 use super::Node;
 use crate::bwe::Congestion;
 use crate::media::adapt::allocator::{self, AllocConfig, TrackInput, TrackState};
-use crate::media::adapt::layers::SourceLayer;
+use crate::media::adapt::layers::Rung;
 use crate::media::adapt::view::{
     AdaptationView, LayerView, RejectedLineView, SessionView, TrackView,
 };
@@ -221,13 +221,11 @@ impl Node {
             .iter()
             .map(|s| s.is_some_and(|s| s.simulcast))
             .collect();
-        // A scalable (SVC) stream offers its spatial layers, by index.
+        // A scalable (SVC) stream with spatial layers offers them, by index.
         let scalable: Vec<bool> = tracks
             .iter()
             .zip(&sources)
-            .map(|(t, s)| {
-                t.line.codec.is_scalable() && s.is_some_and(|s| !s.spatial(now).is_empty())
-            })
+            .map(|(t, s)| t.line.codec.is_scalable() && s.is_some_and(|s| s.spatial(now).len() > 1))
             .collect();
         // Layers without a measured rate cannot be ranked (a viewer that just moved here, its
         // stream's relay just started): a track that has a layer keeps it until they can.
@@ -238,16 +236,12 @@ impl Node {
         {
             return;
         }
-        // A single stream counts as one layer (at its rate): what it plays whatever it is.
-        let layers: Vec<Vec<SourceLayer>> = sources
+        // Each layer through its temporal layers; a single stream is one layer (at its rate),
+        // which may still drop temporal layers.
+        let layers: Vec<Vec<Rung>> = sources
             .iter()
             .zip(&scalable)
-            .map(|(s, svc)| match s {
-                Some(s) if *svc => s.spatial(now),
-                Some(s) if s.simulcast => s.ranked(now),
-                Some(s) => s.ranked(now).into_iter().rev().take(1).collect(),
-                None => Vec::new(),
-            })
+            .map(|(s, svc)| s.map(|s| s.ladder(now, *svc)).unwrap_or_default())
             .collect();
         let svc_ssrc: Vec<Option<u32>> =
             sources.iter().map(|s| s.and_then(|s| s.top(now))).collect();
@@ -256,31 +250,45 @@ impl Node {
             .iter()
             .zip(&layers)
             .zip(&scalable)
-            .map(|((t, l), svc)| TrackInput {
-                video: t.line.video,
-                priority: 0,
-                layers: l,
-                current: if *svc {
-                    t.svc
-                        .as_ref()
-                        .and_then(|s| s.current())
-                        .map(|(sp, _)| u32::from(sp))
-                } else {
+            .enumerate()
+            .map(|(i, ((t, l), svc))| {
+                let selected = t.svc.as_ref().and_then(|s| s.current());
+                let playing = if *svc {
+                    selected.map(|(sp, _)| u32::from(sp))
+                } else if simulcast[i] {
                     t.playing()
-                },
-                // The viewer's cap: the highest layer within it (the lowest if none is),
-                // and no spatial layer it cannot decode.
-                max_layer: {
-                    let cap = (t.line.video && !prefs.is_automatic())
-                        .then(|| l.iter().rposition(|x| prefs.admits(x.size)).unwrap_or(0));
-                    let ceiling = (*svc && t.spatial_ceiling() != u8::MAX)
-                        .then(|| usize::from(t.spatial_ceiling()));
-                    match (cap, ceiling) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    }
-                },
-                paused: t.line.video && v.video_paused,
+                } else {
+                    // A single stream plays whatever stream comes.
+                    l.last().map(|r| r.layer)
+                };
+                // On the layer it was given, the temporal layer it was given: the selector
+                // reaches it at the stream's next switch point, and after each keyframe it
+                // shows the base layer alone for a frame or two, which is no step down.
+                let temporal = match playing {
+                    Some(p) if Some(p) == t.layer.target => t.layer.temporal,
+                    _ => selected.map(|(_, tl)| tl),
+                };
+                TrackInput {
+                    video: t.line.video,
+                    priority: 0,
+                    layers: l,
+                    current: playing.map(|p| (p, temporal)),
+                    // The viewer's cap: the highest rung within it (the lowest if none is),
+                    // and no spatial layer it cannot decode.
+                    max_layer: {
+                        let cap = (t.line.video && !prefs.is_automatic())
+                            .then(|| l.iter().rposition(|x| prefs.admits(x.size)).unwrap_or(0));
+                        let ceiling = (*svc && t.spatial_ceiling() != u8::MAX).then(|| {
+                            let c = u32::from(t.spatial_ceiling());
+                            l.iter().rposition(|r| r.layer <= c).unwrap_or(0)
+                        });
+                        match (cap, ceiling) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        }
+                    },
+                    paused: t.line.video && v.video_paused,
+                }
             })
             .collect();
         let mut states: Vec<TrackState> = tracks.iter().map(|t| t.layer).collect();
@@ -290,12 +298,13 @@ impl Node {
             .filter(|_| self.config.adaptive || !prefs.is_automatic())
             .unwrap_or(UNLIMITED_BPS);
         let a = allocator::allocate(now, estimate, &inputs, &mut states, &AllocConfig::default());
-        // Only layered sources switch; a single stream is played whatever it is.
-        let switches: Vec<(usize, u32, bool)> = a
+        // Only a track with a choice switches: a single stream without temporal layers is
+        // played whatever it is.
+        let switches: Vec<allocator::Switch> = a
             .switches
             .iter()
             .copied()
-            .filter(|(i, _, _)| simulcast[*i] || scalable[*i])
+            .filter(|s| simulcast[s.track] || scalable[s.track] || layers[s.track].len() > 1)
             .collect();
         // The frame rate a viewer asked for: VP8/VP9/AV1 temporal layers halve it each (three
         // at 30 fps: 7.5, 15, 30).
@@ -311,38 +320,45 @@ impl Node {
         };
         let mut keyframes: Vec<(usize, Option<u32>)> = Vec::new();
         if let Role::Viewer(tracks) = &mut v.role {
-            for t in tracks.iter_mut().filter(|t| t.line.video) {
-                t.temporal_cap = temporal_cap;
-                if let Some(sel) = t.svc.as_ref() {
-                    let (sp, _) = sel.target();
-                    t.set_svc_target(sp, temporal_cap.unwrap_or(u8::MAX));
+            for (t, svc) in tracks.iter_mut().zip(&scalable) {
+                t.scalable = *svc;
+                if t.line.video {
+                    t.temporal_cap = temporal_cap;
                 }
             }
-            for &(i, target, up) in &switches {
+            for sw in &switches {
+                let i = sw.track;
                 if let Some(t) = tracks.get_mut(i) {
                     t.layer = states[i];
-                    if scalable[i] {
+                    if !sw.new_layer {
+                        // A temporal layer more or less: at the stream's next switch point.
+                    } else if scalable[i] {
                         // The spatial layer to reach; K-SVC switches at a key picture.
-                        let sp = target.min(255) as u8;
-                        t.set_svc_target(sp, temporal_cap.unwrap_or(u8::MAX));
+                        let sp = sw.layer.min(255) as u8;
+                        t.set_svc_target(sp, t.temporal_target());
                         if t.svc_needs_keyframe()
                             && let Some(line) = lines[i]
                         {
                             keyframes.push((line, svc_ssrc[i]));
                         }
-                    } else if let Some(line) = lines[i] {
-                        keyframes.push((line, Some(target)));
+                    } else if simulcast[i]
+                        && let Some(line) = lines[i]
+                    {
+                        keyframes.push((line, Some(sw.layer)));
                     }
                 }
-                if up {
+                if sw.up {
                     self.out.metrics.layer_ups += 1;
                 } else {
                     self.out.metrics.layer_downs += 1;
                 }
             }
+            for t in tracks.iter_mut().filter(|t| t.line.video) {
+                t.retarget_temporal();
+            }
         }
         v.note_allocation(estimate, &a);
-        if switches.iter().any(|(_, _, up)| *up) {
+        if switches.iter().any(|s| s.up) {
             v.adapt.expect_burst(now);
         }
         // A step up that does not fit: find out whether the link carries it.
@@ -448,11 +464,14 @@ impl Node {
                     kind: if t.line.video { "video" } else { "audio" },
                     target: index(t.layer.target.or(t.playing())),
                     playing: index(t.playing()),
+                    temporal_target: Some(t.temporal_target()).filter(|&tl| tl != u8::MAX),
+                    temporal_playing: t.svc.as_ref().and_then(|s| s.current()).map(|(_, tl)| tl),
                     layers: ranked
                         .iter()
                         .map(|l| LayerView {
                             ssrc: l.ssrc,
                             bitrate_bps: l.bitrate_bps,
+                            temporal_bps: l.temporal_bps(),
                             width: l.size.map(|s| s.0),
                             height: l.size.map(|s| s.1),
                         })

@@ -7,7 +7,6 @@ use std::time::Instant;
 use ferry_proto::StreamId;
 
 use super::Node;
-use crate::codec::Codec;
 use crate::codec::layers::Selection;
 use crate::media::adapt::layers::{SUBSTITUTE_SILENCE, SourceLayer};
 use crate::media::egress::Take;
@@ -117,45 +116,53 @@ impl Node {
         // Simulcast is what the publisher negotiated (rids), not how many SSRCs came: a
         // publisher that restarts its encoder sends a new SSRC that replaces the old one.
         let sessions = &self.sessions;
-        let (simulcast, recorded, layer_info, dd_ext) = match self.streams.get_mut(stream) {
-            Some(entry) => {
-                let source = match entry.publisher.and_then(|k| sessions.get(k)?.as_ref()) {
-                    Some(p) => p.media.get(line),
-                    None => entry.relay_in.as_ref().and_then(|r| r.media.get(line)),
-                };
-                let rids = source.map_or(0, |l| l.rids.len());
-                let codec = source.map(|l| l.codec);
-                let dd_ext = source
-                    .and_then(|l| l.ext_id(ferry_rtc::sdp::extmap::EXT_DEPENDENCY_DESCRIPTOR));
-                // Which layers of a scalable stream the packet is of (once for every viewer).
-                let info = codec.and_then(|c| entry.layer_info(line, c, dd_ext, pkt));
-                // A keyframe says the picture size (what viewers' caps are checked against).
-                if src.keyframe_start
-                    && let Some(c) = codec.filter(|c| c.is_video())
-                {
-                    entry.note_sizes(line, c, src.ssrc, pkt);
+        let (simulcast, recorded, layer_info, dd_ext, unknown_layers) =
+            match self.streams.get_mut(stream) {
+                Some(entry) => {
+                    let source = match entry.publisher.and_then(|k| sessions.get(k)?.as_ref()) {
+                        Some(p) => p.media.get(line),
+                        None => entry.relay_in.as_ref().and_then(|r| r.media.get(line)),
+                    };
+                    let rids = source.map_or(0, |l| l.rids.len());
+                    let codec = source.map(|l| l.codec);
+                    let dd_ext = source
+                        .and_then(|l| l.ext_id(ferry_rtc::sdp::extmap::EXT_DEPENDENCY_DESCRIPTOR));
+                    // Which layers of a scalable stream the packet is of (once for every viewer).
+                    let read = codec
+                        .map(|c| entry.layer_info(now, src.keyframe_start, line, c, dd_ext, pkt));
+                    let unknown_layers = matches!(read, Some(Err(_)));
+                    let info = read.and_then(Result::ok).flatten();
+                    // A keyframe says the picture size (what viewers' caps are checked against).
+                    if src.keyframe_start
+                        && let Some(c) = codec.filter(|c| c.is_video())
+                    {
+                        entry.note_sizes(line, c, src.ssrc, pkt);
+                    }
+                    let layers = entry.layers_mut(line);
+                    layers.on_packet(now, src.ssrc, pkt.len());
+                    if let Some(i) = &info {
+                        layers.on_layer(src.ssrc, i.spatial, i.temporal, pkt.len());
+                    }
+                    layers.simulcast = rids > 1;
+                    // Recordings (and transcoders) take the top layer.
+                    (
+                        layers.simulcast,
+                        !layers.simulcast || layers.top(now) == Some(src.ssrc),
+                        info,
+                        dd_ext,
+                        unknown_layers,
+                    )
                 }
-                let layers = entry.layers_mut(line);
-                layers.on_packet(now, src.ssrc, pkt.len());
-                if let Some(i) = &info
-                    && codec.is_some_and(Codec::is_scalable)
-                {
-                    layers.on_spatial(src.ssrc, i.spatial, pkt.len());
-                }
-                layers.simulcast = rids > 1;
-                // Recordings (and transcoders) take the top layer.
-                (
-                    layers.simulcast,
-                    !layers.simulcast || layers.top(now) == Some(src.ssrc),
-                    info,
-                    dd_ext,
-                )
-            }
-            None => (false, true, None, None),
-        };
-        // The descriptor's frame number, which each viewer's munger renumbers.
+                None => (false, true, None, None, false),
+            };
+        // The descriptor's frame number, which each viewer's munger renumbers: read with the
+        // layers where they came from the descriptor, else from its mandatory fields.
         let with_dd;
-        let src = match dd_ext.and_then(|id| dd_frame(pkt, id)) {
+        let frame = match layer_info.as_ref().and_then(|i| i.dd) {
+            Some(d) => Some(d.frame_number),
+            None => dd_ext.and_then(|id| dd_frame(pkt, id)),
+        };
+        let src = match frame {
             Some(f) => {
                 with_dd = SourcePacket {
                     dd_frame: Some(f),
@@ -228,6 +235,13 @@ impl Node {
             // no gap in its sequence (a number reserved for a packet that turns out to be of
             // such a layer is filled with padding).
             let mut marker = None;
+            // A descriptor this node cannot read yet: its layers are unknown, and the viewer
+            // gets every layer of it until a keyframe brings the structure. Only a viewer that
+            // gets less than every layer asks for that keyframe: a request the stream does not
+            // need would hold back (throttle) the one of a viewer about to connect.
+            if unknown_layers && t.selects_layers() {
+                want_keyframe = true;
+            }
             if let Some(info) = &layer_info {
                 let selection = t.select_layer(info);
                 if t.svc_needs_keyframe() {

@@ -187,9 +187,21 @@ struct StreamEntry {
     /// Dynacast: the simulcast encodings of a local publisher and whether it was told to send
     /// them ([`Node::dynacast`]).
     encodings: Vec<crate::media::adapt::layers::Encoding>,
-    /// Per RTP stream (m-line, SSRC): the dependency descriptor structure in force. Each
-    /// simulcast encoding has its own structure and frame numbers.
-    dd: BTreeMap<(usize, u32), crate::codec::layers::Av1DdTracker>,
+    /// Per RTP stream (m-line, SSRC): the dependency descriptor structure in force, and when
+    /// the stream last carried a descriptor. Each simulcast encoding has its own structure
+    /// and frame numbers.
+    dd: BTreeMap<(usize, u32), DdStream>,
+}
+
+/// One RTP stream's dependency descriptors as this node reads them.
+#[derive(Debug)]
+struct DdStream {
+    /// When it last carried one.
+    seen: Instant,
+    tracker: crate::codec::layers::Av1DdTracker,
+    /// A keyframe came with no structure to read the descriptors by: its sender attaches none
+    /// (against the spec), and asking it for keyframes would not bring one.
+    keyframe_without_structure: bool,
 }
 
 /// The RTP streams of a stream whose dependency descriptors are tracked at once (each
@@ -213,35 +225,66 @@ impl StreamEntry {
     /// descriptor (extension id `dd_ext`) where the packet carries one — AV1 always, and VP8,
     /// whose payload descriptor Chromium leaves bare (no picture id, no temporal layer) once the
     /// descriptor is negotiated — else VP9 from its payload descriptor and VP8 when its payload
-    /// descriptor carries temporal layers; `None` for a stream without layers.
+    /// descriptor carries temporal layers; `None` for a stream without layers. `Err` when the
+    /// packet carries a descriptor this node cannot read yet, for want of the structure (a
+    /// relay that started between two keyframes): its layers are unknown until a keyframe —
+    /// unless a keyframe (`keyframe`: the packet starts one) came without one already.
     fn layer_info(
         &mut self,
+        now: Instant,
+        keyframe: bool,
         line: usize,
         codec: crate::codec::Codec,
         dd_ext: Option<u8>,
         pkt: &[u8],
-    ) -> Option<crate::codec::layers::LayerInfo> {
+    ) -> Result<Option<crate::codec::layers::LayerInfo>, crate::codec::av1::DdError> {
         use crate::codec::{Codec, layers};
-        let h = crate::rtp::RtpHeader::parse(pkt).ok()?;
-        let dd = dd_ext.and_then(|id| h.find_extension(pkt, id));
-        match (codec, dd) {
-            (Codec::Av1 | Codec::Vp8, Some(ext)) => {
+        let Ok(h) = crate::rtp::RtpHeader::parse(pkt) else {
+            return Ok(None);
+        };
+        // Only AV1 and VP8 read their layers from the descriptor (one lookup per packet).
+        let dd = match codec {
+            Codec::Av1 | Codec::Vp8 => dd_ext.and_then(|id| h.find_extension(pkt, id)),
+            _ => None,
+        };
+        Ok(match (codec, dd) {
+            (_, Some(ext)) => {
                 let key = (line, h.ssrc);
-                if !self.dd.contains_key(&key) && self.dd.len() >= MAX_DD_STREAMS {
-                    // A publisher that restarted its encoders many times: the oldest go.
-                    self.dd.pop_first();
+                if self.dd.len() >= MAX_DD_STREAMS
+                    && !self.dd.contains_key(&key)
+                    && let Some(stale) = self.dd.iter().min_by_key(|(_, s)| s.seen).map(|(k, _)| *k)
+                {
+                    // A publisher that restarted its encoders many times: the longest silent
+                    // stream goes.
+                    self.dd.remove(&stale);
                 }
-                let tracker = self.dd.entry(key).or_default();
-                tracker.read(ext, h.marker).ok().map(|(_, info)| info)
+                let s = self.dd.entry(key).or_insert_with(|| DdStream {
+                    seen: now,
+                    tracker: crate::codec::layers::Av1DdTracker::default(),
+                    keyframe_without_structure: false,
+                });
+                s.seen = now;
+                match s.tracker.read(ext, h.marker) {
+                    Ok((_, info)) => Some(info),
+                    Err(crate::codec::av1::DdError::NoStructure) => {
+                        s.keyframe_without_structure |= keyframe;
+                        if !s.keyframe_without_structure {
+                            return Err(crate::codec::av1::DdError::NoStructure);
+                        }
+                        None
+                    }
+                    Err(_) => None,
+                }
             }
             (Codec::Vp8, None) => {
                 let payload = h.payload(pkt);
-                crate::codec::vp8_descriptor(payload)?.temporal?;
-                layers::vp8_layer_info(payload, h.marker)
+                crate::codec::vp8_descriptor(payload)
+                    .and_then(|d| d.temporal)
+                    .and_then(|_| layers::vp8_layer_info(payload, h.marker))
             }
-            (Codec::Vp9, _) => layers::vp9_layer_info(h.payload(pkt), h.marker),
-            (Codec::Av1, None) | (Codec::Opus | Codec::H264, _) => None,
-        }
+            (Codec::Vp9, None) => layers::vp9_layer_info(h.payload(pkt), h.marker),
+            (Codec::Av1 | Codec::Opus | Codec::H264, None) => None,
+        })
     }
 
     /// Notes the picture sizes a keyframe of stream `ssrc` of track `line` says (VP8's frame
@@ -260,7 +303,10 @@ impl StreamEntry {
                 Some((top, Some(l)))
             }),
             Codec::Av1 => {
-                let structure = self.dd.get(&(line, ssrc)).and_then(|t| t.structure());
+                let structure = self
+                    .dd
+                    .get(&(line, ssrc))
+                    .and_then(|s| s.tracker.structure());
                 let layers = structure.and_then(dims::dd_sizes);
                 match (layers, dims::av1_size(payload)) {
                     (Some(l), top) => l
@@ -1091,5 +1137,51 @@ impl Node {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod dd_stream_tests {
+    use super::*;
+    use crate::codec::Codec;
+
+    /// An AV1 packet of stream `ssrc` whose dependency descriptor (extension id 12) has the
+    /// mandatory fields only: no structure attached.
+    fn av1_packet(ssrc: u32) -> Vec<u8> {
+        let mut p = vec![0x90, 45, 0, 1, 0, 0, 0, 1];
+        p.extend_from_slice(&ssrc.to_be_bytes());
+        p.extend_from_slice(&[0xBE, 0xDE, 0, 1]);
+        // One-byte extension 12, 3 bytes: start and end of frame, template 0, frame 5.
+        p.extend_from_slice(&[(12 << 4) | 2, 0xC0, 0x00, 0x05]);
+        p.extend_from_slice(&[0x10, 0, 0]);
+        p
+    }
+
+    /// A descriptor the node cannot read for want of the structure asks for a keyframe (which
+    /// carries one) — until a keyframe came without one: such a sender is not asked again.
+    #[test]
+    fn an_unreadable_descriptor_asks_for_a_keyframe_until_one_came_without_a_structure() {
+        let now = Instant::now();
+        let mut e = StreamEntry::default();
+        let pkt = av1_packet(7);
+        let read = |e: &mut StreamEntry, keyframe: bool| {
+            e.layer_info(now, keyframe, 0, Codec::Av1, Some(12), &pkt)
+        };
+        assert!(
+            read(&mut e, false).is_err(),
+            "layers unknown: a keyframe is wanted"
+        );
+        assert!(read(&mut e, false).is_err());
+        assert!(
+            matches!(read(&mut e, true), Ok(None)),
+            "a keyframe without a structure"
+        );
+        assert!(matches!(read(&mut e, false), Ok(None)), "not asked again");
+        // Another stream of the same track is asked for its own.
+        let other = av1_packet(8);
+        assert!(
+            e.layer_info(now, false, 0, Codec::Av1, Some(12), &other)
+                .is_err()
+        );
     }
 }

@@ -137,3 +137,82 @@ fn a_shaped_viewer_that_moves_keeps_its_layer_and_sends_no_probe_burst() {
         }
     }
 }
+
+/// Video frames per temporal layer viewer `v` got over the next `span` (its layer too).
+fn temporal_over(tb: &mut Testbed, v: usize, span: Duration) -> (u8, [u64; 4], Duration) {
+    let before = video(tb, v).temporal_frames;
+    let (layer, gap) = layer_over(tb, v, span);
+    let after = video(tb, v).temporal_frames;
+    let mut got = [0; 4];
+    for t in 0..4 {
+        got[t] = after[t] - before[t];
+    }
+    (layer, got, gap)
+}
+
+/// A publisher whose encodings carry three temporal layers each (as Chrome's VP8 simulcast):
+/// a viewer whose link carries a layer at half its frame rate but not at its full rate gets
+/// that (the base and middle temporal layers, few frames of the top one), one whose link
+/// carries not even the lowest layer whole gets the lowest layer at a lower frame rate rather
+/// than losing packets, and both climb back to every frame of the top layer on a free link.
+#[test]
+fn a_viewer_between_two_layers_gets_the_higher_one_at_a_lower_frame_rate() {
+    // Lossless links: the seed changes nothing here.
+    for seed in [5] {
+        let mut tb = Testbed::new(seed, LinkConfig::delay(Duration::from_millis(20)));
+        tb.simulcast = Some(SimulcastConfig::chrome_720p().with_temporal_layers(3));
+        tb.add_node(NodeId::new("node-a").unwrap(), addr(NODE))
+            .unwrap();
+        tb.publish(addr(NODE), "cam", Codec::Vp8, addr("10.0.0.1:4000"))
+            .unwrap();
+        tb.run_for(Duration::from_secs(1));
+        // h (500 k) whole does not fit 520 kbit/s with the audio, h up to T1 (60 %) does.
+        let mid = addr("10.0.0.3:4000");
+        tb.set_link_to(mid, bottleneck(520));
+        // q (150 k) whole does not fit 160 kbit/s with the audio, q up to T0 (40 %) does.
+        let starved = addr("10.0.0.4:4000");
+        tb.set_link_to(starved, bottleneck(160));
+        let (m, _) = tb.view(addr(NODE), "cam", mid).unwrap();
+        let (s, _) = tb.view(addr(NODE), "cam", starved).unwrap();
+        tb.run_for(Duration::from_secs(15));
+        let (layer, frames, gap) = temporal_over(&mut tb, m, Duration::from_secs(5));
+        eprintln!(
+            "seed {seed}: 520 kbit/s: layer {layer} frames per temporal layer {frames:?}, gap {gap:?}"
+        );
+        assert_eq!(layer, 1, "seed {seed}: h");
+        assert!(frames[0] > 0 && frames[1] > 0, "seed {seed}: {frames:?}");
+        // At full rate T2 has as many frames as T0 and T1 together; a climb that is tried
+        // and comes back within the window brings a few.
+        assert!(
+            frames[2] * 4 < frames[0] + frames[1],
+            "seed {seed}: T2: {frames:?}"
+        );
+        assert!(gap < Duration::from_millis(500), "seed {seed}: {gap:?}");
+        let (layer, frames, gap) = temporal_over(&mut tb, s, Duration::from_secs(5));
+        eprintln!(
+            "seed {seed}: 160 kbit/s: layer {layer} frames per temporal layer {frames:?}, gap {gap:?}"
+        );
+        assert_eq!(layer, 0, "seed {seed}: q");
+        assert!(frames[0] > 0, "seed {seed}: {frames:?}");
+        assert!(
+            frames[2] * 4 < frames[0] + frames[1],
+            "seed {seed}: T2: {frames:?}"
+        );
+        assert!(gap < Duration::from_millis(500), "seed {seed}: {gap:?}");
+        let session = tb.nodes[0].node.metrics();
+        assert!(session.layer_downs > 0);
+        // Free links: every frame of f within 10 s.
+        tb.set_link_to(mid, LinkConfig::delay(Duration::from_millis(20)));
+        tb.set_link_to(starved, LinkConfig::delay(Duration::from_millis(20)));
+        tb.run_for(Duration::from_secs(10));
+        for v in [m, s] {
+            let (layer, frames, _) = temporal_over(&mut tb, v, Duration::from_secs(3));
+            eprintln!("seed {seed}: free: layer {layer} frames {frames:?}");
+            assert_eq!(layer, 2, "seed {seed}: back to f");
+            assert!(
+                frames[2] * 3 > frames[0] + frames[1],
+                "seed {seed}: T2 back: {frames:?}"
+            );
+        }
+    }
+}

@@ -5,21 +5,24 @@
 //! The rules (after mediasoup's `DistributeAvailableOutgoingBitrate` and LiveKit's stream
 //! allocator, learnt from, not copied):
 //! - audio is served first and always;
-//! - every video track gets its lowest live layer (a viewer under a starved link still sees
-//!   something), then the budget left is handed out one layer step at a time, round-robin over
-//!   the video tracks in priority order (screen share before camera), while a step fits;
+//! - a track's ladder ([`super::layers::SourceLayers::ladder`]) goes through its layers and,
+//!   within each, its temporal layers; every video track gets its lowest rung (a viewer under
+//!   a starved link still sees something), then the budget left is handed out one rung at a
+//!   time, round-robin over the video tracks in priority order (screen share before camera),
+//!   while a step fits;
 //! - going down happens at once (the estimate says the link cannot carry it); going up past
-//!   the layer a track plays needs the step to fit with [`AllocConfig::up_headroom`] to spare,
-//!   a [`AllocConfig::up_spare`] share of the estimate left unallocated after it, and, after the
-//!   track went down, [`AllocConfig::up_hold`] of quiet — no flapping between
-//!   two layers when the estimate sits at the boundary; and one layer at a time: a track goes at
-//!   most one layer above the one it plays per allocation;
+//!   the rung a track plays needs the step to fit with [`AllocConfig::up_headroom`] to spare,
+//!   a [`AllocConfig::up_spare`] share of the estimate left unallocated after it (into another
+//!   layer, [`AllocConfig::key_spare`] of that layer's rate, for its keyframe, if more), and,
+//!   after the track went down, [`AllocConfig::up_hold`] of quiet — no flapping between two
+//!   rungs when the estimate sits at the boundary; and one rung at a time: a track goes at
+//!   most one rung above the one it plays per allocation;
 //! - when a step up does not fit, the allocation says how much it would take
 //!   ([`Allocation::wanted_bps`]) so the caller can probe for it before switching.
 
 use std::time::{Duration, Instant};
 
-use super::layers::SourceLayer;
+use super::layers::{Rung, rung_of};
 
 /// Allocation settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,6 +35,12 @@ pub struct AllocConfig {
     /// drifts a few percent around the link rate) comes down again within a second, and each
     /// such failed climb holds the track longer (`docs/adaptation.md`, "Climbing back").
     pub up_spare: f64,
+    /// A step up into another layer (a simulcast stream, a spatial layer) must leave this
+    /// share of that layer's whole rate unallocated too: the switch starts with a keyframe
+    /// (libwebrtc's are ~3 delta frames and more), whose burst queues at the bottleneck until
+    /// the spare drains it, and a delay-based estimator reads a queue that takes a second
+    /// to drain as overuse. A temporal step needs none.
+    pub key_spare: f64,
     /// After a track went down, how long before it may go up again.
     pub up_hold: Duration,
     /// A track that goes down within this of going up failed its climb: its next hold is
@@ -47,6 +56,7 @@ impl Default for AllocConfig {
         Self {
             up_headroom: 1.15,
             up_spare: 0.1,
+            key_spare: 0.2,
             // mediasoup holds a downgraded layer 8-10 s; with probing to confirm the headroom,
             // a shorter first hold does not flap (see `docs/adaptation.md`), and a link where
             // climbs keep failing is left alone for longer each time.
@@ -71,11 +81,11 @@ pub struct TrackInput<'a> {
     pub video: bool,
     /// Higher goes first (screen share above camera).
     pub priority: u8,
-    /// The source's live layers, lowest first ([`super::layers::SourceLayers::ranked`]).
-    pub layers: &'a [SourceLayer],
-    /// The SSRC the viewer plays now, if any.
-    pub current: Option<u32>,
-    /// The highest layer index (into `layers`) the viewer accepts (its cap), if any.
+    /// The source's ladder, lowest first ([`super::layers::SourceLayers::ladder`]).
+    pub layers: &'a [Rung],
+    /// The layer and temporal layer (`None`: all) the viewer plays now, if any.
+    pub current: Option<(u32, Option<u8>)>,
+    /// The highest rung (index into `layers`) the viewer accepts (its cap), if any.
     pub max_layer: Option<usize>,
     /// The viewer paused this track: nothing is allocated to it.
     pub paused: bool,
@@ -86,6 +96,8 @@ pub struct TrackInput<'a> {
 pub struct TrackState {
     /// The layer (SSRC) to forward; `None`: not chosen yet (a single-stream source needs none).
     pub target: Option<u32>,
+    /// The highest temporal layer of it to forward (`None`: all).
+    pub temporal: Option<u8>,
     /// Until when the track may not go up (it went down lately, or just moved here).
     pub held_until: Option<Instant>,
     /// The length of the last hold after a down (zero before the first).
@@ -102,8 +114,23 @@ pub struct Allocation {
     /// Some track could play a higher layer if the estimate allowed: the total it would take
     /// (what to probe for), else `None`.
     pub wanted_bps: Option<u64>,
-    /// Tracks whose target changed: `(track index, new SSRC, up)`.
-    pub switches: Vec<(usize, u32, bool)>,
+    /// Tracks whose target changed.
+    pub switches: Vec<Switch>,
+}
+
+/// A track's new target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Switch {
+    /// The track's index.
+    pub track: usize,
+    /// The layer to play (SSRC, or a scalable stream's spatial layer).
+    pub layer: u32,
+    /// Up to this temporal layer (`None`: all).
+    pub temporal: Option<u8>,
+    /// Up the ladder (else down).
+    pub up: bool,
+    /// Another layer than the one targeted before (a temporal change alone is not).
+    pub new_layer: bool,
 }
 
 /// Shares `estimate_bps` over `tracks`, updating `states` (one per track, same order).
@@ -131,10 +158,7 @@ pub fn allocate(
         Some(m) => m.min(t.layers.len() - 1),
         None => t.layers.len() - 1,
     };
-    let current_level = |t: &TrackInput<'_>| {
-        t.current
-            .and_then(|c| t.layers.iter().position(|l| l.ssrc == c))
-    };
+    let current_level = |t: &TrackInput<'_>| t.current.and_then(|(l, tl)| rung_of(t.layers, l, tl));
     let mut level: Vec<usize> = vec![0; tracks.len()];
     for &i in &order {
         budget -= tracks[i].layers[0].bitrate_bps as i64;
@@ -168,9 +192,16 @@ pub fn allocate(
             } else {
                 (delta, false)
             };
-            // Above the layer it plays, the step must also leave `up_spare` of the estimate.
+            // Above the layer it plays, the step must also leave `up_spare` of the estimate,
+            // and a step into another layer room for the keyframe it starts with.
+            let into = t.layers[next];
+            let key = if into.layer != t.layers[level[i]].layer {
+                (into.layer_bps as f64 * cfg.key_spare) as i64
+            } else {
+                0
+            };
             let spare = if above_current {
-                (estimate_bps as f64 * cfg.up_spare) as i64
+                ((estimate_bps as f64 * cfg.up_spare) as i64).max(key)
             } else {
                 0
             };
@@ -183,7 +214,8 @@ pub fn allocate(
                 // The estimate at which both the headroom and the spare hold.
                 let used = estimate_bps as i64 - budget;
                 let with_spare = ((used + delta) as f64 / (1.0 - cfg.up_spare.min(0.9))) as i64;
-                wanted = Some((used + need).max(with_spare).max(0) as u64);
+                let with_key = used + delta + key;
+                wanted = Some((used + need).max(with_spare).max(with_key).max(0) as u64);
             }
         }
         if !stepped {
@@ -197,12 +229,12 @@ pub fn allocate(
         let Some(state) = states.get_mut(i) else {
             continue;
         };
-        if state.target == Some(chosen.ssrc) {
+        if state.target == Some(chosen.layer) && state.temporal == chosen.temporal {
             continue;
         }
         let was = state
             .target
-            .and_then(|s| t.layers.iter().position(|l| l.ssrc == s))
+            .and_then(|s| rung_of(t.layers, s, state.temporal))
             .or_else(|| current_level(t));
         let up = was.is_none_or(|w| level[i] > w);
         if up {
@@ -220,8 +252,16 @@ pub fn allocate(
             };
             state.held_until = Some(now + state.hold);
         }
-        state.target = Some(chosen.ssrc);
-        out.switches.push((i, chosen.ssrc, up));
+        let new_layer = state.target != Some(chosen.layer);
+        state.target = Some(chosen.layer);
+        state.temporal = chosen.temporal;
+        out.switches.push(Switch {
+            track: i,
+            layer: chosen.layer,
+            temporal: chosen.temporal,
+            up,
+            new_layer,
+        });
     }
     out.wanted_bps = wanted;
     out
@@ -231,30 +271,90 @@ pub fn allocate(
 mod tests {
     use super::*;
 
-    fn layer(ssrc: u32, bps: u64, now: Instant) -> SourceLayer {
-        SourceLayer::measured(ssrc, bps, now)
+    fn layer(ssrc: u32, bps: u64) -> Rung {
+        Rung {
+            layer: ssrc,
+            temporal: None,
+            bitrate_bps: bps,
+            layer_bps: bps,
+            size: None,
+        }
     }
 
-    fn video<'a>(layers: &'a [SourceLayer], current: Option<u32>) -> TrackInput<'a> {
+    fn video<'a>(layers: &'a [Rung], current: Option<u32>) -> TrackInput<'a> {
         TrackInput {
             video: true,
             priority: 0,
             layers,
-            current,
+            current: current.map(|c| (c, None)),
             max_layer: None,
             paused: false,
         }
     }
 
+    /// The rules besides the keyframe's room (its own test below).
+    fn without_key_spare() -> AllocConfig {
+        AllocConfig {
+            key_spare: 0.0,
+            ..AllocConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_step_into_another_layer_leaves_room_for_its_keyframe() {
+        let now = Instant::now();
+        let rung = |layer: u32, temporal: Option<u8>, bps: u64, layer_bps: u64| Rung {
+            layer,
+            temporal,
+            bitrate_bps: bps,
+            layer_bps,
+            size: None,
+        };
+        // h at 550 k; f at 1.65 M with two temporal layers of three, 2.75 M with all.
+        let cam = [
+            rung(1, None, 550_000, 550_000),
+            rung(2, Some(1), 1_650_000, 2_750_000),
+            rung(2, None, 2_750_000, 2_750_000),
+        ];
+        let cfg = AllocConfig::default();
+        let mut st = [TrackState {
+            target: Some(1),
+            ..TrackState::default()
+        }];
+        // 2.1 M: the step (1.1 M × 1.15) fits the 1.55 M left and leaves a tenth of the
+        // estimate, but not a fifth of f's 2.75 M (550 k) for the keyframe: no climb, and a
+        // probe for 1.65 M + 550 k.
+        let a = allocate(now, 2_100_000, &[video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(1));
+        assert_eq!(a.wanted_bps, Some(2_200_000));
+        allocate(now, 2_200_000, &[video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!((st[0].target, st[0].temporal), (Some(2), Some(1)));
+        // Within the layer, a temporal step needs only the tenth: 1.1 M × 1.15 + 1.65 M.
+        let mut t = video(&cam, Some(2));
+        t.current = Some((2, Some(1)));
+        let later = now + cfg.max_hold;
+        allocate(later, 3_000_000, &[t], &mut st, &cfg);
+        assert_eq!(
+            st[0].temporal,
+            Some(1),
+            "1.1 M × 1.15 does not fit the 1.35 M left"
+        );
+        allocate(later, 3_100_000, &[t], &mut st, &cfg);
+        assert_eq!((st[0].target, st[0].temporal), (Some(2), None));
+    }
+
+    fn moves(a: &Allocation) -> Vec<(usize, u32, bool)> {
+        a.switches
+            .iter()
+            .map(|s| (s.track, s.layer, s.up))
+            .collect()
+    }
+
     #[test]
     fn audio_first_then_the_highest_layer_that_fits() {
         let now = Instant::now();
-        let audio = [layer(9, 40_000, now)];
-        let cam = [
-            layer(1, 150_000, now),
-            layer(2, 500_000, now),
-            layer(3, 1_500_000, now),
-        ];
+        let audio = [layer(9, 40_000)];
+        let cam = [layer(1, 150_000), layer(2, 500_000), layer(3, 1_500_000)];
         let tracks = [
             TrackInput {
                 video: false,
@@ -262,13 +362,13 @@ mod tests {
             },
             video(&cam, None),
         ];
-        let cfg = AllocConfig::default();
+        let cfg = without_key_spare();
         let mut st = [TrackState::default(); 2];
         // 700 k: audio 40 k + the middle layer (500 k); the top would need 1.5 M.
         let a = allocate(now, 700_000, &tracks, &mut st, &cfg);
         assert_eq!(st[1].target, Some(2));
         assert_eq!(a.allocated_bps, 540_000);
-        assert_eq!(a.switches, [(1, 2, true)]);
+        assert_eq!(moves(&a), [(1, 2, true)]);
         // What a probe must find for the top layer: 1.54 M with a tenth of the estimate spare
         // (above the 540 k + 1 M × 1.15 the headroom alone asks).
         assert_eq!(
@@ -278,15 +378,57 @@ mod tests {
         // Under the lowest layer's rate the lowest still goes.
         let a = allocate(now, 100_000, &tracks, &mut st, &cfg);
         assert_eq!(st[1].target, Some(1));
-        assert_eq!(a.switches, [(1, 1, false)]);
+        assert_eq!(moves(&a), [(1, 1, false)]);
         assert_eq!(st[1].held_until, Some(now + cfg.up_hold));
+    }
+
+    #[test]
+    fn temporal_rungs_are_steps_like_layers_and_need_no_new_layer() {
+        let now = Instant::now();
+        let rung = |layer: u32, temporal: Option<u8>, bps: u64| Rung {
+            layer,
+            temporal,
+            bitrate_bps: bps,
+            layer_bps: if layer == 1 { 150_000 } else { 500_000 },
+            size: None,
+        };
+        let cam = [
+            rung(1, Some(0), 60_000),
+            rung(1, Some(1), 90_000),
+            rung(1, None, 150_000),
+            rung(2, Some(1), 300_000),
+            rung(2, None, 500_000),
+        ];
+        let cfg = without_key_spare();
+        let mut st = [TrackState {
+            target: Some(2),
+            ..TrackState::default()
+        }];
+        // 400 k: the top layer at half its frame rate (300 k) stays, without the 500 k of all
+        // of it; a temporal step down, not a new layer.
+        let mut t = video(&cam, None);
+        t.current = Some((2, None));
+        let a = allocate(now, 400_000, &[t], &mut st, &cfg);
+        assert_eq!((st[0].target, st[0].temporal), (Some(2), Some(1)));
+        assert_eq!(a.switches.len(), 1);
+        assert!(!a.switches[0].up && !a.switches[0].new_layer);
+        // 80 k: the lowest layer's base temporal layer, a new layer.
+        t.current = Some((2, Some(1)));
+        let a = allocate(now, 80_000, &[t], &mut st, &cfg);
+        assert_eq!((st[0].target, st[0].temporal), (Some(1), Some(0)));
+        assert!(a.switches[0].new_layer);
+        // Up one rung per allocation, from what it plays.
+        let later = now + cfg.max_hold;
+        t.current = Some((1, Some(0)));
+        allocate(later, 10_000_000, &[t], &mut st, &cfg);
+        assert_eq!((st[0].target, st[0].temporal), (Some(1), Some(1)));
     }
 
     #[test]
     fn going_up_waits_for_headroom_and_the_hold_after_going_down() {
         let t0 = Instant::now();
-        let cam = [layer(1, 150_000, t0), layer(2, 500_000, t0)];
-        let cfg = AllocConfig::default();
+        let cam = [layer(1, 150_000), layer(2, 500_000)];
+        let cfg = without_key_spare();
         let mut st = [TrackState::default()];
         allocate(t0, 1_000_000, &[video(&cam, None)], &mut st, &cfg);
         assert_eq!(st[0].target, Some(2));
@@ -313,12 +455,8 @@ mod tests {
     fn a_step_up_leaves_a_share_of_the_estimate_spare() {
         // The VP9 layers of a shaped 400 kbit/s viewer: 150 k, 300 k, 1 M.
         let t0 = Instant::now();
-        let cam = [
-            layer(1, 150_000, t0),
-            layer(2, 300_000, t0),
-            layer(3, 1_000_000, t0),
-        ];
-        let cfg = AllocConfig::default();
+        let cam = [layer(1, 150_000), layer(2, 300_000), layer(3, 1_000_000)];
+        let cfg = without_key_spare();
         let mut st = [TrackState {
             target: Some(1),
             ..TrackState::default()
@@ -344,8 +482,8 @@ mod tests {
     #[test]
     fn climbs_that_fail_soon_hold_longer_each_time_and_a_held_track_asks_for_no_probe() {
         let t0 = Instant::now();
-        let cam = [layer(1, 150_000, t0), layer(2, 500_000, t0)];
-        let cfg = AllocConfig::default();
+        let cam = [layer(1, 150_000), layer(2, 500_000)];
+        let cfg = without_key_spare();
         let mut st = [TrackState::default()];
         let s = Duration::from_secs;
         // Each time: up, then down 1 s later (the link could not carry it).
@@ -373,8 +511,8 @@ mod tests {
     #[test]
     fn a_track_that_just_moved_neither_climbs_nor_asks_for_a_probe() {
         let t0 = Instant::now();
-        let cam = [layer(1, 150_000, t0), layer(2, 500_000, t0)];
-        let cfg = AllocConfig::default();
+        let cam = [layer(1, 150_000), layer(2, 500_000)];
+        let cfg = without_key_spare();
         let mut st = [TrackState {
             target: Some(1),
             held_until: Some(t0 + MOVE_HOLD),
@@ -393,14 +531,15 @@ mod tests {
     #[test]
     fn the_budget_goes_round_robin_by_priority_and_caps_hold() {
         let now = Instant::now();
-        let screen = [layer(11, 200_000, now), layer(12, 800_000, now)];
-        let cam = [layer(1, 150_000, now), layer(2, 500_000, now)];
+        let screen = [layer(11, 200_000), layer(12, 800_000)];
+        let cam = [layer(1, 150_000), layer(2, 500_000)];
         let mut screen_t = video(&screen, None);
         screen_t.priority = 1;
         // Steps that fit exactly, to show the order.
         let cfg = AllocConfig {
             up_headroom: 1.0,
             up_spare: 0.0,
+            key_spare: 0.0,
             ..AllocConfig::default()
         };
         let mut st = [TrackState::default(); 2];

@@ -45,20 +45,56 @@ pub struct SourceLayer {
     pub last_seen: Instant,
     /// Its picture size (width, height), read from its last keyframe.
     pub size: Option<(u16, u16)>,
-    /// Scalable (SVC) stream: the rate of each spatial layer's own frames (bit/s) and their
-    /// sizes; how many spatial layers it showed (0: not scalable).
-    pub spatial_bps: [u64; MAX_SPATIAL],
+    /// A layered stream (VP8 temporal layers, VP9/AV1 SVC): the rate of each (spatial,
+    /// temporal) layer's own frames (bit/s), smoothed like `bitrate_bps`; row 0 only for a
+    /// stream without spatial layers.
+    pub layer_bps: [[u64; MAX_TEMPORAL]; MAX_SPATIAL],
     /// Picture sizes per spatial layer, where the stream says them.
     pub spatial_size: [Option<(u16, u16)>; MAX_SPATIAL],
-    /// Spatial layers seen.
+    /// Spatial layers seen (0: no layer information).
     pub spatial_layers: u8,
+    /// Rate windows closed since it first came (at most 255).
+    windows: u8,
     /// Bytes in the current window.
     window_bytes: u64,
-    spatial_bytes: [u64; MAX_SPATIAL],
+    layer_bytes: [[u64; MAX_TEMPORAL]; MAX_SPATIAL],
 }
 
 /// Spatial layers of a scalable stream that are told apart.
 pub const MAX_SPATIAL: usize = 4;
+
+/// Temporal layers of a stream (or of a spatial layer) that are told apart.
+pub const MAX_TEMPORAL: usize = 4;
+
+/// One step of a track's ladder for the allocator: a layer up to a temporal layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rung {
+    /// The layer: a simulcast stream's SSRC, a scalable stream's spatial layer index, or the
+    /// single stream's SSRC.
+    pub layer: u32,
+    /// The highest temporal layer it takes (`None`: all of them).
+    pub temporal: Option<u8>,
+    /// What it carries (bit/s).
+    pub bitrate_bps: u64,
+    /// What its layer carries with every temporal layer (bit/s).
+    pub layer_bps: u64,
+    /// Its picture size, where known.
+    pub size: Option<(u16, u16)>,
+}
+
+/// Where layer `layer` up to temporal layer `temporal` (`None`: all) sits in `rungs`: the first
+/// of that layer's rungs that takes `temporal` (a temporal layer below the layer's lowest
+/// rung counts as that rung).
+pub fn rung_of(rungs: &[Rung], layer: u32, temporal: Option<u8>) -> Option<usize> {
+    rungs.iter().position(|r| {
+        r.layer == layer
+            && match (r.temporal, temporal) {
+                (None, _) => true,
+                (Some(rt), Some(t)) => rt >= t,
+                (Some(_), None) => false,
+            }
+    })
+}
 
 impl SourceLayer {
     /// A layer measured at `bitrate_bps`, last seen at `now` (for a caller that measures rates
@@ -70,13 +106,82 @@ impl SourceLayer {
             peak_bps: bitrate_bps,
             last_seen: now,
             size: None,
-            spatial_bps: [0; MAX_SPATIAL],
+            layer_bps: [[0; MAX_TEMPORAL]; MAX_SPATIAL],
             spatial_size: [None; MAX_SPATIAL],
             spatial_layers: 0,
+            windows: 0,
             window_bytes: 0,
-            spatial_bytes: [0; MAX_SPATIAL],
+            layer_bytes: [[0; MAX_TEMPORAL]; MAX_SPATIAL],
         }
     }
+
+    /// The rate of spatial layer `spatial`'s own frames, all temporal layers (bit/s).
+    pub fn spatial_bps(&self, spatial: usize) -> u64 {
+        self.layer_bps.get(spatial).map_or(0, |r| r.iter().sum())
+    }
+
+    /// What it carries up to each of its temporal layers (bit/s, the last its whole rate);
+    /// empty when it shows fewer than two.
+    pub fn temporal_bps(&self) -> Vec<u64> {
+        let rungs = self.rungs(Lowest::Any);
+        if rungs.len() < 2 {
+            return Vec::new();
+        }
+        rungs.iter().map(|r| r.bitrate_bps).collect()
+    }
+
+    /// This layer's rungs (a stream, or one spatial layer of a scalable stream as
+    /// [`SourceLayers::spatial`] gives it): one per temporal layer
+    /// from `lowest` up, the last taking every temporal layer; each carries the share of
+    /// `bitrate_bps` its temporal layers carried. One rung (all) when it shows no temporal
+    /// layers.
+    fn rungs(&self, lowest: Lowest) -> Vec<Rung> {
+        let mut rates = [0u64; MAX_TEMPORAL];
+        for row in &self.layer_bps {
+            for (r, x) in rates.iter_mut().zip(row) {
+                *r += x;
+            }
+        }
+        let total: u64 = rates.iter().sum();
+        let n = rates.iter().rposition(|&r| r > 0).map_or(0, |t| t + 1);
+        let all = Rung {
+            layer: self.ssrc,
+            temporal: None,
+            bitrate_bps: self.bitrate_bps,
+            layer_bps: self.bitrate_bps,
+            size: self.size,
+        };
+        if n < 2 || total == 0 {
+            return vec![all];
+        }
+        let from = match lowest {
+            Lowest::Any => 0,
+            Lowest::HalfRate => n - 2,
+        };
+        let mut v: Vec<Rung> = (from..n - 1)
+            .map(|t| {
+                let upto: u64 = rates[..=t].iter().sum();
+                Rung {
+                    temporal: Some(t as u8),
+                    bitrate_bps: (self.bitrate_bps as f64 * upto as f64 / total as f64) as u64,
+                    ..all
+                }
+            })
+            .collect();
+        v.push(all);
+        v
+    }
+}
+
+/// The lowest temporal layer a layer's rungs start at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lowest {
+    /// Any: the track's lowest layer, a starved viewer's last resort before it loses
+    /// packets.
+    Any,
+    /// Half the frame rate at least (one temporal layer dropped): a higher layer at a
+    /// quarter of the frame rate looks worse than the layer below at full rate.
+    HalfRate,
 }
 
 /// The layers of one source track.
@@ -111,12 +216,13 @@ impl SourceLayers {
         self.layers.push(l);
     }
 
-    /// Counts `len` bytes of stream `ssrc` as spatial layer `spatial`'s (a scalable stream;
-    /// after [`SourceLayers::on_packet`] for the same packet).
-    pub fn on_spatial(&mut self, ssrc: u32, spatial: u8, len: usize) {
+    /// Counts `len` bytes of stream `ssrc` as layer (`spatial`, `temporal`)'s (a layered
+    /// stream; after [`SourceLayers::on_packet`] for the same packet).
+    pub fn on_layer(&mut self, ssrc: u32, spatial: u8, temporal: u8, len: usize) {
         let s = usize::from(spatial).min(MAX_SPATIAL - 1);
+        let t = usize::from(temporal).min(MAX_TEMPORAL - 1);
         if let Some(l) = self.layers.iter_mut().find(|l| l.ssrc == ssrc) {
-            l.spatial_bytes[s] += len as u64;
+            l.layer_bytes[s][t] += len as u64;
             l.spatial_layers = l.spatial_layers.max(s as u8 + 1);
         }
     }
@@ -149,14 +255,15 @@ impl SourceLayers {
         for l in &mut self.layers {
             let rate = (l.window_bytes as f64 * 8.0 / secs) as u64;
             l.window_bytes = 0;
-            for i in 0..MAX_SPATIAL {
-                let r = (l.spatial_bytes[i] as f64 * 8.0 / secs) as u64;
-                l.spatial_bytes[i] = 0;
-                l.spatial_bps[i] = if l.spatial_bps[i] == 0 {
-                    r
-                } else {
-                    (l.spatial_bps[i] + r) / 2
-                };
+            for (bytes, bps) in l
+                .layer_bytes
+                .iter_mut()
+                .flatten()
+                .zip(l.layer_bps.iter_mut().flatten())
+            {
+                let r = (*bytes as f64 * 8.0 / secs) as u64;
+                *bytes = 0;
+                *bps = if *bps == 0 { r } else { (*bps + r) / 2 };
             }
             // Smoothed over ~2 windows: a keyframe doubles one window's rate, and the ranking
             // of layers must not follow it.
@@ -166,6 +273,7 @@ impl SourceLayers {
                 (l.bitrate_bps + rate) / 2
             };
             l.peak_bps = l.peak_bps.max(l.bitrate_bps);
+            l.windows = l.windows.saturating_add(1);
         }
         self.window_start = Some(now);
         true
@@ -206,13 +314,16 @@ impl SourceLayers {
         v
     }
 
-    /// Whether a live layer has no measured rate yet (the first [`RATE_WINDOW`] of a stream
-    /// on this node: a relay that just started, a layer that just came): layers cannot be
-    /// ranked until one has.
+    /// Whether a live layer has no settled rate yet (the first two [`RATE_WINDOW`]s of a
+    /// stream on this node: a relay that just started, a layer that just came): layers
+    /// cannot be ranked until each has. One window is not enough: the keyframe a new node
+    /// asks for on arrival lands in it, and its temporal layers' shares (all base layer)
+    /// would take a viewer that moved off the temporal layer it played.
     pub fn unranked(&self, now: Instant) -> bool {
         // Per stream, not per spatial layer: an SVC encoder may leave a spatial layer out
         // for as long as it likes (CPU, bandwidth), and that layer's rate stays 0.
-        self.live(now).any(|l| l.peak_bps.max(l.bitrate_bps) == 0)
+        self.live(now)
+            .any(|l| l.peak_bps.max(l.bitrate_bps) == 0 || l.windows < 2)
     }
 
     /// Every layer it has carried, live or paused, lowest first by the most it carried.
@@ -231,9 +342,38 @@ impl SourceLayers {
         };
         (0..usize::from(l.spatial_layers))
             .map(|i| {
-                let mut s = SourceLayer::measured(i as u32, l.spatial_bps[i], now);
+                let mut s = SourceLayer::measured(i as u32, l.spatial_bps(i), now);
                 s.size = l.spatial_size[i];
+                s.layer_bps[0] = l.layer_bps[i];
                 s
+            })
+            .collect()
+    }
+
+    /// The allocator's ladder for this track, lowest first. Each layer — a simulcast stream
+    /// (`simulcast`), a scalable stream's spatial layer (`scalable`), else the single stream —
+    /// goes up through its temporal layers where it has them: the lowest layer from its lowest
+    /// temporal layer, the layers above it from half the frame rate (after LiveKit's and
+    /// mediasoup's selectors, which climb spatial layer by spatial layer, temporal layers
+    /// within each).
+    pub fn ladder(&self, now: Instant, scalable: bool) -> Vec<Rung> {
+        let layers = if scalable {
+            self.spatial(now)
+        } else if self.simulcast {
+            self.ranked(now)
+        } else {
+            self.ranked(now).into_iter().rev().take(1).collect()
+        };
+        layers
+            .iter()
+            .enumerate()
+            .flat_map(|(k, l)| {
+                let lowest = if k == 0 {
+                    Lowest::Any
+                } else {
+                    Lowest::HalfRate
+                };
+                l.rungs(lowest)
             })
             .collect()
     }
@@ -284,6 +424,56 @@ mod tests {
         assert_eq!(s.top(later), Some(2));
         assert_eq!(s.ranked(later).len(), 2);
         assert!(s.get(3).is_some(), "remembered for when it comes back");
+    }
+
+    #[test]
+    fn the_ladder_climbs_each_layer_through_its_temporal_layers() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = SourceLayers {
+            simulcast: true,
+            ..SourceLayers::default()
+        };
+        // Two simulcast streams with three temporal layers each (libwebrtc's pattern 0 2 1 2,
+        // T0 frames four times the size of T2 ones), and a third without temporal layers.
+        for i in 0..100u64 {
+            let now = t0 + ms(i * 5);
+            let tid = [0u8, 2, 1, 2][i as usize % 4];
+            let size = [400, 100, 200, 100][i as usize % 4];
+            for (ssrc, scale) in [(1u32, 1usize), (2, 3)] {
+                s.on_packet(now, ssrc, size * scale);
+                s.on_layer(ssrc, 0, tid, size * scale);
+            }
+            s.on_packet(now, 3, 5000);
+        }
+        assert!(s.tick(t0 + ms(500)));
+        let ladder: Vec<(u32, Option<u8>, u64)> = s
+            .ladder(t0 + ms(500), false)
+            .iter()
+            .map(|r| (r.layer, r.temporal, r.bitrate_bps / 1000))
+            .collect();
+        // Stream 1 (320 k): T0 400/800 of it, T1 600/800; stream 2 (960 k) from T1, as a
+        // higher layer below half the frame rate is not offered; stream 3 as one rung.
+        assert_eq!(
+            ladder,
+            [
+                (1, Some(0), 160),
+                (1, Some(1), 240),
+                (1, None, 320),
+                (2, Some(1), 720),
+                (2, None, 960),
+                (3, None, 8000),
+            ]
+        );
+        let rungs = s.ladder(t0 + ms(500), false);
+        assert_eq!(
+            rung_of(&rungs, 2, Some(0)),
+            Some(3),
+            "below the lowest rung: that rung"
+        );
+        assert_eq!(rung_of(&rungs, 2, Some(2)), Some(4));
+        assert_eq!(rung_of(&rungs, 1, None), Some(2));
+        assert_eq!(rung_of(&rungs, 9, None), None);
     }
 
     #[test]

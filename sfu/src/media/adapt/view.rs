@@ -79,6 +79,11 @@ pub struct TrackView {
     pub target: Option<usize>,
     /// The layer (index into `layers`) it plays now.
     pub playing: Option<usize>,
+    /// The highest temporal layer it is to get (`None`: all): what the allocator chose, or
+    /// the viewer's frame-rate cap where lower.
+    pub temporal_target: Option<u8>,
+    /// The highest temporal layer it gets now (`None`: the source has none, or not known yet).
+    pub temporal_playing: Option<u8>,
 }
 
 /// One layer of a source track.
@@ -88,6 +93,9 @@ pub struct LayerView {
     pub ssrc: u32,
     /// What it carries (bit/s).
     pub bitrate_bps: u64,
+    /// What it carries up to each of its temporal layers (bit/s; empty without them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub temporal_bps: Vec<u64>,
     /// Its picture width, once a keyframe of it said.
     pub width: Option<u16>,
     /// Its picture height.
