@@ -551,16 +551,20 @@ fn run_mode(
                 }
                 if args.trace == Some(v) {
                     let x = samples[v].last().copied().unwrap_or_default();
-                    // The node's side: what it allocated, what a step up wants, and the
-                    // video track's target (layer index, temporal layer).
+                    // The node's side: what it allocated, what a step up wants, the video
+                    // track's target (layer index, temporal layer), the estimator's state, the
+                    // loss it measured and the probe packets sent so far.
                     let node_side = adaptation.as_ref().map_or(String::new(), |a| {
                         let video = a.tracks.iter().find(|t| t.kind == "video");
                         format!(
-                            " allocated {:>5} wanted {:>5} target {:?}/{:?}",
+                            " allocated {:>5} wanted {:>5} target {:?}/{:?} {} loss {:.3} probes {}",
                             a.allocated_bps / 1000,
                             a.wanted_bps.unwrap_or(0) / 1000,
                             video.and_then(|t| t.target),
                             video.and_then(|t| t.temporal_target),
+                            a.congestion.unwrap_or("-"),
+                            a.loss.unwrap_or(0.0),
+                            a.probe_packets,
                         )
                     });
                     eprintln!(

@@ -152,15 +152,15 @@ pub(super) fn migrate(
     let (session, peer, me) = (view.session.clone(), target.clone(), cores.id().clone());
     let (stream, publisher, epoch) = cores
         .drive(shard, move |node| {
-            let s = node.session(&session).ok_or(None)?;
+            let s = node.session(&session).ok_or(NotStarted::Gone)?;
             if !s.active {
-                return Err(Some(MigrationApiError::new(
+                return Err(NotStarted::Refused(MigrationApiError::new(
                     409,
                     format!("session {session} is migrating"),
                 )));
             }
             if !node.has_peer(&peer) {
-                return Err(Some(MigrationApiError::new(
+                return Err(NotStarted::Refused(MigrationApiError::new(
                     503,
                     format!("target {peer} is not known to {me} yet"),
                 )));
@@ -171,7 +171,7 @@ pub(super) fn migrate(
                 s.epoch,
             ))
         })
-        .map_err(|e| e.unwrap_or_else(missing))?;
+        .map_err(|e| e.into_api(missing))?;
     let me = cores.id().clone();
     // The span opens before `Prepare` leaves, which carries its context.
     let fresh = !c.book.is_traced(&view.id);
@@ -192,30 +192,29 @@ pub(super) fn migrate(
     let started = cores
         .drive_core(shard, move |core| {
             let Some((m, _)) = core.migrator.as_mut() else {
-                return Err(None);
+                return Err(NotStarted::Refused(MigrationApiError::new(
+                    503,
+                    "this core runs no migrator",
+                )));
             };
+            // Planning fails only for a session that is not here.
             core.node
                 .plan_move(&session, &plan.target, mode)
-                .map_err(|_| None)?;
+                .map_err(|_| NotStarted::Gone)?;
             m.start(now, &mut core.node, plan).map_err(|e| {
                 core.node.move_abandoned(&session);
-                Some(e)
+                let status = match e {
+                    ferry_migrator::StartError::SelfTarget => 400,
+                    _ => 409,
+                };
+                NotStarted::Refused(MigrationApiError::new(status, e.to_string()))
             })
         })
         .map_err(|e| {
             if fresh {
                 c.book.untrace(&view.id);
             }
-            match e {
-                None => missing(),
-                Some(e) => {
-                    let status = match e {
-                        ferry_migrator::StartError::SelfTarget => 400,
-                        _ => 409,
-                    };
-                    MigrationApiError::new(status, e.to_string())
-                }
-            }
+            e.into_api(missing)
         });
     started?;
     c.routes.insert(view.id.clone(), shard);
@@ -225,6 +224,23 @@ pub(super) fn migrate(
         .get(&id)
         .cloned()
         .ok_or_else(|| MigrationApiError::new(500, "migration not recorded"))
+}
+
+/// Why a session's core did not start its migration.
+enum NotStarted {
+    /// The session is not on the core (any more): the caller's "not found".
+    Gone,
+    /// The core refused, for the reason given.
+    Refused(MigrationApiError),
+}
+
+impl NotStarted {
+    fn into_api(self, missing: impl FnOnce() -> MigrationApiError) -> MigrationApiError {
+        match self {
+            NotStarted::Gone => missing(),
+            NotStarted::Refused(e) => e,
+        }
+    }
 }
 
 pub(super) fn command(cores: &Cores, cluster: Option<&mut Migrations>, cmd: Command) {

@@ -9,13 +9,18 @@
 //! ([`Node::request_stream`]). The deterministic simulation drives this path as the HTTP API
 //! does.
 
+mod book;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use ferry_proto::StreamId;
 
 use super::Node;
-use crate::node::signal::{SessionAnswer, SessionKind, SignalError};
+use crate::node::signal::{SessionKind, SignalError};
+pub(super) use book::Waiting;
+pub use book::{Answer, Requested};
+use book::{Parked, Want};
 use ferry_proto::api::TicketClaims;
 
 /// How long a viewer's request waits for the relay of a stream published elsewhere.
@@ -24,61 +29,6 @@ pub const RELAY_WAIT: Duration = Duration::from_millis(1500);
 /// While a request waits, how often the relay's subscription is sent again (it or the origin's
 /// offer was lost; the relay's own refresh comes once a second).
 pub const SUBSCRIBE_RETRY: Duration = Duration::from_millis(200);
-
-/// What [`Node::request_session`] gives back.
-#[derive(Debug)]
-pub enum Requested {
-    /// The answer, now.
-    Answer(SessionAnswer),
-    /// A viewer waiting for its stream's relay: [`Node::poll_answer`] gives its answer under
-    /// this id.
-    Waiting(u64),
-}
-
-/// The answer to a request that waited.
-#[derive(Debug)]
-pub enum Answer {
-    /// A viewer's ([`Node::request_session`]).
-    Session(Result<SessionAnswer, SignalError>),
-    /// Whether the stream is here now ([`Node::request_stream`]).
-    Stream(bool),
-}
-
-/// What waits for a stream's relay.
-#[derive(Debug)]
-enum Want {
-    /// A viewer's session.
-    Viewer {
-        offer: String,
-        key: Option<String>,
-        ticket: Option<TicketClaims>,
-    },
-    /// The stream itself (a recording starts).
-    Stream,
-    /// A viewer migrating in (imported): nobody is answered, but a lost subscription or offer
-    /// is asked again every [`SUBSCRIBE_RETRY`] rather than at the relay's next refresh, since
-    /// the viewer plays from here as soon as it is activated.
-    Import,
-}
-
-/// A request waiting for its stream's relay.
-#[derive(Debug)]
-struct Parked {
-    id: u64,
-    stream: StreamId,
-    want: Want,
-    until: Instant,
-    /// When the subscription is sent again if the offer has not come.
-    ask_again: Instant,
-}
-
-/// The requests waiting here and the answers not yet taken.
-#[derive(Debug, Default)]
-pub(super) struct Waiting {
-    parked: Vec<Parked>,
-    answers: std::collections::VecDeque<(u64, Answer)>,
-    next_id: u64,
-}
 
 impl Node {
     /// [`Node::create_session`], except for a viewer of a stream published on another node

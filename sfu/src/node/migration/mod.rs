@@ -9,6 +9,8 @@
 //! session at the same time, and no SRTP index is used twice: a rollback
 //! resumes the source exactly where it froze.
 
+mod book;
+
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -22,6 +24,7 @@ use crate::cluster::relay::{self, RelayIn, RelayOut};
 use crate::media::line::MediaLine;
 use crate::media::munger::DropReason;
 use crate::node::session::{Role, Session, WalLog};
+pub(super) use book::Takeover;
 
 /// Why a migration step failed on this node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,15 +54,6 @@ pub enum MigrateError {
     /// The WAL capture overflowed (the migration took too long).
     #[error("WAL of session {0} overflowed")]
     WalOverflow(SessionId),
-}
-
-/// What an imported session takes over at activation.
-#[derive(Debug, Default)]
-pub(super) struct Takeover {
-    /// Publisher: nodes to relay the stream to.
-    relay_to: Vec<SocketAddr>,
-    /// The stream's origin before the cutover.
-    previous_origin: Option<SocketAddr>,
 }
 
 impl Node {

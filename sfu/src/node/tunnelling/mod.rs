@@ -4,12 +4,15 @@
 //! the datagrams of frozen or imported sessions, and the forwarding
 //! pointers of sessions that moved away.
 
+mod book;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::Node;
 use crate::cluster::tunnel::{self, CLAIM, FORWARDED, TO_CLIENT, TunnelHeader};
-use crate::node::session::{Session, Transmit, Via};
+use crate::node::session::Transmit;
+pub(super) use book::{Forward, Held, Ingress};
 
 /// A forwarding pointer lives this long after its last use.
 pub const FORWARD_GRACE: Duration = Duration::from_secs(30);
@@ -18,61 +21,6 @@ pub const HOLD_MAX: usize = 2048;
 /// How long a node answers relay subscribers of a stream whose publisher
 /// moved away with the new origin.
 pub const MOVED_GRACE: Duration = Duration::from_secs(30);
-
-/// How the datagram being processed reached the node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Ingress {
-    /// From the client itself.
-    Direct,
-    /// Through an edge (or a node acting as one) at `addr`.
-    Edge { addr: SocketAddr, epoch: u64 },
-    /// Re-sent by the node the session left: says nothing about the path.
-    Forwarded,
-}
-
-impl Ingress {
-    /// Where a reply to this datagram goes: back the way it came.
-    pub(super) fn reply_path(self, s: &Session) -> Option<Via> {
-        match self {
-            Self::Direct => None,
-            Self::Edge { addr, .. } => Some(Via {
-                addr,
-                epoch: s.epoch,
-            }),
-            Self::Forwarded => s.path(),
-        }
-    }
-
-    /// A check on the media path came this way: send media this way too.
-    pub(super) fn update_path(self, s: &mut Session) {
-        match self {
-            Self::Direct => s.via = None,
-            Self::Edge { addr, .. } => s.via = Some(addr),
-            Self::Forwarded => {}
-        }
-    }
-}
-
-/// A datagram kept for an inactive session.
-#[derive(Debug)]
-pub(super) struct Held {
-    pub(super) from: SocketAddr,
-    pub(super) ingress: Ingress,
-    pub(super) data: Vec<u8>,
-}
-
-/// Where the datagrams of a session that moved away go.
-#[derive(Debug, Clone)]
-pub(super) struct Forward {
-    /// The session's ICE ufrag here.
-    pub(super) ufrag: String,
-    /// The node that owns it now.
-    pub(super) target: SocketAddr,
-    /// Its epoch there.
-    pub(super) epoch: u64,
-    /// Forgotten after this.
-    pub(super) expires: Instant,
-}
 
 impl Node {
     /// Wraps a datagram for a client reached through an edge or forwarding
