@@ -147,6 +147,55 @@ pub struct MungerState {
     /// Last outgoing dependency-descriptor frame number, for continuity on a switch.
     #[prost(uint32, optional, tag = "17")]
     pub dd_last_frame: Option<u32>,
+    /// The numbering window while packets are dropped (`layered`): with it the new node
+    /// numbers the packets still to come and answers NACKs of the numbers handed out before
+    /// the move as the old one would; without it (an older snapshot) the next packet starts
+    /// a segment of its own and those NACKs go unanswered.
+    #[prost(message, optional, tag = "18")]
+    pub layered_map: Option<LayeredState>,
+}
+
+/// The numbering window of a viewer that gets only some of its layer's packets.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LayeredState {
+    /// The window's source packets, oldest first.
+    #[prost(message, repeated, tag = "1")]
+    pub slots: Vec<LayeredSlot>,
+    /// Highest source extended sequence number given a slot.
+    #[prost(uint64, tag = "2")]
+    pub highest: u64,
+    /// The next outgoing extended sequence number.
+    #[prost(uint64, tag = "3")]
+    pub next_out: u64,
+    /// VP8 picture-id delta for pictures after the last dropped one.
+    #[prost(uint32, tag = "4")]
+    pub pic_delta: u32,
+    /// The last VP8 picture id among the newest packets…
+    #[prost(uint32, optional, tag = "5")]
+    pub last_pic: Option<u32>,
+    /// …and whether it was dropped.
+    #[prost(bool, tag = "6")]
+    pub last_pic_dropped: bool,
+    /// The highest source number when the window took over.
+    #[prost(uint64, tag = "7")]
+    pub start_src: u64,
+}
+
+/// One source packet of a [`LayeredState`] window.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LayeredSlot {
+    /// Source extended sequence number.
+    #[prost(uint64, tag = "1")]
+    pub src: u64,
+    /// The outgoing extended sequence number it took or left empty (0: none).
+    #[prost(uint64, tag = "2")]
+    pub out: u64,
+    /// VP8 picture-id delta in force for it.
+    #[prost(uint32, tag = "3")]
+    pub pic_delta: u32,
+    /// 1 forwarded, 2 reserved (not seen yet), 3 dropped.
+    #[prost(uint32, tag = "4")]
+    pub fate: u32,
 }
 
 /// The last sender report received on a stream (its NTP↔RTP mapping).

@@ -68,6 +68,12 @@ impl LossController {
         self.fraction
     }
 
+    /// Whether the last sample lost enough to keep the cap from growing: a cap on a clean path
+    /// only waits for the acknowledged rate or a probe to lift it.
+    pub fn lossy(&self) -> bool {
+        f64::from(self.fraction) / 256.0 >= LOW_LOSS
+    }
+
     pub fn last_decrease(&self) -> Option<Instant> {
         self.last_decrease
     }
@@ -137,8 +143,15 @@ impl LossController {
                 // A clean path that carries `acked` is no reason to cap below it: after a loss
                 // episode the cap starts again from what gets through, not from 8 %/s above
                 // whatever the episode left.
+                // Nor does it grow past what the acknowledged rate vouches for (1.5× it, as
+                // the delay-based increase): a viewer that gets a low layer after the episode
+                // would otherwise see its cap climb blind to any estimate, and be switched up
+                // into a link that cannot carry it; a probe lifts the cap (`lift_to`).
                 let floor = acked.map_or(0.0, |a| a as f64);
-                let grown = (c * INCREASE_PER_S.powf(dt) + INCREASE_BPS * dt).max(floor);
+                let vouched = acked.map_or(f64::MAX, |a| 1.5 * a as f64 + 10_000.0);
+                let grown = (c * INCREASE_PER_S.powf(dt) + INCREASE_BPS * dt)
+                    .min(vouched.max(c))
+                    .max(floor);
                 self.cap = (grown < uncapped as f64).then_some(grown);
             }
         } else if loss <= HIGH_LOSS {

@@ -367,9 +367,8 @@ impl BandwidthEstimator {
             self.rate.saturated_at(now, ceiling);
         }
         if !acked_any {
-            if let Some(r) = raise.filter(|r| *r > self.rate.estimate()) {
-                self.rate.set_estimate(now, r);
-                self.loss.lift_to(r);
+            if let Some(r) = raise.filter(|r| *r > self.estimate) {
+                self.raise_to(now, r);
             }
             return;
         }
@@ -395,12 +394,20 @@ impl BandwidthEstimator {
                     }
                 }
             }
-        } else if let Some(r) = raise.filter(|r| *r > self.rate.estimate()) {
-            self.rate.set_estimate(now, r);
-            self.loss.lift_to(r);
+        } else if let Some(r) = raise.filter(|r| *r > self.estimate) {
+            self.raise_to(now, r);
         } else {
             self.rate.update(now, usage, acked);
         }
+    }
+
+    /// A probe showed the path carries `bps`, above the estimate: the delay-based part rises to
+    /// it (where it is lower) and the loss cap with it (a cap that waited for a probe).
+    fn raise_to(&mut self, now: Instant, bps: u64) {
+        if bps > self.rate.estimate() {
+            self.rate.set_estimate(now, bps);
+        }
+        self.loss.lift_to(bps);
     }
 
     /// The estimate before the loss cap.
@@ -509,12 +516,14 @@ impl BandwidthEstimator {
         if !self.twcc && self.remb.is_some() {
             return false;
         }
-        if !self.prober.active()
-            && matches!(
-                self.congestion,
-                Congestion::Overusing | Congestion::LossLimited
-            )
-        {
+        // Not into a queue or into loss. A loss cap on a clean path (it grows only as far as
+        // the acknowledged rate vouches) is what a probe is for.
+        let congested = match self.congestion {
+            Congestion::Overusing => true,
+            Congestion::LossLimited => self.feedback_lost || self.loss.lossy(),
+            _ => false,
+        };
+        if !self.prober.active() && congested {
             return false;
         }
         let target = target_bps.min(self.cfg.max_bps);

@@ -179,8 +179,13 @@ pub fn allocate(
             let current = current_level(t);
             let above_current = current.is_none_or(|c| next > c);
             // Up one layer past the one it plays per allocation: the next allocation (with the
-            // estimate that layer's traffic produced) decides the step after.
-            if current.is_some_and(|c| next > c + 1) {
+            // estimate that layer's traffic produced) decides the step after. A rung already
+            // targeted stays reachable: while a switch waits for its keyframe the track still
+            // plays the old layer, and pulling the target back would count as a step down.
+            let targeted = states
+                .get(i)
+                .and_then(|s| rung_of(t.layers, s.target?, s.temporal));
+            if current.is_some_and(|c| next > c + 1) && targeted.is_none_or(|g| next > g) {
                 continue;
             }
             let (need, held) = if above_current {
@@ -239,7 +244,7 @@ pub fn allocate(
         let up = was.is_none_or(|w| level[i] > w);
         if up {
             state.up_at = Some(now);
-        } else {
+        } else if was.is_some_and(|w| level[i] < w) {
             // A climb that failed soon holds longer each time: a link on the edge of a
             // layer is not made to freeze every few seconds.
             let failed = state
@@ -422,6 +427,62 @@ mod tests {
         t.current = Some((1, Some(0)));
         allocate(later, 10_000_000, &[t], &mut st, &cfg);
         assert_eq!((st[0].target, st[0].temporal), (Some(1), Some(1)));
+    }
+
+    #[test]
+    fn a_first_choice_of_the_layer_a_track_plays_is_no_step_down() {
+        // A viewer that starts on a low estimate while its track shows the lowest layer (every
+        // temporal layer of it): the first allocation chooses that layer, which holds nothing,
+        // and the next allocation with more room climbs at once.
+        let t0 = Instant::now();
+        let cam = [layer(1, 150_000), layer(2, 500_000)];
+        let cfg = without_key_spare();
+        let mut st = [TrackState::default()];
+        let mut t = video(&cam, None);
+        t.current = Some((1, Some(2)));
+        allocate(t0, 300_000, &[t], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(1));
+        assert_eq!(st[0].held_until, None);
+        let t1 = t0 + Duration::from_millis(200);
+        allocate(t1, 1_000_000, &[video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!(st[0].target, Some(2));
+    }
+
+    #[test]
+    fn a_switch_waiting_for_its_keyframe_keeps_its_target() {
+        // q0 q h: the track plays q0 (its temporal target applied to the old layer while h's
+        // keyframe is awaited) with h targeted; the estimate still carries h: no pull back to
+        // the rung above q0 and no hold.
+        let t0 = Instant::now();
+        let rung = |layer: u32, temporal: Option<u8>, bps: u64| Rung {
+            layer,
+            temporal,
+            bitrate_bps: bps,
+            layer_bps: bps,
+            size: None,
+        };
+        let cam = [
+            rung(1, Some(0), 80_000),
+            rung(1, None, 150_000),
+            rung(2, None, 500_000),
+        ];
+        let cfg = without_key_spare();
+        let mut st = [TrackState {
+            target: Some(2),
+            up_at: Some(t0),
+            ..TrackState::default()
+        }];
+        let mut t = video(&cam, None);
+        t.current = Some((1, Some(0)));
+        let a = allocate(
+            t0 + Duration::from_millis(100),
+            1_200_000,
+            &[t],
+            &mut st,
+            &cfg,
+        );
+        assert!(a.switches.is_empty(), "{a:?}");
+        assert_eq!((st[0].target, st[0].held_until), (Some(2), None));
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! outgoing number empty: the caller fills it with a padding packet, which a receiver takes as
 //! the missing number. A NACK maps back through a second window, outgoing to source.
 
+use ferry_proto::state::media::{LayeredSlot, LayeredState};
+
 /// Source sequence numbers remembered (and outgoing ones mapped back): about a second of a
 /// 4 Mbit/s layer, longer than a NACK takes to come back.
 pub(super) const WINDOW: usize = 1024;
@@ -219,11 +221,116 @@ impl LayeredMap {
     pub fn pic_delta(&self) -> u16 {
         self.pic_delta
     }
+
+    /// Exports the window (part of the viewer's snapshot).
+    pub fn snapshot(&self) -> LayeredState {
+        let from = self.highest.saturating_sub(WINDOW as u64 - 1);
+        let slots = (from..=self.highest)
+            .filter_map(|src| self.slot(src))
+            .map(|s| LayeredSlot {
+                src: s.src,
+                out: s.out,
+                pic_delta: u32::from(s.pic_delta),
+                fate: match s.fate {
+                    Fate::Forwarded => 1,
+                    Fate::Reserved => 2,
+                    Fate::Dropped | Fate::Empty => 3,
+                },
+            })
+            .collect();
+        LayeredState {
+            slots,
+            highest: self.highest,
+            next_out: self.next_out,
+            pic_delta: u32::from(self.pic_delta),
+            last_pic: self.last_pic.map(|(p, _)| u32::from(p)),
+            last_pic_dropped: self.last_pic.is_some_and(|(_, d)| d),
+            start_src: self.start_src,
+        }
+    }
+
+    /// Rebuilds a window; `None` when the state does not describe one (a numbering that
+    /// would go backwards, slots beyond the window).
+    pub fn restore(s: &LayeredState) -> Option<Self> {
+        if s.next_out == 0 || s.start_src > s.highest {
+            return None;
+        }
+        let mut m = Self {
+            slots: vec![Slot::default(); WINDOW],
+            back: vec![Back::default(); WINDOW],
+            highest: s.highest,
+            next_out: s.next_out,
+            pic_delta: (s.pic_delta & 0x7fff) as u16,
+            last_pic: s
+                .last_pic
+                .map(|p| ((p & 0x7fff) as u16, s.last_pic_dropped)),
+            start_src: s.start_src,
+        };
+        let from = s.highest.saturating_sub(WINDOW as u64 - 1);
+        for slot in &s.slots {
+            let fate = match slot.fate {
+                1 => Fate::Forwarded,
+                2 => Fate::Reserved,
+                3 => Fate::Dropped,
+                _ => return None,
+            };
+            if slot.src < from || slot.src > s.highest || slot.out >= s.next_out {
+                return None;
+            }
+            m.slots[(slot.src % WINDOW as u64) as usize] = Slot {
+                src: slot.src,
+                out: slot.out,
+                pic_delta: (slot.pic_delta & 0x7fff) as u16,
+                fate,
+            };
+            // The outgoing side as `set` and `drop_packet` left it: a number taken, or one
+            // reserved and left empty (a hole, answered with padding).
+            if fate != Fate::Dropped || slot.out != 0 {
+                m.back[(slot.out % WINDOW as u64) as usize] = Back {
+                    out: slot.out,
+                    src: slot.src,
+                    hole: fate == Fate::Dropped,
+                    used: true,
+                };
+            }
+        }
+        Some(m)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A window exported and rebuilt (a viewer that moves while it gets some of its layer's
+    /// packets) numbers what comes next and answers NACKs as the original does.
+    #[test]
+    fn a_restored_window_numbers_and_answers_as_the_original() {
+        let mut m = LayeredMap::new(99, 999, 0, Some(9));
+        m.forward(100, Some(10));
+        m.drop_packet(101, Some(11));
+        // 102 not seen yet: 103 reserves a number for it.
+        m.forward(103, Some(12));
+        let mut back = LayeredMap::restore(&m.snapshot()).expect("a window");
+        for out in 995..1010 {
+            assert_eq!(back.reverse(out), m.reverse(out), "out {out}");
+        }
+        // 102 turns out dropped on both: the same hole; then the same numbers.
+        assert_eq!(
+            back.drop_packet(102, Some(11)),
+            m.drop_packet(102, Some(11))
+        );
+        assert_eq!(back.reverse(1001), Some(Carried::Hole));
+        assert_eq!(back.forward(104, Some(13)), m.forward(104, Some(13)));
+        assert_eq!(back.forward(100, Some(10)), m.forward(100, Some(10)));
+        // Not a window: refused, not trusted.
+        let mut bad = m.snapshot();
+        bad.slots[0].fate = 9;
+        assert!(LayeredMap::restore(&bad).is_none());
+        let mut bad = m.snapshot();
+        bad.slots[0].out = bad.next_out;
+        assert!(LayeredMap::restore(&bad).is_none());
+    }
 
     #[test]
     fn dropped_packets_take_no_numbers_and_pictures_stay_continuous() {

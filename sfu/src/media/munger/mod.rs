@@ -413,6 +413,7 @@ impl Munger {
             layered: self.layered.is_some(),
             dd_frame_delta: u32::from(self.dd_frame_delta),
             dd_last_frame: self.dd_last.map(u32::from),
+            layered_map: self.layered.as_ref().map(|m| m.snapshot()),
         }
     }
 
@@ -447,8 +448,20 @@ impl Munger {
             dd_last: s.dd_last_frame.map(|f| f as u16),
             layered: None,
         };
-        // Packets were being dropped: the last segment's arithmetic no longer holds past the
-        // last packet numbered, so what comes next starts a segment of its own there.
+        // Packets were being dropped: with the window, the new node goes on numbering as the
+        // old one did (and answers NACKs of what it numbered)…
+        if s.layered
+            && m.started
+            && let Some(map) = s.layered_map.as_ref().and_then(LayeredMap::restore)
+            && m.segments
+                .last()
+                .is_some_and(|seg| seg.layered_from_out.is_some())
+        {
+            m.layered = Some(Box::new(map));
+            return m;
+        }
+        // …without it, the last segment's arithmetic no longer holds past the last packet
+        // numbered, so what comes next starts a segment of its own there.
         if s.layered && m.started {
             let src_ssrc = m.src_ssrc.unwrap_or_default();
             m.segments.push(SeqSegment {
