@@ -225,6 +225,37 @@ mod tests {
         assert_eq!(l.cap(), None);
     }
 
+    /// After a loss episode a viewer that gets a low layer does not see its cap climb blind:
+    /// it grows to 1.5× what is acknowledged (+10 kbit/s) and no further, a probe lifts it,
+    /// and a clean path is no reason to refuse that probe.
+    #[test]
+    fn a_clean_cap_grows_only_as_far_as_the_acknowledged_rate_vouches() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut l = LossController::default();
+        // 40 % loss from 2 Mbit/s: cap 1.6 M; then 0.6 Mbit/s acknowledged for 5 s.
+        l.update(t0, 102, 2_000_000, 2_000_000, Some(600_000), RTT);
+        assert_eq!(l.cap(), Some(1_601_562));
+        assert!(l.lossy());
+        for k in 1..=5 {
+            l.update(t0 + s * k, 0, 1_601_562, 2_000_000, Some(600_000), RTT);
+        }
+        // Above 1.5 × 600 k + 10 k = 910 k already: it holds where it is.
+        assert_eq!(l.cap(), Some(1_601_562));
+        assert!(!l.lossy());
+        // A lower cap grows, but stops at what the acknowledged rate vouches for.
+        let mut l = LossController::default();
+        l.update(t0, 102, 1_000_000, 2_000_000, Some(600_000), RTT);
+        assert_eq!(l.cap(), Some(800_781));
+        for k in 1..=10 {
+            l.update(t0 + s * k, 0, 800_000, 2_000_000, Some(600_000), RTT);
+        }
+        assert_eq!(l.cap(), Some(910_000));
+        // A probe lifts it.
+        l.lift_to(1_800_000);
+        assert_eq!(l.cap(), Some(1_800_000));
+    }
+
     #[test]
     fn transport_wide_samples_need_packets_and_time() {
         let t0 = Instant::now();
