@@ -160,6 +160,13 @@ pub fn allocate(
     };
     let current_level = |t: &TrackInput<'_>| t.current.and_then(|(l, tl)| rung_of(t.layers, l, tl));
     let mut level: Vec<usize> = vec![0; tracks.len()];
+    // The rung each track was last given (its switch may still wait for a keyframe).
+    let targeted: Vec<Option<usize>> = (0..tracks.len())
+        .map(|i| {
+            let s = states.get(i)?;
+            rung_of(tracks[i].layers, s.target?, s.temporal)
+        })
+        .collect();
     for &i in &order {
         budget -= tracks[i].layers[0].bitrate_bps as i64;
     }
@@ -182,10 +189,7 @@ pub fn allocate(
             // estimate that layer's traffic produced) decides the step after. A rung already
             // targeted stays reachable: while a switch waits for its keyframe the track still
             // plays the old layer, and pulling the target back would count as a step down.
-            let targeted = states
-                .get(i)
-                .and_then(|s| rung_of(t.layers, s.target?, s.temporal));
-            if current.is_some_and(|c| next > c + 1) && targeted.is_none_or(|g| next > g) {
+            if current.is_some_and(|c| next > c + 1) && targeted[i].is_none_or(|g| next > g) {
                 continue;
             }
             let (need, held) = if above_current {
