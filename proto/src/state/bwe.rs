@@ -68,4 +68,8 @@ pub struct BweState {
     /// Next probe cluster id.
     #[prost(uint32, tag = "19")]
     pub next_probe_id: u32,
+    /// Nothing has said yet where the path ends (no overuse, no probe): the estimate is held
+    /// at least at the acknowledged bitrate. Absent in older snapshots: held no longer.
+    #[prost(bool, tag = "20")]
+    pub acked_floor: bool,
 }

@@ -204,6 +204,9 @@ pub struct BandwidthEstimator {
     scratch: Vec<Acked>,
     /// Until then, overuse does not decrease the estimate (a switch up's keyframe burst).
     burst_until: Option<Instant>,
+    /// The path has said where its limit lies: an overuse (or a probe ran). Until then the
+    /// estimate is at least what the receiver acknowledged.
+    settled: bool,
 }
 
 impl BandwidthEstimator {
@@ -228,6 +231,7 @@ impl BandwidthEstimator {
             congestion: Congestion::Normal,
             scratch: Vec::new(),
             burst_until: None,
+            settled: false,
         };
         bwe.refresh();
         bwe
@@ -336,7 +340,8 @@ impl BandwidthEstimator {
             }
             self.delay.on_packet(a.sent, a.arrival, now);
         }
-        self.update_delay_based(now, !acked.is_empty());
+        let acked_any = !acked.is_empty();
+        self.update_delay_based(now, acked_any);
         self.scratch = acked;
         if let Some(fraction) = self.loss.take_sample(now) {
             let uncapped = self.uncapped();
@@ -344,6 +349,9 @@ impl BandwidthEstimator {
             let acked = self.acked.bitrate_bps();
             self.loss
                 .update(now, fraction, self.estimate, uncapped, acked, rtt);
+        }
+        if acked_any {
+            self.floor_at_acked(now);
         }
         self.refresh();
     }
@@ -353,6 +361,9 @@ impl BandwidthEstimator {
     /// which only moves on news (`acked_any`).
     fn update_delay_based(&mut self, now: Instant, acked_any: bool) {
         let usage = self.delay.usage();
+        if usage == Usage::Overusing {
+            self.settled = true;
+        }
         let mut acked = self.acked.bitrate_bps();
         if usage == Usage::Overusing
             && let (Some(a), Some(r)) = (acked, self.acked.recent_bps())
@@ -399,6 +410,29 @@ impl BandwidthEstimator {
         } else {
             self.rate.update(now, usage, acked);
         }
+    }
+
+    /// Before the path said where its limit lies (an overuse, a probe), the estimate is at
+    /// least what the receiver acknowledged (libwebrtc's rate control takes the measured
+    /// throughput as its estimate once it has one, `AimdRateControl::bitrate_is_initialized_`).
+    /// A low start under a stream that cannot go lower (a single stream, a lowest layer above
+    /// the start) would otherwise take seconds of 8 %/s increases to reach what already
+    /// flows — and on a path with random loss the loss cap would hold it at the start for
+    /// good — with everything held to the estimate (retransmissions) starved meanwhile. What
+    /// arrived is at most what the path carries: where a shaper drops the excess without a
+    /// queue, the acknowledged rate is the shaper's. Not once a probe ran (its padding counts
+    /// in the acknowledged rate).
+    fn floor_at_acked(&mut self, now: Instant) {
+        if self.settled || self.prober.next_id() > 1 || self.delay.usage() == Usage::Overusing {
+            return;
+        }
+        let Some(a) = self.acked.bitrate_bps() else {
+            return;
+        };
+        if a > self.rate.estimate() {
+            self.rate.set_estimate(now, a);
+        }
+        self.loss.lift_to(a);
     }
 
     /// A probe showed the path carries `bps`, above the estimate: the delay-based part rises to
@@ -538,6 +572,11 @@ impl BandwidthEstimator {
         self.prober.poll_send(now, rtt)
     }
 
+    /// Whether this estimator (or the one its snapshot came from) ever probed.
+    pub fn has_probed(&self) -> bool {
+        self.prober.next_id() > 1
+    }
+
     /// Whether a probe session runs.
     pub fn is_probing(&self) -> bool {
         self.prober.active()
@@ -597,6 +636,7 @@ impl BandwidthEstimator {
                 .next_allowed()
                 .map_or(0, |t| t.saturating_duration_since(now).as_millis() as u64),
             next_probe_id: self.prober.next_id(),
+            acked_floor: !self.settled,
         }
     }
 
@@ -635,6 +675,7 @@ impl BandwidthEstimator {
         }
         bwe.remb = s.remb_bps;
         bwe.twcc = s.twcc;
+        bwe.settled = !s.acked_floor;
         let wait = Duration::from_millis(s.probe_wait_ms).min(MAX_CONFIG_DURATION);
         bwe.prober = Prober::restored(
             s.next_probe_id,

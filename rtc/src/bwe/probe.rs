@@ -147,6 +147,10 @@ enum Phase {
 struct Session {
     target_bps: u64,
     clusters: u32,
+    /// The estimator's first probe: it asks for everything the viewer could want, from a
+    /// start that knows nothing of the path, so its failure says where the path ends (its
+    /// clusters measured that), not that probing should back off.
+    first: bool,
 }
 
 /// What feedback reported about one cluster's packets: all of them, and
@@ -421,6 +425,7 @@ impl Prober {
         self.session = Some(Session {
             target_bps: target,
             clusters: 0,
+            first: self.next_id == 1,
         });
         self.start_cluster(now, rate, limits);
         true
@@ -609,13 +614,17 @@ impl Prober {
         let Some(session) = self.session else {
             return;
         };
-        self.failures = self.failures.saturating_add(1);
-        let factor = 2u32.saturating_pow(self.failures.saturating_sub(1).min(16));
-        let wait = limits
-            .backoff
-            .saturating_mul(factor)
-            .min(limits.backoff_max)
-            .max(limits.min_interval);
+        let wait = if session.first {
+            limits.min_interval
+        } else {
+            self.failures = self.failures.saturating_add(1);
+            let factor = 2u32.saturating_pow(self.failures.saturating_sub(1).min(16));
+            limits
+                .backoff
+                .saturating_mul(factor)
+                .min(limits.backoff_max)
+                .max(limits.min_interval)
+        };
         self.next_allowed = Some(later(now, wait));
         self.end(now, session, measured, false);
     }
@@ -813,5 +822,37 @@ mod tests {
         );
         assert_eq!((ceiling, outcome), (None, None));
         assert!(raise.is_some_and(|r| r >= 760_000), "{raise:?}");
+    }
+
+    #[test]
+    fn the_first_session_failing_does_not_back_off_the_next() {
+        let t0 = Instant::now();
+        let l = limits();
+        let mut p = Prober::default();
+        // An overuse fails the running session. The first: no back-off, the least interval.
+        assert!(p.request(t0, 4_000_000, 300_000, &l));
+        assert_eq!(p.after_feedback(t0, 300_000, true, &l), None);
+        assert!(p.take_outcome().is_some_and(|o| !o.success));
+        assert_eq!(
+            (p.failures(), p.next_allowed()),
+            (0, Some(t0 + l.min_interval))
+        );
+        // The second fails as any other: the back-off, then twice it.
+        let t1 = t0 + l.min_interval;
+        assert!(p.request(t1, 1_000_000, 300_000, &l));
+        p.after_feedback(t1, 300_000, true, &l);
+        assert_eq!((p.failures(), p.next_allowed()), (1, Some(t1 + l.backoff)));
+        let t2 = t1 + l.backoff;
+        assert!(p.request(t2, 1_000_000, 300_000, &l));
+        p.after_feedback(t2, 300_000, true, &l);
+        assert_eq!(
+            (p.failures(), p.next_allowed()),
+            (2, Some(t2 + l.backoff * 2))
+        );
+        // A prober restored from a snapshot that probed before is past its first.
+        let mut moved = Prober::restored(5, 0, None);
+        assert!(moved.request(t0, 4_000_000, 300_000, &l));
+        moved.after_feedback(t0, 300_000, true, &l);
+        assert_eq!(moved.failures(), 1);
     }
 }

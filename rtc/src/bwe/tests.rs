@@ -74,9 +74,42 @@ fn a_clean_path_is_normal_and_acknowledged_at_the_sent_rate() {
     assert_eq!(bwe.congestion(), Congestion::Normal);
     let acked = bwe.acked_bps().unwrap();
     assert!((780_000..820_000).contains(&acked), "{acked}");
-    // App-limited below the estimate's headroom: the estimate grew, but not past 1.25 × acked.
+    // Nothing said where the path ends: the estimate is at least what was acknowledged, and
+    // app-limited, not past 1.25 × acked.
     let e = bwe.estimate_bps();
-    assert!(e > 300_000 && e <= 1_010_000 + 10_000, "{e}");
+    assert!(e >= acked && e <= 1_010_000 + 10_000, "{e}");
+}
+
+#[test]
+fn a_start_below_what_flows_comes_up_to_it_at_the_first_acknowledged_rate() {
+    let t0 = Instant::now();
+    // 1 Mbit/s flows (a single stream cannot go lower) from a 300 kbit/s start: after the
+    // acknowledged rate's first window, the estimate is there, not seconds of 8 %/s later.
+    let mut fresh = BandwidthEstimator::new(BweConfig::default());
+    clean_path(&mut fresh, t0, Duration::ZERO, 700 * MS, 1_000_000, 0);
+    let e = fresh.estimate_bps();
+    assert!(e >= 950_000, "{e}");
+    // A probe counts its padding in the acknowledged rate: once one ran, no floor (the
+    // estimate moves by the probe's result and AIMD).
+    let limits = fresh.limits();
+    assert!(fresh.prober.request(t0, 5_000_000, e, &limits));
+    assert!(fresh.prober.next_id() > 1);
+    // The floor moves with a migrated viewer; a snapshot without it (an older node's, or one
+    // of an estimator an overuse settled) continues from the estimate it brought.
+    let snap = BandwidthEstimator::new(BweConfig::default()).snapshot(t0);
+    assert!(snap.acked_floor);
+    let mut moved = BandwidthEstimator::restore(&snap, BweConfig::default(), t0);
+    clean_path(&mut moved, t0, Duration::ZERO, 700 * MS, 1_000_000, 0);
+    let e = moved.estimate_bps();
+    assert!(e >= 950_000, "{e}");
+    let older = BweState {
+        acked_floor: false,
+        ..snap
+    };
+    let mut moved = BandwidthEstimator::restore(&older, BweConfig::default(), t0);
+    clean_path(&mut moved, t0, Duration::ZERO, 700 * MS, 1_000_000, 0);
+    let e = moved.estimate_bps();
+    assert!((300_000..400_000).contains(&e), "{e}");
 }
 
 #[test]

@@ -361,8 +361,15 @@ impl Node {
         if switches.iter().any(|s| s.up) {
             v.adapt.expect_burst(now);
         }
-        // A step up that does not fit: find out whether the link carries it.
-        if let Some(w) = a.wanted_bps.filter(|w| *w > estimate) {
+        // A step up that does not fit: find out whether the link carries it. The first probe
+        // asks for the whole ladder: the estimator starts low (`viewer_bwe_config`), and a
+        // rung at a time from there would take a probe and a keyframe per rung.
+        let wanted = if v.adapt.has_probed() {
+            a.wanted_bps
+        } else {
+            a.wanted_bps.max(a.top_bps)
+        };
+        if let Some(w) = wanted.filter(|w| *w > estimate) {
             v.adapt.request_probe(now, w);
         }
         for (line, ssrc) in keyframes {

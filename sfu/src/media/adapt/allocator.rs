@@ -114,6 +114,12 @@ pub struct Allocation {
     /// Some track could play a higher layer if the estimate allowed: the total it would take
     /// (what to probe for), else `None`.
     pub wanted_bps: Option<u64>,
+    /// What every track on its highest rung within the viewer's cap would take, with the
+    /// room a climb leaves ([`AllocConfig::up_headroom`], [`AllocConfig::up_spare`],
+    /// [`AllocConfig::key_spare`]); `None` where every track has it already or is held. The
+    /// target of a viewer's first probe: one probe session finds where the path ends, not a
+    /// rung at a time.
+    pub top_bps: Option<u64>,
     /// Tracks whose target changed.
     pub switches: Vec<Switch>,
 }
@@ -231,6 +237,15 @@ pub fn allocate(
             break;
         }
     }
+    out.top_bps = top_bps(
+        now,
+        estimate_bps as i64 - budget,
+        tracks,
+        states,
+        &order,
+        &level,
+        cfg,
+    );
     for &i in &order {
         let t = &tracks[i];
         let chosen = t.layers[level[i]];
@@ -274,6 +289,46 @@ pub fn allocate(
     }
     out.wanted_bps = wanted;
     out
+}
+
+/// [`Allocation::top_bps`]: from `used` (what the allocation gives), every video track that
+/// is not held goes from its rung (`level`) to its highest admissible one.
+fn top_bps(
+    now: Instant,
+    used: i64,
+    tracks: &[TrackInput<'_>],
+    states: &[TrackState],
+    order: &[usize],
+    level: &[usize],
+    cfg: &AllocConfig,
+) -> Option<u64> {
+    let (mut more, mut key) = (0u64, 0u64);
+    for &i in order {
+        let t = &tracks[i];
+        let held = states
+            .get(i)
+            .and_then(|s| s.held_until)
+            .is_some_and(|h| now < h);
+        let hi = t
+            .max_layer
+            .map_or(t.layers.len() - 1, |m| m.min(t.layers.len() - 1));
+        if held || hi <= level[i] {
+            continue;
+        }
+        let (from, to) = (t.layers[level[i]], t.layers[hi]);
+        more += to.bitrate_bps.saturating_sub(from.bitrate_bps);
+        if to.layer != from.layer {
+            key = key.max((to.layer_bps as f64 * cfg.key_spare) as u64);
+        }
+    }
+    if more == 0 {
+        return None;
+    }
+    let used = used.max(0) as f64;
+    let total = used + more as f64;
+    let with_headroom = used + more as f64 * cfg.up_headroom;
+    let with_spare = total / (1.0 - cfg.up_spare.min(0.9));
+    Some(with_headroom.max(with_spare).max(total + key as f64) as u64)
 }
 
 #[cfg(test)]
@@ -431,6 +486,49 @@ mod tests {
         t.current = Some((1, Some(0)));
         allocate(later, 10_000_000, &[t], &mut st, &cfg);
         assert_eq!((st[0].target, st[0].temporal), (Some(1), Some(1)));
+    }
+
+    #[test]
+    fn the_top_is_every_track_on_its_highest_admissible_rung_with_a_climbs_room() {
+        let t0 = Instant::now();
+        let cam = [layer(1, 150_000), layer(2, 500_000), layer(3, 2_500_000)];
+        let mic = [layer(9, 50_000)];
+        let cfg = AllocConfig::default();
+        let audio = TrackInput {
+            video: false,
+            ..video(&mic, None)
+        };
+        // From q under a 300 kbit/s start: audio and f (2.55 M), with the keyframe's room
+        // (a fifth of f) the largest of the three rooms.
+        let mut st = [TrackState::default(); 2];
+        let a = allocate(t0, 300_000, &[audio, video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!(st[1].target, Some(1));
+        assert_eq!(a.top_bps, Some(3_050_000));
+        // The first step's probe target stays what it was: h, not the top.
+        assert!(
+            a.wanted_bps.is_some_and(|w| w < 1_000_000),
+            "{:?}",
+            a.wanted_bps
+        );
+        // A cap at h: the top is h.
+        let mut capped = video(&cam, Some(1));
+        capped.max_layer = Some(1);
+        let mut st = [TrackState::default(); 2];
+        let a = allocate(t0, 300_000, &[audio, capped], &mut st, &cfg);
+        assert_eq!(a.top_bps, Some(650_000));
+        // A track on its top, or held (it just moved here, it just went down): none.
+        let mut st = [TrackState::default(); 2];
+        let a = allocate(t0, 5_000_000, &[audio, video(&cam, Some(3))], &mut st, &cfg);
+        assert_eq!((st[1].target, a.top_bps), (Some(3), None));
+        let mut st = [
+            TrackState::default(),
+            TrackState {
+                held_until: Some(t0 + MOVE_HOLD),
+                ..TrackState::default()
+            },
+        ];
+        let a = allocate(t0, 300_000, &[audio, video(&cam, Some(1))], &mut st, &cfg);
+        assert_eq!(a.top_bps, None);
     }
 
     #[test]

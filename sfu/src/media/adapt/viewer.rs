@@ -23,15 +23,19 @@ pub const HISTORY_LEN: usize = 120;
 /// How often a point is added.
 pub const HISTORY_EVERY: Duration = Duration::from_millis(500);
 
-/// Estimator settings for viewers: start at 1 Mbit/s (a middle simulcast layer of a
-/// 960×540 camera) and let probes find the rest. The default probe clusters (20 ms, but at
+/// Estimator settings for viewers: start at 300 kbit/s (a low layer and audio fit a link of a
+/// few hundred kbit/s; a 1 Mbit/s start gave such links the middle layer for their first
+/// second: 4.6–6.0 % of `ferry bench adaptive`'s steady phase lost), let the first probe ask
+/// for the whole ladder (`Allocation::top_bps`), and until the path says where it ends, take
+/// what the viewer acknowledges as the estimate at least (a stream that cannot go lower). The
+/// default probe clusters (20 ms, but at
 /// least 10 kB, judged on their second half too) see through a shaper's burst allowance. In
 /// `ferry_rtc::bwe::sim`'s token-bucket scenario (`tbf rate 400kbit burst 4000`, seeds 1–3,
 /// a 1 Mbit/s start) the 150 ms clusters used before left a p95 queue of 95–103 ms and 0.13 %
 /// loss, the default ones 39–46 ms and none.
 pub fn viewer_bwe_config() -> BweConfig {
     BweConfig {
-        initial_bps: 1_000_000,
+        initial_bps: 300_000,
         ..BweConfig::default()
     }
 }
@@ -220,6 +224,12 @@ impl ViewerAdapt {
         if let Some(bwe) = self.bwe.as_mut() {
             bwe.expect_burst(now, SWITCH_BURST_HOLD);
         }
+    }
+
+    /// Whether its estimator ever probed (here or on a node it came from). A viewer without
+    /// an estimator needs no probe.
+    pub fn has_probed(&self) -> bool {
+        self.bwe.as_ref().is_none_or(BandwidthEstimator::has_probed)
     }
 
     /// Asks the estimator to find out whether `target_bps` is reachable (a probe).
