@@ -26,6 +26,7 @@ use ferry_proto::api::{
     TurnRelayView, WeightUpdate,
 };
 use ferry_proto::auth::{AuthError, Claims, Grant, Signer, Verifier};
+use ferry_proto::ids::IdError;
 use ferry_proto::{MigrationId, NodeId, RecordingId, StreamId, TranscodeId};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
@@ -100,27 +101,27 @@ struct PathId<T>(T);
 trait Named: Sized {
     /// For the 404: "no node …".
     const WHAT: &'static str;
-    fn parse(s: &str) -> Result<Self, String>;
+    fn parse(s: &str) -> Result<Self, IdError>;
 }
 
 impl Named for NodeId {
     const WHAT: &'static str = "node";
-    fn parse(s: &str) -> Result<Self, String> {
-        NodeId::new(s).map_err(|e| e.to_string())
+    fn parse(s: &str) -> Result<Self, IdError> {
+        NodeId::new(s)
     }
 }
 
 impl Named for RecordingId {
     const WHAT: &'static str = "recording";
-    fn parse(s: &str) -> Result<Self, String> {
-        RecordingId::new(s).map_err(|e| e.to_string())
+    fn parse(s: &str) -> Result<Self, IdError> {
+        RecordingId::new(s)
     }
 }
 
 impl Named for TranscodeId {
     const WHAT: &'static str = "transcode";
-    fn parse(s: &str) -> Result<Self, String> {
-        TranscodeId::new(s).map_err(|e| e.to_string())
+    fn parse(s: &str) -> Result<Self, IdError> {
+        TranscodeId::new(s)
     }
 }
 
