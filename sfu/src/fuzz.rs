@@ -162,6 +162,55 @@ pub fn fuzz_migration(data: &[u8]) {
     while migrator.poll_event().is_some() {}
 }
 
+/// A munger's state as a peer node's session snapshot carries it (`MungerState`, with the
+/// layered numbering window of a viewer that gets only some of its layer's packets): restored
+/// (`LayeredMap::restore` refuses a window that does not describe one), then driven with
+/// packets, drops and NACK lookups drawn from the same bytes, and snapshotted and restored
+/// again. Must never panic.
+pub fn fuzz_munger_state(data: &[u8]) {
+    use prost::Message;
+
+    use crate::media::munger::{Munger, SourcePacket};
+
+    let Ok(state) = ferry_proto::state::media::MungerState::decode(data) else {
+        return;
+    };
+    let now = Instant::now();
+    let mut m = Munger::restore(&state, now);
+    let ssrc = state.src_ssrc.unwrap_or(1);
+    for (i, chunk) in data.chunks(4).take(64).enumerate() {
+        let mut word = [0u8; 4];
+        word[..chunk.len()].copy_from_slice(chunk);
+        let x = u32::from_le_bytes(word);
+        let at = now + Duration::from_millis(i as u64 * 10);
+        let p = SourcePacket {
+            ssrc: if x & 4 == 0 { ssrc } else { ssrc ^ 1 },
+            ext_seq: state
+                .last_src_seq
+                .wrapping_add(u64::from(x % 97))
+                .wrapping_sub(48),
+            ext_ts: u64::from(x >> 3),
+            keyframe_start: x & 1 == 1,
+            clock_rate: 90_000,
+            vp8: Some((((x >> 8) & 0x7fff) as u16, Some((x >> 24) as u8))),
+            dd_frame: (x & 8 == 0).then_some((x >> 16) as u16),
+        };
+        if x & 2 == 0 {
+            let _ = m.process(at, &p);
+        } else {
+            let _ = m.drop_packet(&p);
+        }
+        let back = m
+            .last_out_seq()
+            .unwrap_or(0)
+            .wrapping_sub(u64::from(x % 1100));
+        let _ = m.reverse(back);
+        let _ = m.extend_out_seq((x >> 16) as u16);
+    }
+    let again = Munger::restore(&m.snapshot(now), now);
+    let _ = again.last_out_seq();
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -181,6 +230,11 @@ mod tests {
             super::fuzz_ivf(&data);
             super::fuzz_annexb(&data);
             super::fuzz_depacketize(&data);
+        }
+
+        #[test]
+        fn munger_states_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+            super::fuzz_munger_state(&data);
         }
 
         #[test]
