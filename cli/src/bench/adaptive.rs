@@ -254,6 +254,9 @@ struct Sample {
     layer: Option<u8>,
     /// VP8 frames it got per temporal layer so far.
     temporal_frames: [u64; 4],
+    /// The same per simulcast layer index (a switch's sample holds frames of the layer left,
+    /// played at its own temporal layers until the new one's keyframe, and of the one reached).
+    layer_temporal_frames: [[u64; 4]; 4],
     /// Its largest video arrival gap that ended during the tick.
     gap: Duration,
     /// Payload bytes of every stream so far.
@@ -522,6 +525,13 @@ fn run_mode(
                 samples[v].push(Sample {
                     layer,
                     temporal_frames: video.map_or([0; 4], |s| s.temporal_frames),
+                    layer_temporal_frames: video.map_or([[0; 4]; 4], |s| {
+                        let mut per = [[0; 4]; 4];
+                        for (p, f) in per.iter_mut().zip(&s.layer_temporal_frames) {
+                            *p = *f;
+                        }
+                        per
+                    }),
                     gap: video.map_or(Duration::ZERO, |s| s.max_arrival_gap),
                     media_bytes: st.received.iter().map(|s| s.bytes).sum(),
                     packets: st.received.iter().map(|s| s.packets).sum(),
@@ -801,7 +811,7 @@ const TEMPORAL_LOOKBACK: usize = 3;
 
 /// The rung sample `i` played: its layer, up to the highest temporal layer whose frames came
 /// over the last [`TEMPORAL_LOOKBACK`] ticks on that layer (the frames of the layer it left
-/// do not count).
+/// do not count: a sample's temporal frames are those of its layer).
 fn rung_at(wire: &WireRates, s: &[Sample], i: usize) -> Option<u8> {
     let x = s.get(i)?;
     let layer = x.layer?;
@@ -809,13 +819,25 @@ fn rung_at(wire: &WireRates, s: &[Sample], i: usize) -> Option<u8> {
     while from > 0 && i - from + 1 < TEMPORAL_LOOKBACK && s[from - 1].layer == x.layer {
         from -= 1;
     }
+    // Of its layer where the peer tells the layers apart.
+    let frames = |y: &Sample| match y.layer_temporal_frames.get(usize::from(layer)) {
+        Some(f)
+            if y.layer_temporal_frames
+                .iter()
+                .any(|l| l.iter().any(|n| *n > 0)) =>
+        {
+            *f
+        }
+        _ => y.temporal_frames,
+    };
     let before = match from.checked_sub(1) {
-        Some(b) => s[b].temporal_frames,
+        Some(b) => frames(&s[b]),
         None => [0; 4],
     };
+    let now = frames(x);
     let tid = (0..4u8)
         .rev()
-        .find(|&t| x.temporal_frames[usize::from(t)] > before[usize::from(t)])
+        .find(|&t| now[usize::from(t)] > before[usize::from(t)])
         .unwrap_or(0);
     wire.rung_of(layer, tid)
 }

@@ -508,11 +508,13 @@ impl Receiver {
             let of_first_key = s.first_key_ts.is_some_and(|(_, k)| k == ts);
             s.stats.first_packet_keyframe = Some(!video || key || of_first_key);
         }
-        if frame_start && codec == Some(Codec::Vp8) {
-            let tid = crate::codec::vp8_descriptor(payload)
+        let frame_tid = (frame_start && codec == Some(Codec::Vp8)).then(|| {
+            crate::codec::vp8_descriptor(payload)
                 .and_then(|d| d.temporal)
-                .map_or(0, |(t, _)| t);
-            s.stats.temporal_frames[usize::from(tid & 3)] += 1;
+                .map_or(0, |(t, _)| t & 3)
+        });
+        if let Some(tid) = frame_tid {
+            s.stats.temporal_frames[usize::from(tid)] += 1;
         }
         if video && keyframe {
             // An H.264 keyframe starts twice (STAP-A, then the IDR's first FU-A): count frames.
@@ -547,6 +549,9 @@ impl Receiver {
         if let Some(layer) = stamp.layer {
             s.stats
                 .count_layer(layer, payload.len(), ext, &mut s.newest_layered);
+            if let Some(tid) = frame_tid {
+                s.stats.count_layer_frame(layer, tid);
+            }
         }
         let latency = arrived.saturating_duration_since(capture).as_micros();
         s.stats

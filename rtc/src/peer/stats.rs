@@ -307,6 +307,9 @@ pub struct RecvStreamStats {
     pub layer_packets: Vec<u64>,
     /// Payload bytes of those, per layer index.
     pub layer_bytes: Vec<u64>,
+    /// [`RecvStreamStats::temporal_frames`] per layer index (a switch's sample holds frames
+    /// of the layer left and of the one reached: which temporal layers came of which).
+    pub layer_temporal_frames: Vec<[u64; 4]>,
     /// The layer of the stamped packet with the highest sequence number so far.
     pub layer: Option<u8>,
     /// Times `layer` changed (in sequence order, so a late repair of the old layer does not
@@ -343,6 +346,7 @@ impl RecvStreamStats {
             frames_overflowed: 0,
             layer_packets: Vec::new(),
             layer_bytes: Vec::new(),
+            layer_temporal_frames: Vec::new(),
             layer: None,
             layer_changes: 0,
         }
@@ -365,6 +369,15 @@ impl RecvStreamStats {
             }
             self.layer = Some(layer);
         }
+    }
+
+    /// A VP8 frame of temporal layer `tid` (0–3) started on simulcast layer `layer`.
+    pub(super) fn count_layer_frame(&mut self, layer: u8, tid: u8) {
+        let i = usize::from(layer);
+        if self.layer_temporal_frames.len() <= i {
+            self.layer_temporal_frames.resize(i + 1, [0; 4]);
+        }
+        self.layer_temporal_frames[i][usize::from(tid & 3)] += 1;
     }
 
     /// Payload bytes received on simulcast layer `layer`.

@@ -55,6 +55,10 @@ pub struct OutgoingTrack {
     /// Its source is a scalable stream whose spatial layers the allocator chooses among:
     /// `layer.target` is a spatial layer's index (else an SSRC).
     pub scalable: bool,
+    /// While a simulcast switch waits for the new layer's keyframe, the temporal layer of the
+    /// layer it still plays ([`OutgoingTrack::await_layer`]); `None` when no switch waits. Not
+    /// in the snapshot: after a move the next allocation decides again.
+    waiting_temporal: Option<Option<u8>>,
 }
 
 /// What the munger adds to a packet's payload numbering.
@@ -103,13 +107,53 @@ impl OutgoingTrack {
             svc: None,
             temporal_cap: None,
             scalable: false,
+            waiting_temporal: None,
         }
     }
 
-    /// The highest temporal layer it gets: the lower of its allocation's and its cap's.
+    /// The highest temporal layer it gets: the lower of its allocation's and its cap's. The
+    /// allocation's is that of the layer it plays: while a simulcast switch waits for the new
+    /// layer's keyframe, the old layer's ([`OutgoingTrack::await_layer`]).
     pub fn temporal_target(&self) -> u8 {
-        let allotted = self.layer.temporal.unwrap_or(u8::MAX);
-        self.temporal_cap.unwrap_or(u8::MAX).min(allotted)
+        let allotted = match self.waiting_temporal {
+            Some(t) if !self.scalable && self.playing() != self.layer.target => t,
+            _ => self.layer.temporal,
+        };
+        self.temporal_cap
+            .unwrap_or(u8::MAX)
+            .min(allotted.unwrap_or(u8::MAX))
+    }
+
+    /// The allocator switches it to another simulcast layer (`next`, going `up` or down). Until
+    /// that layer's keyframe comes it plays the old one, at the temporal layer it had (before
+    /// a step up), or at the base temporal layer alone (before a step down: the estimate fell
+    /// below what it plays, and dropping temporal layers needs no keyframe). Without this the
+    /// old layer took the new rung's temporal layer: a step down from `f1` to `h` sent every
+    /// temporal layer of `f` meanwhile, a step up from `h` to `f1` dropped `h` to `h1`.
+    pub fn await_layer(&mut self, next: TrackState, up: bool) {
+        let playing = self.playing();
+        self.waiting_temporal = match playing {
+            Some(p) if Some(p) != next.target => {
+                if !up {
+                    Some(Some(0))
+                } else if playing == self.layer.target {
+                    Some(self.layer.temporal)
+                } else {
+                    // A switch already waits: it goes on playing what it plays.
+                    self.waiting_temporal
+                }
+            }
+            _ => None,
+        };
+        self.layer = next;
+    }
+
+    /// The layer a simulcast switch waited for comes (its keyframe is about to be forwarded):
+    /// its own temporal layer from now on.
+    pub fn layer_came(&mut self) {
+        if self.waiting_temporal.take().is_some() {
+            self.retarget_temporal();
+        }
     }
 
     /// Whether it gets less than every layer of a scalable stream: a temporal layer below the
@@ -493,6 +537,7 @@ impl OutgoingTrack {
             temporal_cap: s.temporal_cap.map(|t| t.min(255) as u8),
             // The next allocation says.
             scalable: s.svc.as_ref().is_some_and(|v| v.ksvc),
+            waiting_temporal: None,
         }
     }
 }
@@ -598,6 +643,56 @@ mod tests {
         let back = OutgoingTrack::restore(&t.snapshot(now), t.line.clone(), now);
         assert_eq!((back.layer.target, back.layer.temporal), (Some(7), Some(1)));
         assert_eq!(back.temporal_target(), 1);
+    }
+
+    /// While a simulcast switch waits for the new layer's keyframe the old layer keeps its own
+    /// temporal layer (before a step up) or drops to the base one (before a step down), and the
+    /// new layer's comes with its keyframe.
+    #[test]
+    fn a_switch_waiting_for_its_keyframe_plays_the_old_layer_at_its_own_temporal_layer() {
+        let now = Instant::now();
+        let line = MediaLine {
+            codec: Codec::Vp8,
+            ..av1_line(Vec::new())
+        };
+        let mut t = OutgoingTrack::new(1, line, 0, 0, 0);
+        let key = |ssrc: u32, seq: u64| SourcePacket {
+            ssrc,
+            ext_seq: seq,
+            ext_ts: seq * 3000,
+            keyframe_start: true,
+            clock_rate: 90_000,
+            vp8: None,
+            dd_frame: None,
+        };
+        let rung = |ssrc: u32, temporal: Option<u8>| TrackState {
+            target: Some(ssrc),
+            temporal,
+            ..TrackState::default()
+        };
+        // Plays h (SSRC 20) at every temporal layer.
+        t.layer = rung(20, None);
+        let _ = t.munger.process(now, &key(20, 1));
+        assert_eq!((t.playing(), t.temporal_target()), (Some(20), u8::MAX));
+        // Up to f1 (SSRC 30, two temporal layers): h keeps all of its own until f's keyframe.
+        t.await_layer(rung(30, Some(1)), true);
+        assert_eq!(t.temporal_target(), u8::MAX);
+        let _ = t.munger.process(now, &key(30, 2));
+        t.layer_came();
+        assert_eq!((t.playing(), t.temporal_target()), (Some(30), 1));
+        // Down to h: f plays its base temporal layer alone meanwhile, not all of f.
+        t.await_layer(rung(20, None), false);
+        assert_eq!(t.temporal_target(), 0);
+        // Back up to f1 before h's keyframe came: f plays as it was allotted, no switch waits.
+        t.await_layer(rung(30, Some(1)), true);
+        assert_eq!(t.temporal_target(), 1);
+        let _ = t.munger.process(now, &key(30, 3));
+        t.layer_came();
+        assert_eq!(t.temporal_target(), 1);
+        // The frame-rate cap still wins.
+        t.await_layer(rung(20, None), true);
+        t.temporal_cap = Some(0);
+        assert_eq!(t.temporal_target(), 0);
     }
 
     /// Only a viewer that gets less than every layer needs the layers read: a frame-rate cap

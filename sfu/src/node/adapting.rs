@@ -329,7 +329,11 @@ impl Node {
             for sw in &switches {
                 let i = sw.track;
                 if let Some(t) = tracks.get_mut(i) {
-                    t.layer = states[i];
+                    if sw.new_layer && simulcast[i] && !scalable[i] {
+                        t.await_layer(states[i], sw.up);
+                    } else {
+                        t.layer = states[i];
+                    }
                     if !sw.new_layer {
                         // A temporal layer more or less: at the stream's next switch point.
                     } else if scalable[i] {

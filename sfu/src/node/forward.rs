@@ -223,6 +223,9 @@ impl Node {
                     .playing()
                     .filter(|c| layers.and_then(|l| l.get(*c)).is_some_and(|l| live(now, l)));
                 match t.takes(src, playing) {
+                    // The layer a switch waited for starts with this keyframe: its own temporal
+                    // layer from this packet on.
+                    Take::Forward if playing != Some(src.ssrc) => t.layer_came(),
                     Take::Forward => {}
                     Take::Skip => continue,
                     Take::SkipWantKeyframe => {
