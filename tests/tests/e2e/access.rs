@@ -430,24 +430,24 @@ async fn chromium_publishes_and_plays_over_https_with_tokens_and_the_certificate
         num(&reports["B"], "/inbound/video/framesDecoded")
     );
 
-    // A new certificate in place of the old: served without a restart.
+    // A new certificate in place of the old: served without a restart, by the gateway and
+    // by node-a alike. Each process checks the files on its own one-second tick, so one may
+    // serve the new certificate up to a tick before the other.
     issue_leaf(&dir, "1002")?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let serial = served_serial(&dir, &gateway_addr)?;
-        if serial.ends_with("=03EA") {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("still serving {serial} 10 s after the certificate files changed");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     let node_addr = dev.node_a.trim_start_matches("https://").to_owned();
-    ensure!(
-        served_serial(&dir, &node_addr)?.ends_with("=03EA"),
-        "node-a reloaded too"
-    );
+    for (who, addr) in [("the gateway", &gateway_addr), ("node-a", &node_addr)] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let serial = served_serial(&dir, addr)?;
+            if serial.ends_with("=03EA") {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{who} still serves {serial} 10 s after the certificate files changed");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     // Media went on through the reload.
     let before = num(&collector.reports()["B"], "/inbound/video/framesDecoded");
     tokio::time::sleep(Duration::from_secs(2)).await;
