@@ -10,7 +10,8 @@
 //!   a starved link still sees something), then the budget left is handed out one rung at a
 //!   time, round-robin over the video tracks in priority order (screen share before camera),
 //!   while a step fits;
-//! - going down happens at once (the estimate says the link cannot carry it); going up past
+//! - going down happens at once when the rungs played take more than the estimate and
+//!   [`AllocConfig::down_tolerance`] (the estimate says the link cannot carry them); going up past
 //!   the rung a track plays needs the step to fit with [`AllocConfig::up_headroom`] to spare,
 //!   a [`AllocConfig::up_spare`] share of the estimate left unallocated after it (into another
 //!   layer, [`AllocConfig::key_spare`] of that layer's rate, for its keyframe, if more), and,
@@ -41,6 +42,13 @@ pub struct AllocConfig {
     /// the spare drains it, and a delay-based estimator reads a queue that takes a second
     /// to drain as overuse. A temporal step needs none.
     pub key_spare: f64,
+    /// A track keeps the rung it plays while the allocation stays within this share above the
+    /// estimate (Jitsi's allocator reallocates only on a 15 % change of the estimate): a
+    /// delay-based estimator falls to 0.85 of the acknowledged rate on each overuse, so a rung
+    /// that takes more than ~85 % of a link is dropped at every keyframe's queue while the
+    /// link carries it. A link that really no longer carries it overuses again and the next
+    /// decrease goes past this.
+    pub down_tolerance: f64,
     /// After a track went down, how long before it may go up again.
     pub up_hold: Duration,
     /// A track that goes down within this of going up failed its climb: its next hold is
@@ -57,6 +65,7 @@ impl Default for AllocConfig {
             up_headroom: 1.15,
             up_spare: 0.1,
             key_spare: 0.2,
+            down_tolerance: 0.1,
             // mediasoup holds a downgraded layer 8-10 s; with probing to confirm the headroom,
             // a shorter first hold does not flap (see `docs/adaptation.md`), and a link where
             // climbs keep failing is left alone for longer each time.
@@ -220,7 +229,14 @@ pub fn allocate(
             } else {
                 0
             };
-            if need <= budget && budget - delta >= spare && !held {
+            // Up to the rung it plays, the step may take the tolerance.
+            let keep = if above_current {
+                0
+            } else {
+                (estimate_bps as f64 * cfg.down_tolerance) as i64
+            };
+            let room = budget + keep;
+            if need <= room && room - delta >= spare && !held {
                 budget -= delta;
                 level[i] = next;
                 stepped = true;
@@ -612,6 +628,42 @@ mod tests {
         // Staying on the layer it plays needs no headroom.
         allocate(t2, 500_000, &[video(&cam, Some(2))], &mut st, &cfg);
         assert_eq!(st[0].target, Some(2));
+    }
+
+    #[test]
+    fn a_track_keeps_its_rung_while_the_estimate_is_within_the_tolerance_below_it() {
+        // A 689 kbit/s link plays h (500 k + 56 k audio); an overuse brings the estimate to
+        // 0.85 of what was acknowledged.
+        let t0 = Instant::now();
+        let cam = [layer(1, 150_000), layer(2, 500_000)];
+        let mic = [layer(9, 56_000)];
+        let audio = TrackInput {
+            video: false,
+            ..video(&mic, Some(9))
+        };
+        let cfg = without_key_spare();
+        let mut st = [
+            TrackState::default(),
+            TrackState {
+                target: Some(2),
+                ..TrackState::default()
+            },
+        ];
+        // 556 k over 510 k: within a tenth above the estimate, the rung stays.
+        let a = allocate(t0, 510_000, &[audio, video(&cam, Some(2))], &mut st, &cfg);
+        assert!(a.switches.is_empty(), "{a:?}");
+        assert_eq!(a.allocated_bps, 556_000);
+        assert_eq!((st[1].target, st[1].held_until), (Some(2), None));
+        // The link overuses again: past the tolerance, down at once and held.
+        let a = allocate(t0, 500_000, &[audio, video(&cam, Some(2))], &mut st, &cfg);
+        assert_eq!(st[1].target, Some(1), "{a:?}");
+        assert!(st[1].held_until.is_some());
+        // The tolerance keeps a rung; it climbs to none: back on 150 k, an estimate of 540 k
+        // (within a tenth of h's 556 k) does not take it up after the hold.
+        let t1 = t0 + cfg.max_hold;
+        let a = allocate(t1, 540_000, &[audio, video(&cam, Some(1))], &mut st, &cfg);
+        assert!(a.switches.is_empty(), "{a:?}");
+        assert_eq!(st[1].target, Some(1));
     }
 
     #[test]

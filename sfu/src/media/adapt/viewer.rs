@@ -286,12 +286,13 @@ impl ViewerAdapt {
     }
 
     /// Whether the estimate moved enough since the last allocation to allocate again: any
-    /// fall below what is allocated, or a change of a tenth.
+    /// change while it is below what is allocated, or a change of a tenth.
     pub fn needs_allocation(&self) -> bool {
         let Some(e) = self.estimate_bps() else {
             return false;
         };
-        e < self.allocated_bps || e.abs_diff(self.allocated_at_bps) * 10 > self.allocated_at_bps
+        (e < self.allocated_bps && e != self.allocated_at_bps)
+            || e.abs_diff(self.allocated_at_bps) * 10 > self.allocated_at_bps
     }
 
     /// Exports the state.
