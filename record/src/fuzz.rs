@@ -102,3 +102,12 @@ pub fn fuzz_record(data: &[u8]) {
     crate::h264::fuzz_h264(data);
     fuzz_recorder(data);
 }
+
+#[cfg(test)]
+mod tests {
+    ferry_testkit::replay_test!(
+        "record",
+        "ferry_record::fuzz::fuzz_record",
+        super::fuzz_record
+    );
+}

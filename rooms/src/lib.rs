@@ -57,6 +57,8 @@ pub mod codec;
 pub mod context;
 pub mod digest;
 pub mod fanout;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
 pub mod hlc;
 pub mod idempotency;
 pub mod ids;

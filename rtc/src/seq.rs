@@ -56,7 +56,9 @@ impl<const BITS: u32> Unwrapper<BITS> {
         } else if low - value <= Self::HALF {
             candidate
         } else {
-            candidate + Self::RANGE
+            // Past the top of u64 (a highest value no stream reaches, from a peer's snapshot)
+            // it stays in the highest cycle instead of overflowing.
+            candidate.checked_add(Self::RANGE).unwrap_or(candidate)
         }
     }
 
@@ -74,6 +76,14 @@ impl<const BITS: u32> Unwrapper<BITS> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_highest_value_at_the_top_of_u64_does_not_overflow() {
+        // What a peer's snapshot may carry (found by the munger_state fuzz target).
+        let u = SeqUnwrapper::from_highest(Some(u64::MAX - 10));
+        assert_eq!(u.peek(0x0001) & 0xffff, 0x0001);
+        assert_eq!(u.peek(0xfff0), u64::MAX - 15);
+    }
 
     #[test]
     fn seq_wraps_forward_and_back() {

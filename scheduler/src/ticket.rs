@@ -29,6 +29,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_kept_fuzz_corpus_runs_without_a_panic() {
+        let body = |data: &[u8]| {
+            if let Ok(text) = std::str::from_utf8(data) {
+                let _ = peek(text);
+            }
+        };
+        let path = "ferry_scheduler::ticket::peek";
+        ferry_testkit::fuzz_corpus::replay("scheduler_ticket", path, body).unwrap();
+    }
+
+    #[test]
     fn claims_are_read_and_garbage_is_not() {
         let claims = TicketClaims {
             sid: ferry_proto::SessionId::new("s1").unwrap(),

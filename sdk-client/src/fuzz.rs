@@ -21,6 +21,12 @@ pub fn fuzz_events(data: &[u8]) {
 mod tests {
     use proptest::prelude::*;
 
+    ferry_testkit::replay_test!(
+        "sdk_events",
+        "ferry_sdk::fuzz::fuzz_events",
+        super::fuzz_events
+    );
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 

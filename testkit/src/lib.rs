@@ -1,5 +1,6 @@
 //! Real third-party tools for the tests of several crates: [`probe`] reads a recording with
-//! ffprobe, [`Moto`] runs a real S3 API server.
+//! ffprobe, [`Moto`] runs a real S3 API server; and the kept fuzz corpora, which each crate's
+//! stable tests replay through its fuzz bodies ([`fuzz_corpus`]).
 //!
 //! A crate of its own rather than a module of `ferry-tests`: `ferry-record`'s tests use these
 //! too, and `ferry-tests` depends on `ferry-record` (through `ferry-sfu`), so a dev-dependency
@@ -8,6 +9,7 @@
 //! A missing tool is an error that says how to install it ([`require`]), never a skip.
 
 mod ffprobe;
+pub mod fuzz_corpus;
 mod moto;
 
 use std::process::Command;

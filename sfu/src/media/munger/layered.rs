@@ -12,6 +12,10 @@
 
 use ferry_proto::state::media::{LayeredSlot, LayeredState};
 
+/// The highest extended sequence number or timestamp a restored munger (or its window) takes:
+/// 2^56, 25 000 years of a 90 kHz clock, far past any stream and far below the top of u64.
+pub const MAX_RESTORED_EXT: u64 = 1 << 56;
+
 /// Source sequence numbers remembered (and outgoing ones mapped back): about a second of a
 /// 4 Mbit/s layer, longer than a NACK takes to come back.
 pub(super) const WINDOW: usize = 1024;
@@ -252,7 +256,11 @@ impl LayeredMap {
     /// Rebuilds a window; `None` when the state does not describe one (a numbering that
     /// would go backwards, slots beyond the window).
     pub fn restore(s: &LayeredState) -> Option<Self> {
-        if s.next_out == 0 || s.start_src > s.highest {
+        if s.next_out == 0
+            || s.start_src > s.highest
+            || s.highest > MAX_RESTORED_EXT
+            || s.next_out > MAX_RESTORED_EXT
+        {
             return None;
         }
         let mut m = Self {

@@ -15,7 +15,7 @@ use ferry_proto::state::media::{MungerState, SeqSegment};
 
 mod layered;
 
-use layered::{Carried, LayeredMap};
+use layered::{Carried, LayeredMap, MAX_RESTORED_EXT};
 
 /// Segments of sequence mapping kept for answering NACKs.
 const MAX_SEGMENTS: usize = 8;
@@ -116,6 +116,13 @@ pub struct Munger {
     /// Numbering while packets of the source are dropped (layers the viewer does not get);
     /// `None` while it gets every packet.
     layered: Option<Box<LayeredMap>>,
+}
+
+/// The outgoing number of source packet `src` in `seg`. Wrapping: a real stream's numbers are
+/// far from the top of u64; a peer's snapshot may put them anywhere, and garbage in is garbage
+/// out, never a panic.
+fn segment_out(seg: &SeqSegment, src: u64) -> u64 {
+    seg.out_start.wrapping_add(src.wrapping_sub(seg.src_start))
 }
 
 impl Munger {
@@ -228,10 +235,10 @@ impl Munger {
                     out
                 }
                 // Before the map took over: numbered by the segment, as it was then.
-                None if p.ext_seq <= map.start_src => seg.out_start + (p.ext_seq - seg.src_start),
+                None if p.ext_seq <= map.start_src => segment_out(seg, p.ext_seq),
                 None => return Munged::Drop(DropReason::Late),
             },
-            None => seg.out_start + (p.ext_seq - seg.src_start),
+            None => segment_out(seg, p.ext_seq),
         };
         if let Some(map) = self.layered.as_ref() {
             self.vp8_pic_delta = map.pic_delta();
@@ -301,8 +308,11 @@ impl Munger {
             let elapsed = self
                 .last_forward
                 .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-            let ticks = (elapsed.as_micros() as u64 * u64::from(p.clock_rate)) / 1_000_000;
-            self.last_out_ts + ticks.max(1)
+            // Saturating: a peer's snapshot may date the last packet at any age.
+            let ticks =
+                (elapsed.as_micros() as u64).saturating_mul(u64::from(p.clock_rate)) / 1_000_000;
+            // Timestamps are numbers mod 2^64 here (the deltas wrap).
+            self.last_out_ts.wrapping_add(ticks.max(1))
         } else {
             self.last_out_ts
         };
@@ -364,7 +374,7 @@ impl Munger {
         let s = &self.segments[i];
         let mut r = Retransmit {
             src_ssrc: s.src_ssrc,
-            src_ext_seq: s.src_start + (out_ext - s.out_start),
+            src_ext_seq: s.src_start.wrapping_add(out_ext.wrapping_sub(s.out_start)),
             out_ssrc: self.out_ssrc,
             out_ext_seq: out_ext,
             ts_delta: s.ts_delta,
@@ -419,6 +429,21 @@ impl Munger {
 
     /// Rebuilds a munger at `now`.
     pub fn restore(s: &MungerState, now: Instant) -> Self {
+        // Numbers no stream reaches (a peer's snapshot may carry anything): the munger starts
+        // afresh where the 16-bit numbers left off, waiting for a keyframe, instead of
+        // overflowing its arithmetic.
+        let implausible = [s.last_out_seq, s.last_out_ts, s.last_src_seq]
+            .into_iter()
+            .chain(s.segments.iter().flat_map(|g| [g.src_start, g.out_start]))
+            .chain(s.segments.iter().filter_map(|g| g.layered_from_out))
+            .any(|v| v > MAX_RESTORED_EXT);
+        if implausible {
+            return Self::new(
+                s.out_ssrc,
+                (s.last_out_seq as u16).wrapping_add(1),
+                s.last_out_ts as u32,
+            );
+        }
         let mut m = Self {
             out_ssrc: s.out_ssrc,
             started: s.started,
