@@ -297,7 +297,14 @@ impl Node {
             .budget_bps()
             .filter(|_| self.config.adaptive || !prefs.is_automatic())
             .unwrap_or(UNLIMITED_BPS);
-        let a = allocator::allocate(now, estimate, &inputs, &mut states, &AllocConfig::default());
+        // The tolerance before going down is for the estimate's dips; the viewer's own bitrate
+        // cap is a limit: the rungs kept never take more than it.
+        let mut cfg = AllocConfig::default();
+        if let Some(cap) = prefs.max_bitrate {
+            let room = cap as f64 / estimate.max(1) as f64 - 1.0;
+            cfg.down_tolerance = cfg.down_tolerance.min(room).max(0.0);
+        }
+        let a = allocator::allocate(now, estimate, &inputs, &mut states, &cfg);
         // Only a track with a choice switches: a single stream without temporal layers is
         // played whatever it is.
         let switches: Vec<allocator::Switch> = a
