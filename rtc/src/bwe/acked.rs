@@ -21,6 +21,10 @@ const UNCERTAINTY_SCALE: f64 = 10.0;
 const VAR_GROWTH: f64 = 5.0;
 /// Initial variance of the estimate.
 pub(crate) const INITIAL_VAR: f64 = 50.0;
+/// Variance added when the sender's own rate is about to jump
+/// ([`AckedBitrate::expect_fast_rate_change`]; libwebrtc's `ExpectFastRateChange` adds the
+/// same when the sender leaves an application-limited stretch).
+const FAST_CHANGE_VAR: f64 = 200.0;
 /// Span of the recent receive rate.
 const RECENT_US: i64 = 250_000;
 /// Packets the recent window holds at most.
@@ -80,9 +84,8 @@ impl AckedBitrate {
 
     /// The receive rate of the last 250 ms, unsmoothed. On overuse the link
     /// is saturated and this *is* its capacity, while the Bayesian estimate
-    /// still trusts the rate before the drop for several windows; decreases
-    /// take the lower of the two (the role of libwebrtc's robust throughput
-    /// estimator).
+    /// trails any change of rate for several windows; decreases take this
+    /// (the role of libwebrtc's robust throughput estimator).
     pub fn recent_bps(&self) -> Option<u64> {
         let (first, first_size) = *self.recent.front()?;
         let (last, _) = *self.recent.back()?;
@@ -92,6 +95,15 @@ impl AckedBitrate {
         }
         let bytes = self.recent_bytes.saturating_sub(first_size as u64);
         Some((bytes as f64 * 8e6 / span as f64) as u64)
+    }
+
+    /// The sender's own rate is about to change by a step (a viewer switched up a layer
+    /// after being application-limited below its estimate): the next windows are trusted
+    /// over the old estimate, which then follows the new rate within two or three windows
+    /// instead of a second or more. The AIMD decrease is β × this estimate: lagging at the
+    /// old rate, a decrease after a switch up would fall far below what the link carried.
+    pub fn expect_fast_rate_change(&mut self) {
+        self.var += FAST_CHANGE_VAR;
     }
 
     pub fn state(&self) -> (Option<f64>, f64) {
@@ -183,6 +195,24 @@ mod tests {
         assert!((500_000..560_000).contains(&b), "{b}");
         // The recent rate: 15 packets after the first in the last 250 ms (240 ms span).
         assert_eq!(a.recent_bps(), Some(500_000));
+    }
+
+    #[test]
+    fn a_rate_step_the_sender_announces_is_followed_within_a_few_windows() {
+        let base = 1_000_000;
+        let step = |announce: bool| {
+            let mut a = AckedBitrate::default();
+            // 500 kbit/s for 3 s, then 1.5 Mbit/s for 300 ms (two windows).
+            feed(&mut a, base, base + 3_000_000, 16_000, 1000);
+            if announce {
+                a.expect_fast_rate_change();
+            }
+            feed(&mut a, base + 3_000_000, base + 3_300_000, 5_333, 1000);
+            a.bitrate_bps().unwrap()
+        };
+        let (quiet, announced) = (step(false), step(true));
+        assert!(quiet < 800_000, "{quiet}");
+        assert!(announced > 1_000_000, "{announced}");
     }
 
     #[test]

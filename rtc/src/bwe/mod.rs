@@ -99,6 +99,10 @@ const FEEDBACK_TIMEOUT: Duration = Duration::from_secs(1);
 const FEEDBACK_TIMEOUT_FACTOR: f64 = 0.8;
 /// Configured durations are capped here (no overflow on `Instant` sums).
 const MAX_CONFIG_DURATION: Duration = Duration::from_secs(3600);
+/// After the sender stepped up, how long a decrease on overuse is measured on the recent
+/// receive rate alone (the Bayesian acknowledged rate follows the step within a second or so,
+/// `AckedBitrate::expect_fast_rate_change`, the switch's keyframe comes up to an RTT later).
+const STEP_UP_WINDOW: Duration = Duration::from_secs(2);
 
 /// Estimator settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -204,6 +208,13 @@ pub struct BandwidthEstimator {
     scratch: Vec<Acked>,
     /// Until then, overuse does not decrease the estimate (a switch up's keyframe burst).
     burst_until: Option<Instant>,
+    /// The sender's rate stepped up at this time ([`Self::expect_burst`]): the first packet
+    /// sent since that is acknowledged tells the acknowledged rate to follow quickly (earlier
+    /// ones still show the old rate and would use the licence up).
+    fast_change_from: Option<Instant>,
+    /// When the sender last stepped up ([`Self::expect_burst`]): for [`STEP_UP_WINDOW`] after,
+    /// a decrease is measured on the recent receive rate alone.
+    stepped_up_at: Option<Instant>,
     /// The path has said where its limit lies: an overuse (or a probe ran). Until then the
     /// estimate is at least what the receiver acknowledged.
     settled: bool,
@@ -231,6 +242,8 @@ impl BandwidthEstimator {
             congestion: Congestion::Normal,
             scratch: Vec::new(),
             burst_until: None,
+            fast_change_from: None,
+            stepped_up_at: None,
             settled: false,
         };
         bwe.refresh();
@@ -242,10 +255,14 @@ impl BandwidthEstimator {
     /// starts with a keyframe): the queue that burst builds is not taken as congestion for an
     /// RTT plus `hold`. The decrease is measured against the acknowledged rate, which still
     /// shows the old layer: without this, every switch up would undo itself. Overuse that
-    /// lasts decreases once the hold is over.
+    /// lasts decreases once the hold is over, against an acknowledged rate told to follow
+    /// the step quickly from the first packet sent after it
+    /// ([`AckedBitrate::expect_fast_rate_change`]).
     pub fn expect_burst(&mut self, now: Instant, hold: Duration) {
         let until = now.checked_add(self.rtt_or_default() + hold.min(MAX_CONFIG_DURATION));
         self.burst_until = until.max(self.burst_until);
+        self.fast_change_from = Some(now);
+        self.stepped_up_at = Some(now);
     }
 
     fn limits(&self) -> ProbeLimits {
@@ -334,6 +351,10 @@ impl BandwidthEstimator {
         self.loss.count(now, received, lost);
         acked.sort_unstable_by_key(|a| (a.arrival, a.seq));
         for a in &acked {
+            if self.fast_change_from.is_some_and(|t| a.sent >= t) {
+                self.acked.expect_fast_rate_change();
+                self.fast_change_from = None;
+            }
             self.acked.on_packet(a.arrival, a.size);
             if let Some(cluster) = a.probe {
                 self.prober.on_acked(cluster, a.sent, a.arrival, a.size);
@@ -364,11 +385,23 @@ impl BandwidthEstimator {
         if usage == Usage::Overusing {
             self.settled = true;
         }
+        // On overuse the decrease is measured on the last 250 ms of arrivals where they are
+        // lower (what the link carries now: the Bayesian estimate trails a capacity that just
+        // fell for several windows), and on them alone for a while after the sender stepped up
+        // (the Bayesian estimate still shows the rate before the step, and β × that would drop
+        // the estimate to a fraction of the link). Not always on them alone: right after a
+        // capacity drop those 250 ms still hold arrivals from before it.
         let mut acked = self.acked.bitrate_bps();
         if usage == Usage::Overusing
-            && let (Some(a), Some(r)) = (acked, self.acked.recent_bps())
+            && let Some(r) = self.acked.recent_bps()
         {
-            acked = Some(a.min(r));
+            let stepped = self
+                .stepped_up_at
+                .is_some_and(|t| now.saturating_duration_since(t) < STEP_UP_WINDOW);
+            acked = Some(match acked {
+                Some(a) if !stepped => a.min(r),
+                _ => r,
+            });
         }
         let limits = self.limits();
         let raise =

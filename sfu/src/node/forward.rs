@@ -139,7 +139,13 @@ impl Node {
                         entry.note_sizes(line, c, src.ssrc, pkt);
                     }
                     let layers = entry.layers_mut(line);
-                    layers.on_packet(now, src.ssrc, pkt.len());
+                    layers.on_media(
+                        now,
+                        src.ssrc,
+                        pkt.len(),
+                        Some(src.ext_ts as u32),
+                        src.keyframe_start,
+                    );
                     if let Some(i) = &info {
                         layers.on_layer(src.ssrc, i.spatial, i.temporal, pkt.len());
                     }

@@ -19,6 +19,13 @@ pub const SUBSTITUTE_SILENCE: Duration = Duration::from_millis(300);
 /// How often the bitrate windows close.
 pub const RATE_WINDOW: Duration = Duration::from_millis(500);
 
+/// Keyframe bytes are averaged over this many windows (8 s), the rest over ~2: a keyframe
+/// (libwebrtc's are several delta frames) doubles the rate of the window it falls in, and a
+/// viewer's switch up asks for one on the layer it switches to — counted at once, the layer
+/// it just climbed to would look too big for the estimate and the switch would undo itself.
+/// Keyframes that come regularly (a fixed GOP) still count at what they carry on average.
+pub const KEYFRAME_WINDOWS: u64 = 16;
+
 /// Dynacast's view of one simulcast encoding of a local publisher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Encoding {
@@ -37,7 +44,8 @@ pub struct Encoding {
 pub struct SourceLayer {
     /// Its media SSRC.
     pub ssrc: u32,
-    /// Its bitrate (bit/s): a smoothed rate over the last windows.
+    /// Its bitrate (bit/s): a smoothed rate over the last windows, keyframes counted at
+    /// their average over [`KEYFRAME_WINDOWS`].
     pub bitrate_bps: u64,
     /// The highest smoothed bitrate it had (a paused layer is ranked by what it carried).
     pub peak_bps: u64,
@@ -55,9 +63,20 @@ pub struct SourceLayer {
     pub spatial_layers: u8,
     /// Rate windows closed since it first came (at most 255).
     windows: u8,
-    /// Bytes in the current window.
+    /// Bytes in the current window: of delta frames, of keyframes.
     window_bytes: u64,
+    window_key_bytes: u64,
     layer_bytes: [[u64; MAX_TEMPORAL]; MAX_SPATIAL],
+    layer_key_bytes: [[u64; MAX_TEMPORAL]; MAX_SPATIAL],
+    /// The two parts of `bitrate_bps` and of `layer_bps`: delta frames (smoothed over ~2
+    /// windows), keyframes (over [`KEYFRAME_WINDOWS`]).
+    delta_bps: u64,
+    key_bps: u64,
+    layer_delta_bps: [[u64; MAX_TEMPORAL]; MAX_SPATIAL],
+    layer_key_bps: [[u64; MAX_TEMPORAL]; MAX_SPATIAL],
+    /// The RTP timestamp of the keyframe being received (its packets share it), if the last
+    /// packet was of one.
+    key_ts: Option<u32>,
 }
 
 /// Spatial layers of a scalable stream that are told apart.
@@ -111,8 +130,63 @@ impl SourceLayer {
             spatial_layers: 0,
             windows: 0,
             window_bytes: 0,
+            window_key_bytes: 0,
             layer_bytes: [[0; MAX_TEMPORAL]; MAX_SPATIAL],
+            layer_key_bytes: [[0; MAX_TEMPORAL]; MAX_SPATIAL],
+            delta_bps: bitrate_bps,
+            key_bps: 0,
+            layer_delta_bps: [[0; MAX_TEMPORAL]; MAX_SPATIAL],
+            layer_key_bps: [[0; MAX_TEMPORAL]; MAX_SPATIAL],
+            key_ts: None,
         }
+    }
+
+    /// Counts a packet of `len` bytes: of a keyframe when it carries the keyframe's RTP
+    /// timestamp (its first packet, `keyframe_start`, names it).
+    fn count(&mut self, len: usize, ts: Option<u32>, keyframe_start: bool) {
+        if keyframe_start {
+            self.key_ts = ts;
+        } else if self.key_ts.is_some() && ts != self.key_ts {
+            self.key_ts = None;
+        }
+        if self.key_ts.is_some() {
+            self.window_key_bytes += len as u64;
+        } else {
+            self.window_bytes += len as u64;
+        }
+    }
+
+    /// Closes a window of `secs`.
+    fn close_window(&mut self, secs: f64) {
+        let rate = |bytes: &mut u64| {
+            let r = (*bytes as f64 * 8.0 / secs) as u64;
+            *bytes = 0;
+            r
+        };
+        // Smoothed over ~2 windows: the ranking of layers follows a rate that changes within
+        // a second or so.
+        let fast = |bps: &mut u64, r: u64| *bps = if *bps == 0 { r } else { (*bps + r) / 2 };
+        let slow = |bps: &mut u64, r: u64| {
+            *bps = (bps.saturating_mul(KEYFRAME_WINDOWS - 1) + r) / KEYFRAME_WINDOWS;
+        };
+        fast(&mut self.delta_bps, rate(&mut self.window_bytes));
+        slow(&mut self.key_bps, rate(&mut self.window_key_bytes));
+        self.bitrate_bps = self.delta_bps + self.key_bps;
+        for s in 0..MAX_SPATIAL {
+            for t in 0..MAX_TEMPORAL {
+                fast(
+                    &mut self.layer_delta_bps[s][t],
+                    rate(&mut self.layer_bytes[s][t]),
+                );
+                slow(
+                    &mut self.layer_key_bps[s][t],
+                    rate(&mut self.layer_key_bytes[s][t]),
+                );
+                self.layer_bps[s][t] = self.layer_delta_bps[s][t] + self.layer_key_bps[s][t];
+            }
+        }
+        self.peak_bps = self.peak_bps.max(self.bitrate_bps);
+        self.windows = self.windows.saturating_add(1);
     }
 
     /// The rate of spatial layer `spatial`'s own frames, all temporal layers (bit/s).
@@ -195,11 +269,20 @@ pub struct SourceLayers {
 }
 
 impl SourceLayers {
-    /// Counts one packet of `len` bytes of stream `ssrc`.
-    pub fn on_packet(&mut self, now: Instant, ssrc: u32, len: usize) {
+    /// Counts one packet of `len` bytes of stream `ssrc` with RTP timestamp `ts`, the first
+    /// of a keyframe where `keyframe_start` (a keyframe's bytes count at their long-run
+    /// average, [`KEYFRAME_WINDOWS`]).
+    pub fn on_media(
+        &mut self,
+        now: Instant,
+        ssrc: u32,
+        len: usize,
+        ts: Option<u32>,
+        keyframe_start: bool,
+    ) {
         self.window_start.get_or_insert(now);
         if let Some(l) = self.layers.iter_mut().find(|l| l.ssrc == ssrc) {
-            l.window_bytes += len as u64;
+            l.count(len, ts, keyframe_start);
             l.last_seen = now;
             return;
         }
@@ -212,17 +295,22 @@ impl SourceLayers {
             self.layers.swap_remove(oldest);
         }
         let mut l = SourceLayer::measured(ssrc, 0, now);
-        l.window_bytes = len as u64;
+        l.count(len, ts, keyframe_start);
         self.layers.push(l);
     }
 
     /// Counts `len` bytes of stream `ssrc` as layer (`spatial`, `temporal`)'s (a layered
-    /// stream; after [`SourceLayers::on_packet`] for the same packet).
+    /// stream; after [`SourceLayers::on_media`] for the same packet, which says whether it
+    /// is of a keyframe).
     pub fn on_layer(&mut self, ssrc: u32, spatial: u8, temporal: u8, len: usize) {
         let s = usize::from(spatial).min(MAX_SPATIAL - 1);
         let t = usize::from(temporal).min(MAX_TEMPORAL - 1);
         if let Some(l) = self.layers.iter_mut().find(|l| l.ssrc == ssrc) {
-            l.layer_bytes[s][t] += len as u64;
+            if l.key_ts.is_some() {
+                l.layer_key_bytes[s][t] += len as u64;
+            } else {
+                l.layer_bytes[s][t] += len as u64;
+            }
             l.spatial_layers = l.spatial_layers.max(s as u8 + 1);
         }
     }
@@ -253,27 +341,7 @@ impl SourceLayers {
         }
         let secs = elapsed.as_secs_f64();
         for l in &mut self.layers {
-            let rate = (l.window_bytes as f64 * 8.0 / secs) as u64;
-            l.window_bytes = 0;
-            for (bytes, bps) in l
-                .layer_bytes
-                .iter_mut()
-                .flatten()
-                .zip(l.layer_bps.iter_mut().flatten())
-            {
-                let r = (*bytes as f64 * 8.0 / secs) as u64;
-                *bytes = 0;
-                *bps = if *bps == 0 { r } else { (*bps + r) / 2 };
-            }
-            // Smoothed over ~2 windows: a keyframe doubles one window's rate, and the ranking
-            // of layers must not follow it.
-            l.bitrate_bps = if l.bitrate_bps == 0 {
-                rate
-            } else {
-                (l.bitrate_bps + rate) / 2
-            };
-            l.peak_bps = l.peak_bps.max(l.bitrate_bps);
-            l.windows = l.windows.saturating_add(1);
+            l.close_window(secs);
         }
         self.window_start = Some(now);
         true
@@ -398,9 +466,9 @@ mod tests {
         // 100 ms of three layers at 100 k, 400 k and 1.2 Mbit/s (packets every 10 ms).
         for i in 0..50u64 {
             let now = t0 + ms(i * 10);
-            s.on_packet(now, 3, 1500);
-            s.on_packet(now, 1, 125);
-            s.on_packet(now, 2, 500);
+            s.on_media(now, 3, 1500, None, false);
+            s.on_media(now, 1, 125, None, false);
+            s.on_media(now, 2, 500, None, false);
         }
         assert!(s.tick(t0 + ms(500)));
         let ranked: Vec<(u32, u64)> = s
@@ -417,13 +485,55 @@ mod tests {
         // The top layer pauses: after LAYER_SILENCE it is not offered.
         for i in 50..200u64 {
             let now = t0 + ms(i * 10);
-            s.on_packet(now, 1, 125);
-            s.on_packet(now, 2, 500);
+            s.on_media(now, 1, 125, None, false);
+            s.on_media(now, 2, 500, None, false);
         }
         let later = t0 + ms(2_000);
         assert_eq!(s.top(later), Some(2));
         assert_eq!(s.ranked(later).len(), 2);
         assert!(s.get(3).is_some(), "remembered for when it comes back");
+    }
+
+    #[test]
+    fn a_keyframe_counts_at_its_average_over_several_seconds() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = SourceLayers::default();
+        // 1 Mbit/s of delta frames (a 1250-byte packet every 10 ms, a frame every 30 ms), and
+        // at 3 s one keyframe of 40 packets (400 kbit) as a viewer's switch asks for.
+        let mut rates = Vec::new();
+        for i in 0..600u64 {
+            let now = t0 + ms(i * 10);
+            let ts = (i / 3) as u32 * 2700;
+            if i == 300 {
+                for k in 0..40 {
+                    s.on_media(now, 7, 1250, Some(ts + 1), k == 0);
+                }
+            }
+            s.on_media(now, 7, 1250, Some(ts), false);
+            if s.tick(now) {
+                rates.push(s.get(7).map_or(0, |l| l.bitrate_bps));
+            }
+        }
+        // The window with the keyframe would read 1.8 Mbit/s: the rate moves by 50 k.
+        let max = *rates.iter().max().unwrap();
+        assert!((1_000_000..1_060_000).contains(&max), "{rates:?}");
+        // A keyframe every 500 ms (a GOP of 15 frames): after 20 s the rate has 92 % of its
+        // keyframes (1.8 Mbit/s on average).
+        let mut s = SourceLayers::default();
+        for i in 0..2_000u64 {
+            let now = t0 + ms(i * 10);
+            let ts = (i / 3) as u32 * 2700;
+            if i % 50 == 0 {
+                for k in 0..40 {
+                    s.on_media(now, 7, 1250, Some(ts + 1), k == 0);
+                }
+            }
+            s.on_media(now, 7, 1250, Some(ts), false);
+            s.tick(now);
+        }
+        let rate = s.get(7).map_or(0, |l| l.bitrate_bps);
+        assert!((1_700_000..1_820_000).contains(&rate), "{rate}");
     }
 
     #[test]
@@ -441,10 +551,10 @@ mod tests {
             let tid = [0u8, 2, 1, 2][i as usize % 4];
             let size = [400, 100, 200, 100][i as usize % 4];
             for (ssrc, scale) in [(1u32, 1usize), (2, 3)] {
-                s.on_packet(now, ssrc, size * scale);
+                s.on_media(now, ssrc, size * scale, None, false);
                 s.on_layer(ssrc, 0, tid, size * scale);
             }
-            s.on_packet(now, 3, 5000);
+            s.on_media(now, 3, 5000, None, false);
         }
         assert!(s.tick(t0 + ms(500)));
         let ladder: Vec<(u32, Option<u8>, u64)> = s
@@ -481,7 +591,13 @@ mod tests {
         let t0 = Instant::now();
         let mut s = SourceLayers::default();
         for ssrc in 0..MAX_LAYERS as u32 + 3 {
-            s.on_packet(t0 + Duration::from_millis(u64::from(ssrc)), ssrc, 100);
+            s.on_media(
+                t0 + Duration::from_millis(u64::from(ssrc)),
+                ssrc,
+                100,
+                None,
+                false,
+            );
         }
         assert_eq!(s.len(), MAX_LAYERS);
         assert!(s.get(0).is_none() && s.get(MAX_LAYERS as u32 + 2).is_some());
