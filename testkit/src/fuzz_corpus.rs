@@ -8,9 +8,20 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail, ensure};
 
-/// The `fuzz/` folder of the tree.
+/// The `fuzz/` folder of the tree: found from the package whose tests run (cargo sets
+/// `CARGO_MANIFEST_DIR` when it runs them, and their working directory), not from where this
+/// crate was compiled — a target directory shared by two checkouts keeps this crate built in
+/// the other one, whose tree may be gone.
 pub fn fuzz_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
+    let start = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    start
+        .ancestors()
+        .map(|d| d.join("fuzz"))
+        .find(|f| f.join("Cargo.toml").is_file())
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz"))
 }
 
 /// The names of every fuzz target (`[[bin]]` of `fuzz/Cargo.toml`).

@@ -456,7 +456,8 @@ impl BandwidthEstimator {
     /// queue, the acknowledged rate is the shaper's. Not once a probe ran (its padding counts
     /// in the acknowledged rate).
     fn floor_at_acked(&mut self, now: Instant) {
-        if self.settled || self.prober.next_id() > 1 || self.delay.usage() == Usage::Overusing {
+        // (An overuse settles the estimate before this runs, `update_delay_based`.)
+        if self.settled || self.has_probed() {
             return;
         }
         let Some(a) = self.acked.bitrate_bps() else {

@@ -701,8 +701,11 @@ fn stale_inputs_of_other_transports_change_nothing() {
 #[test]
 fn scenarios_replay_exactly() {
     use serde_json::{Value, json};
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fsm-scenarios.json");
-    let text = std::fs::read_to_string(path).unwrap();
+    // The package as cargo runs the test (not where it was compiled: a shared target
+    // directory may hold a build from another checkout).
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or(env!("CARGO_MANIFEST_DIR").into());
+    let path = std::path::Path::new(&dir).join("fsm-scenarios.json");
+    let text = std::fs::read_to_string(&path).unwrap();
     let mut doc: Value = serde_json::from_str(&text).unwrap();
     let bless = std::env::var_os("FERRY_FSM_BLESS").is_some();
     let mut failures = Vec::new();
@@ -737,7 +740,7 @@ fn scenarios_replay_exactly() {
         }
     }
     if bless {
-        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap() + "\n").unwrap();
+        std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap() + "\n").unwrap();
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -55,10 +55,17 @@ pub struct OutgoingTrack {
     /// Its source is a scalable stream whose spatial layers the allocator chooses among:
     /// `layer.target` is a spatial layer's index (else an SSRC).
     pub scalable: bool,
-    /// While a simulcast switch waits for the new layer's keyframe, the temporal layer of the
-    /// layer it still plays ([`OutgoingTrack::await_layer`]); `None` when no switch waits. Not
-    /// in the snapshot: after a move the next allocation decides again.
-    waiting_temporal: Option<Option<u8>>,
+    /// A simulcast switch that waits for the new layer's keyframe ([`OutgoingTrack::await_layer`]);
+    /// `None` when none waits. Not in the snapshot: after a move the next allocation decides
+    /// again.
+    waiting: Option<WaitingSwitch>,
+}
+
+/// A simulcast switch that waits for the new layer's keyframe: what the track plays meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WaitingSwitch {
+    /// The highest temporal layer of the old layer it still plays (`None`: all).
+    old_temporal: Option<u8>,
 }
 
 /// What the munger adds to a packet's payload numbering.
@@ -107,7 +114,7 @@ impl OutgoingTrack {
             svc: None,
             temporal_cap: None,
             scalable: false,
-            waiting_temporal: None,
+            waiting: None,
         }
     }
 
@@ -115,8 +122,8 @@ impl OutgoingTrack {
     /// allocation's is that of the layer it plays: while a simulcast switch waits for the new
     /// layer's keyframe, the old layer's ([`OutgoingTrack::await_layer`]).
     pub fn temporal_target(&self) -> u8 {
-        let allotted = match self.waiting_temporal {
-            Some(t) if !self.scalable && self.playing() != self.layer.target => t,
+        let allotted = match self.waiting {
+            Some(w) if !self.scalable && self.playing() != self.layer.target => w.old_temporal,
             _ => self.layer.temporal,
         };
         self.temporal_cap
@@ -132,15 +139,19 @@ impl OutgoingTrack {
     /// temporal layer of `f` meanwhile, a step up from `h` to `f1` dropped `h` to `h1`.
     pub fn await_layer(&mut self, next: TrackState, up: bool) {
         let playing = self.playing();
-        self.waiting_temporal = match playing {
+        self.waiting = match playing {
             Some(p) if Some(p) != next.target => {
                 if !up {
-                    Some(Some(0))
+                    Some(WaitingSwitch {
+                        old_temporal: Some(0),
+                    })
                 } else if playing == self.layer.target {
-                    Some(self.layer.temporal)
+                    Some(WaitingSwitch {
+                        old_temporal: self.layer.temporal,
+                    })
                 } else {
                     // A switch already waits: it goes on playing what it plays.
-                    self.waiting_temporal
+                    self.waiting
                 }
             }
             _ => None,
@@ -151,7 +162,7 @@ impl OutgoingTrack {
     /// The layer a simulcast switch waited for comes (its keyframe is about to be forwarded):
     /// its own temporal layer from now on.
     pub fn layer_came(&mut self) {
-        if self.waiting_temporal.take().is_some() {
+        if self.waiting.take().is_some() {
             self.retarget_temporal();
         }
     }
@@ -537,7 +548,7 @@ impl OutgoingTrack {
             temporal_cap: s.temporal_cap.map(|t| t.min(255) as u8),
             // The next allocation says.
             scalable: s.svc.as_ref().is_some_and(|v| v.ksvc),
-            waiting_temporal: None,
+            waiting: None,
         }
     }
 }

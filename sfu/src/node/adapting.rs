@@ -292,19 +292,19 @@ impl Node {
             })
             .collect();
         let mut states: Vec<TrackState> = tracks.iter().map(|t| t.layer).collect();
-        let estimate = v
-            .adapt
-            .budget_bps()
-            .filter(|_| self.config.adaptive || !prefs.is_automatic())
-            .unwrap_or(UNLIMITED_BPS);
-        // The tolerance before going down is for the estimate's dips; the viewer's own bitrate
-        // cap is a limit: the rungs kept never take more than it.
-        let mut cfg = AllocConfig::default();
-        if let Some(cap) = prefs.max_bitrate {
-            let room = cap as f64 / estimate.max(1) as f64 - 1.0;
-            cfg.down_tolerance = cfg.down_tolerance.min(room).max(0.0);
-        }
-        let a = allocator::allocate(now, estimate, &inputs, &mut states, &cfg);
+        // The estimate (where adaptation is on, or the viewer set caps), within the viewer's
+        // own bitrate cap: a limit the tolerance before going down does not cross.
+        let budget = allocator::Budget {
+            estimate_bps: v
+                .adapt
+                .estimate_bps()
+                .filter(|_| self.config.adaptive || !prefs.is_automatic())
+                .or(prefs.max_bitrate)
+                .unwrap_or(UNLIMITED_BPS),
+            limit_bps: prefs.max_bitrate,
+        };
+        let estimate = budget.bps();
+        let a = allocator::allocate(now, budget, &inputs, &mut states, &AllocConfig::default());
         // Only a track with a choice switches: a single stream without temporal layers is
         // played whatever it is.
         let switches: Vec<allocator::Switch> = a

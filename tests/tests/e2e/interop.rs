@@ -289,10 +289,14 @@ struct Aiortc {
 
 impl Aiortc {
     fn spawn(ns: &Netns, mode: &str, url: &str, token: &str) -> Result<Aiortc> {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/peers/aiortc_peer.py");
+        // The package as cargo runs the test, not where it was compiled.
+        let dir =
+            std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or(env!("CARGO_MANIFEST_DIR").into());
+        let script = std::path::Path::new(&dir).join("peers/aiortc_peer.py");
         let mut child = ns
             .command("python3")
-            .args([script, mode, url, token])
+            .arg(&script)
+            .args([mode, url, token])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

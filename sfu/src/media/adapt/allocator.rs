@@ -64,7 +64,7 @@ impl Default for AllocConfig {
         Self {
             up_headroom: 1.15,
             up_spare: 0.1,
-            key_spare: 0.2,
+            key_spare: 0.15,
             down_tolerance: 0.1,
             // mediasoup holds a downgraded layer 8-10 s; with probing to confirm the headroom,
             // a shorter first hold does not flap (see `docs/adaptation.md`), and a link where
@@ -148,14 +148,55 @@ pub struct Switch {
     pub new_layer: bool,
 }
 
-/// Shares `estimate_bps` over `tracks`, updating `states` (one per track, same order).
+/// What one viewer may be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// The bandwidth estimate (bit/s): its dips are met with
+    /// [`AllocConfig::down_tolerance`].
+    pub estimate_bps: u64,
+    /// A limit the viewer set itself (its `maxBitrate`): never crossed, the tolerance included.
+    pub limit_bps: Option<u64>,
+}
+
+impl Budget {
+    /// What is shared out: the estimate within the limit.
+    pub fn bps(&self) -> u64 {
+        self.limit_bps
+            .map_or(self.estimate_bps, |l| self.estimate_bps.min(l))
+    }
+
+    /// How far above [`Budget::bps`] the rungs tracks play may stay: the tolerance of the
+    /// estimate, up to the limit.
+    fn tolerance_bps(&self, cfg: &AllocConfig) -> i64 {
+        let bps = self.bps();
+        let t = (bps as f64 * cfg.down_tolerance.max(0.0)) as u64;
+        self.limit_bps
+            .map_or(t, |l| t.min(l.saturating_sub(bps)))
+            .min(i64::MAX as u64) as i64
+    }
+}
+
+/// An estimate without a limit.
+impl From<u64> for Budget {
+    fn from(estimate_bps: u64) -> Self {
+        Self {
+            estimate_bps,
+            limit_bps: None,
+        }
+    }
+}
+
+/// Shares `budget` over `tracks`, updating `states` (one per track, same order).
 pub fn allocate(
     now: Instant,
-    estimate_bps: u64,
+    budget: impl Into<Budget>,
     tracks: &[TrackInput<'_>],
     states: &mut [TrackState],
     cfg: &AllocConfig,
 ) -> Allocation {
+    let limits: Budget = budget.into();
+    let estimate_bps = limits.bps();
+    let tolerance = limits.tolerance_bps(cfg);
     let mut out = Allocation::default();
     let mut budget = estimate_bps as i64;
     // Audio first: whatever it carries.
@@ -230,11 +271,7 @@ pub fn allocate(
                 0
             };
             // Up to the rung it plays, the step may take the tolerance.
-            let keep = if above_current {
-                0
-            } else {
-                (estimate_bps as f64 * cfg.down_tolerance) as i64
-            };
+            let keep = if above_current { 0 } else { tolerance };
             let room = budget + keep;
             if need <= room && room - delta >= spare && !held {
                 budget -= delta;
@@ -396,7 +433,10 @@ mod tests {
             rung(2, Some(1), 1_650_000, 2_750_000),
             rung(2, None, 2_750_000, 2_750_000),
         ];
-        let cfg = AllocConfig::default();
+        let cfg = AllocConfig {
+            key_spare: 0.2,
+            ..AllocConfig::default()
+        };
         let mut st = [TrackState {
             target: Some(1),
             ..TrackState::default()
@@ -509,7 +549,10 @@ mod tests {
         let t0 = Instant::now();
         let cam = [layer(1, 150_000), layer(2, 500_000), layer(3, 2_500_000)];
         let mic = [layer(9, 50_000)];
-        let cfg = AllocConfig::default();
+        let cfg = AllocConfig {
+            key_spare: 0.2,
+            ..AllocConfig::default()
+        };
         let audio = TrackInput {
             video: false,
             ..video(&mic, None)
@@ -630,25 +673,30 @@ mod tests {
         assert_eq!(st[0].target, Some(2));
     }
 
+    /// q and h (150 k, 500 k), 56 k of audio, and the states of a viewer on h.
+    fn h_with_audio() -> ([Rung; 2], [Rung; 1], [TrackState; 2]) {
+        let on_h = TrackState {
+            target: Some(2),
+            ..TrackState::default()
+        };
+        (
+            [layer(1, 150_000), layer(2, 500_000)],
+            [layer(9, 56_000)],
+            [TrackState::default(), on_h],
+        )
+    }
+
     #[test]
     fn a_track_keeps_its_rung_while_the_estimate_is_within_the_tolerance_below_it() {
         // A 689 kbit/s link plays h (500 k + 56 k audio); an overuse brings the estimate to
         // 0.85 of what was acknowledged.
         let t0 = Instant::now();
-        let cam = [layer(1, 150_000), layer(2, 500_000)];
-        let mic = [layer(9, 56_000)];
+        let (cam, mic, mut st) = h_with_audio();
         let audio = TrackInput {
             video: false,
             ..video(&mic, Some(9))
         };
         let cfg = without_key_spare();
-        let mut st = [
-            TrackState::default(),
-            TrackState {
-                target: Some(2),
-                ..TrackState::default()
-            },
-        ];
         // 556 k over 510 k: within a tenth above the estimate, the rung stays.
         let a = allocate(t0, 510_000, &[audio, video(&cam, Some(2))], &mut st, &cfg);
         assert!(a.switches.is_empty(), "{a:?}");
@@ -664,6 +712,44 @@ mod tests {
         let a = allocate(t1, 540_000, &[audio, video(&cam, Some(1))], &mut st, &cfg);
         assert!(a.switches.is_empty(), "{a:?}");
         assert_eq!(st[1].target, Some(1));
+    }
+
+    #[test]
+    fn a_viewers_own_bitrate_limit_is_not_crossed_by_the_tolerance() {
+        // h with audio is 556 k; the viewer plays it.
+        let t0 = Instant::now();
+        let (cam, mic, _) = h_with_audio();
+        let audio = TrackInput {
+            video: false,
+            ..video(&mic, Some(9))
+        };
+        let cfg = without_key_spare();
+        let playing_h = || h_with_audio().2;
+        let tracks = [audio, video(&cam, Some(2))];
+        // A limit of 530 k: the estimate (2 M) does not matter, 556 k is past the limit.
+        let mut st = playing_h();
+        let capped = Budget {
+            estimate_bps: 2_000_000,
+            limit_bps: Some(530_000),
+        };
+        assert_eq!(capped.bps(), 530_000);
+        let a = allocate(t0, capped, &tracks, &mut st, &cfg);
+        assert_eq!((st[1].target, a.allocated_bps), (Some(1), 206_000), "{a:?}");
+        // A limit above the estimate: the tolerance reaches up to the limit and no further.
+        // An estimate of 510 k keeps h (556 k) under a limit of 560 k, not under one of 550 k.
+        let mut st = playing_h();
+        let under = |limit| Budget {
+            estimate_bps: 510_000,
+            limit_bps: Some(limit),
+        };
+        let a = allocate(t0, under(560_000), &tracks, &mut st, &cfg);
+        assert!(a.switches.is_empty(), "{a:?}");
+        let a = allocate(t0, under(550_000), &tracks, &mut st, &cfg);
+        assert_eq!(st[1].target, Some(1), "{a:?}");
+        // Without a limit the tolerance alone decides (as `510_000` alone).
+        let mut st = playing_h();
+        let a = allocate(t0, Budget::from(510_000), &tracks, &mut st, &cfg);
+        assert!(a.switches.is_empty(), "{a:?}");
     }
 
     #[test]
