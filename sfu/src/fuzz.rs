@@ -70,6 +70,33 @@ pub fn fuzz_signal(data: &[u8]) {
     }
 }
 
+/// A node with a published stream (`s`) and one viewer of it: where a layer request lands.
+fn with_viewer(now: Instant) -> Option<(Node, SessionId)> {
+    let mut node = node(now)?;
+    let stream = StreamId::new("s").ok()?;
+    node.publish(now, &stream, OFFER).ok()?;
+    let viewer = node.view(now, &stream, OFFER).ok()?;
+    Some((node, viewer.session))
+}
+
+/// A viewer's layer request (`POST {WHEP session}/layer`, what the SDKs' `setQuality` sends):
+/// the body parsed as the HTTP driver parses it, then set on a viewer, whose next allocation
+/// runs on the node's timers. Must never panic.
+pub fn fuzz_layer_request(data: &[u8]) {
+    let Ok(prefs) = crate::media::adapt::prefs::Preferences::parse(data) else {
+        return;
+    };
+    let _ = prefs.admits(Some((u16::MAX, u16::MAX)));
+    let _ = prefs.admits(Some((0, 0)));
+    let now = Instant::now();
+    let Some((mut node, viewer)) = with_viewer(now) else {
+        return;
+    };
+    let _ = node.set_preferences(now, &viewer, prefs);
+    node.handle_timeout(now + Duration::from_secs(1));
+    while node.poll_transmit().is_some() {}
+}
+
 /// A `Ferry-Ticket` header of arbitrary bytes at a node of a cluster with a publisher and a
 /// viewer: checked for both kinds, and (if it passes) used to resume. Also the same bytes as an
 /// `Idempotency-Key` of a retried request. Must never panic.
@@ -302,6 +329,11 @@ mod corpus {
         ),
         ("ivf", "ferry_sfu::fuzz::fuzz_ivf", super::fuzz_ivf),
         (
+            "layer_request",
+            "ferry_sfu::fuzz::fuzz_layer_request",
+            super::fuzz_layer_request,
+        ),
+        (
             "migration",
             "ferry_sfu::fuzz::fuzz_migration",
             super::fuzz_migration,
@@ -347,6 +379,16 @@ mod corpus {
         ("scheduler_ticket", "ferry-scheduler"),
         ("sdk_events", "ferry-sdk"),
     ];
+
+    #[test]
+    fn a_layer_request_reaches_a_viewer() {
+        let now = std::time::Instant::now();
+        let (mut node, viewer) = super::with_viewer(now).expect("a publisher and a viewer");
+        let prefs = crate::media::adapt::prefs::Preferences::parse(br#"{"maxHeight": 180}"#)
+            .expect("a layer request");
+        node.set_preferences(now, &viewer, prefs)
+            .expect("the viewer takes it");
+    }
 
     #[test]
     fn every_fuzz_target_is_replayed_by_some_crate() {
