@@ -43,7 +43,9 @@ pub fn fuzz_dependency_descriptor(data: &[u8]) {
             sel.set_target(chunk.first().map_or(2, |b| b & 3), chunk.len() as u8 & 3);
         }
         if let Ok(info) = t.layer_info(chunk, k % 2 == 0) {
-            let _ = sel.select(&info);
+            // Two source streams, as when a publisher's encoder restarts.
+            let ssrc = u32::from(chunk.last().is_some_and(|b| b & 0x80 != 0));
+            let _ = sel.select(ssrc, &info);
             let _ = (
                 sel.current(),
                 sel.needs_keyframe(),
@@ -78,7 +80,8 @@ pub fn fuzz_vp9(data: &[u8]) {
                 sel.set_target(chunk.first().map_or(2, |b| b & 3), chunk.len() as u8 & 3);
             }
             if let Some(info) = vp9_layer_info(chunk, k % 3 == 0) {
-                let _ = sel.select(&info);
+                let ssrc = u32::from(chunk.last().is_some_and(|b| b & 0x80 != 0));
+                let _ = sel.select(ssrc, &info);
                 let _ = (sel.current(), sel.needs_keyframe());
             }
         }

@@ -12,7 +12,8 @@
 //!    libwebrtc's VP9/H.264 when negotiated), [`Av1DdTracker::read`] from the extension's bytes
 //!    (one tracker per source stream, shared by its viewers; the payload is never read, so
 //!    end-to-end encrypted media works). The RTP marker goes in as `rtp_marker`.
-//! 2. [`LayerSelector::select`] on each viewer's selector: [`Selection::Forward`] with the marker
+//! 2. [`LayerSelector::select`] on each viewer's selector, with the SSRC the packet came on
+//!    (frame identities are per stream): [`Selection::Forward`] with the marker
 //!    bit to write, or [`Selection::Drop`], after which the caller closes the sequence number
 //!    gap it leaves (and, for VP8, keeps picture IDs and TL0PICIDX continuous).
 //! 3. After each packet, [`LayerSelector::needs_keyframe`] says whether the switch asked for
@@ -498,11 +499,20 @@ pub struct LayerSelectorSnapshot {
 
 const CACHE_SLOTS: usize = 509;
 
-/// The last decisions by frame identity: a prime-sized table, so any 509 consecutive
-/// identities (63 VP9 pictures of up to 8 layers) get distinct slots.
+/// The last decisions by source stream and frame identity: a prime-sized table, so any 509
+/// consecutive identities of a stream (63 VP9 pictures of up to 8 layers) get distinct slots.
+///
+/// The stream (its SSRC) is part of the key: a publisher's new encoder (a reconnect, a
+/// restart) numbers its frames afresh, from about where the old one started. Keyed by number
+/// alone, the new stream's frame read the old one's decision of that number — one dropped while
+/// the viewer waited for its first keyframe — and every frame after it, their reference
+/// "dropped", was dropped too: the viewer stood still, seeing no loss to report, until the
+/// numbers passed that range (seconds).
 #[derive(Clone)]
 struct DecisionCache {
-    slots: [u32; CACHE_SLOTS],
+    /// `ssrc << 32 | id << 2 | decision` (1 forward, 2 drop; 0 empty). Identities are under
+    /// 2^30 (codec tag in bits 28-29).
+    slots: [u64; CACHE_SLOTS],
 }
 
 impl DecisionCache {
@@ -512,14 +522,15 @@ impl DecisionCache {
         }
     }
 
-    fn get(&self, id: u32) -> Option<bool> {
+    fn get(&self, ssrc: u32, id: u32) -> Option<bool> {
         let e = *self.slots.get(id as usize % CACHE_SLOTS)?;
-        (e & 3 != 0 && e >> 2 == id).then_some(e & 3 == 1)
+        let d = e & 3;
+        (d != 0 && e >> 32 == u64::from(ssrc) && (e as u32) >> 2 == id).then_some(d == 1)
     }
 
-    fn put(&mut self, id: u32, forward: bool) {
+    fn put(&mut self, ssrc: u32, id: u32, forward: bool) {
         if let Some(e) = self.slots.get_mut(id as usize % CACHE_SLOTS) {
-            *e = (id << 2) | if forward { 1 } else { 2 };
+            *e = u64::from(ssrc) << 32 | u64::from(id << 2) | if forward { 1 } else { 2 };
         }
     }
 }
@@ -547,6 +558,8 @@ pub struct LayerSelector {
     dd_target: Option<u8>,
     chains_intact: u32,
     dd_view: Option<(DecodeTargets, u32)>,
+    /// The stream (SSRC) of the packet being decided: frame identities are its own.
+    ssrc: u32,
     cache: DecisionCache,
 }
 
@@ -610,10 +623,11 @@ impl LayerSelector {
         up || ksvc_move
     }
 
-    /// Decides one packet. Packets of a frame already decided follow that decision, so a
-    /// target change never cuts a frame in two.
-    pub fn select(&mut self, info: &LayerInfo) -> Selection {
-        let known = info.frame.and_then(|id| self.cache.get(id));
+    /// Decides one packet, which came on the source stream `ssrc`. Packets of a frame already
+    /// decided follow that decision, so a target change never cuts a frame in two.
+    pub fn select(&mut self, ssrc: u32, info: &LayerInfo) -> Selection {
+        self.ssrc = ssrc;
+        let known = info.frame.and_then(|id| self.cache.get(ssrc, id));
         let forward = match known {
             Some(d) => d,
             // A continuation packet without a frame identity follows the frame's first one.
@@ -624,7 +638,7 @@ impl LayerSelector {
                     None => self.decide(info),
                 };
                 if let Some(id) = info.frame {
-                    self.cache.put(id, d);
+                    self.cache.put(ssrc, id, d);
                 }
                 d
             }
@@ -668,13 +682,20 @@ impl LayerSelector {
             dd_target: s.dd_target,
             chains_intact: s.dd_chains_intact,
             dd_view: None,
+            ssrc: 0,
             cache: DecisionCache::new(),
         }
     }
 
     fn refs_state(&self, i: &LayerInfo) -> (bool, bool) {
-        let dropped = i.refs().iter().any(|&r| self.cache.get(r) == Some(false));
-        let forwarded = i.refs().iter().all(|&r| self.cache.get(r) == Some(true));
+        let dropped = i
+            .refs()
+            .iter()
+            .any(|&r| self.cache.get(self.ssrc, r) == Some(false));
+        let forwarded = i
+            .refs()
+            .iter()
+            .all(|&r| self.cache.get(self.ssrc, r) == Some(true));
         (dropped, forwarded)
     }
 
@@ -777,7 +798,7 @@ impl LayerSelector {
                 // Unknown (not yet arrived, or too old to remember) counts as intact: a lost
                 // packet is recovered upstream; only our own drops break a chain.
                 let prev = TAG_AV1 | u32::from(d.frame_number.wrapping_sub(u16::from(diff)));
-                if self.cache.get(prev) == Some(false) {
+                if self.cache.get(self.ssrc, prev) == Some(false) {
                     self.chains_intact &= !bit;
                 }
             }

@@ -19,8 +19,15 @@ fn outcome(s: Selection) -> char {
     }
 }
 
+/// The SSRC the tests' packets come on (one stream unless a test says otherwise).
+const SSRC: u32 = 1;
+
 fn run(sel: &mut LayerSelector, infos: &[LayerInfo]) -> String {
-    infos.iter().map(|i| outcome(sel.select(i))).collect()
+    run_on(sel, SSRC, infos)
+}
+
+fn run_on(sel: &mut LayerSelector, ssrc: u32, infos: &[LayerInfo]) -> String {
+    infos.iter().map(|i| outcome(sel.select(ssrc, i))).collect()
 }
 
 // ---- VP8 ----
@@ -87,18 +94,18 @@ fn vp8_temporal_switches_at_sync_frames_one_layer_at_a_time() {
 fn vp8_frames_are_decided_whole_and_wait_for_a_keyframe() {
     let mut sel = LayerSelector::default();
     let delta = vp8_layer_info(&vp8(5, 0, false, false, true), true).unwrap();
-    assert_eq!(sel.select(&delta), Selection::Drop);
+    assert_eq!(sel.select(SSRC, &delta), Selection::Drop);
     assert!(sel.needs_keyframe());
     let key = vp8_layer_info(&vp8(6, 0, false, true, true), true).unwrap();
-    assert_eq!(outcome(sel.select(&key)), 'M');
+    assert_eq!(outcome(sel.select(SSRC, &key)), 'M');
     // A T2 frame in two packets: the target drops between them, the frame stays whole.
     let first = vp8_layer_info(&vp8(7, 2, true, false, true), false).unwrap();
     let second = vp8_layer_info(&vp8(7, 2, true, false, false), true).unwrap();
-    assert_eq!(outcome(sel.select(&first)), 'F');
+    assert_eq!(outcome(sel.select(SSRC, &first)), 'F');
     sel.set_target(0, 0);
-    assert_eq!(outcome(sel.select(&second)), 'M');
+    assert_eq!(outcome(sel.select(SSRC, &second)), 'M');
     let next = vp8_layer_info(&vp8(8, 2, true, false, true), true).unwrap();
-    assert_eq!(sel.select(&next), Selection::Drop);
+    assert_eq!(sel.select(SSRC, &next), Selection::Drop);
 }
 
 // ---- VP9 ----
@@ -385,12 +392,12 @@ fn a_frame_whose_reference_was_dropped_is_dropped_and_a_broken_base_waits_for_a_
     // A T2 frame referencing the dropped S1 frame is dropped; the stream goes on.
     let mut t2 = l3t3_picture(1, 1, false)[0];
     t2.refs[0] = key[1].frame.unwrap();
-    assert_eq!(sel.select(&t2), Selection::Drop);
+    assert_eq!(sel.select(SSRC, &t2), Selection::Drop);
     assert_eq!(sel.current(), Some((0, 2)));
     // The base layer in the same situation: nothing decodes until a keyframe.
     let mut t0 = l3t3_picture(4, 4, false)[0];
     t0.refs[0] = key[1].frame.unwrap();
-    assert_eq!(sel.select(&t0), Selection::Drop);
+    assert_eq!(sel.select(SSRC, &t0), Selection::Drop);
     assert_eq!(sel.current(), None);
     assert!(sel.needs_keyframe());
     assert_eq!(run(&mut sel, &l3t3_picture(5, 1, false)), "...");
@@ -403,6 +410,7 @@ struct DdStream {
     st: DependencyStructure,
     tracker: Av1DdTracker,
     fnum: u16,
+    ssrc: u32,
 }
 
 impl DdStream {
@@ -411,6 +419,7 @@ impl DdStream {
             st,
             tracker: Av1DdTracker::new(),
             fnum: 100,
+            ssrc: SSRC,
         }
     }
 
@@ -435,7 +444,7 @@ fn dd_pictures(sel: &mut LayerSelector, s: &mut DdStream, pics: &[&[usize]], key
     let mut out = Vec::new();
     for (k, p) in pics.iter().enumerate() {
         let infos = s.frames(p, key && k == 0);
-        out.push(run(sel, &infos));
+        out.push(run_on(sel, s.ssrc, &infos));
     }
     out.join(" ")
 }
@@ -460,6 +469,33 @@ fn av1_l1t3_switches_temporal_layers_at_switch_indications() {
     sel.set_target(0, 0);
     assert_eq!(dd_pictures(&mut sel, &mut s, cycle, false), ". . . M");
     assert!(!sel.needs_keyframe());
+}
+
+#[test]
+fn a_new_source_streams_frames_are_decided_afresh_whatever_their_numbers() {
+    // The viewer joins the old stream between keyframes: its frames up to the next keyframe
+    // are dropped (numbers 101-104), then it plays.
+    let mut old = DdStream::new(l1t3(0));
+    let mut sel = LayerSelector::default();
+    let _ = old.frames(&[0], true);
+    let cycle: &[&[usize]] = &[&[3], &[2], &[4], &[1]];
+    assert_eq!(dd_pictures(&mut sel, &mut old, cycle, false), ". . . .");
+    let gop: &[&[usize]] = &[&[0], &[3], &[2], &[4], &[1]];
+    assert_eq!(dd_pictures(&mut sel, &mut old, gop, true), "M M M M M");
+    // The publisher's encoder restarts (a reconnect): a new SSRC whose frames are numbered
+    // from 100 again. Its keyframe and every frame after it play, the ones numbered as the
+    // old stream's dropped ones included.
+    let mut new = DdStream::new(l1t3(0));
+    new.ssrc = SSRC + 1;
+    assert_eq!(
+        dd_pictures(&mut sel, &mut new, gop, true),
+        "M M M M M",
+        "frames 100-104 of the new stream"
+    );
+    assert_eq!(dd_pictures(&mut sel, &mut new, cycle, false), "M M M M");
+    // Packets of the old stream still in flight are decided by the old stream's frames.
+    let late = old.frames(&[3], false);
+    assert_eq!(run_on(&mut sel, SSRC, &late), "M");
 }
 
 const KEY_PIC: &[usize] = &[0x0, 0x5, 0xa];
@@ -592,7 +628,7 @@ impl Checker {
     fn picture(&mut self, sel: &mut LayerSelector, infos: &[LayerInfo]) {
         self.last_of_picture = None;
         for i in infos {
-            let s = sel.select(i);
+            let s = sel.select(SSRC, i);
             if let Selection::Forward { marker } = s {
                 for r in i.refs() {
                     assert!(self.forwarded.contains(r), "{i:?} lacks {r:#x}");

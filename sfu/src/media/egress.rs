@@ -182,10 +182,10 @@ impl OutgoingTrack {
         }
     }
 
-    /// The layers of a scalable source the packet belongs to decide its fate: forward (with
-    /// the marker bit to write) or drop. The selector starts at the allocator's spatial target
-    /// (the top until one is chosen) and the temporal cap.
-    pub fn select_layer(&mut self, info: &LayerInfo) -> Selection {
+    /// The layers of a scalable source the packet (of the source stream `ssrc`) belongs to
+    /// decide its fate: forward (with the marker bit to write) or drop. The selector starts at
+    /// the allocator's spatial target (the top until one is chosen) and the temporal cap.
+    pub fn select_layer(&mut self, ssrc: u32, info: &LayerInfo) -> Selection {
         let spatial = match self.layer.target {
             Some(s) if self.scalable => s.min(255) as u8,
             _ => u8::MAX,
@@ -203,7 +203,7 @@ impl OutgoingTrack {
             s.set_target(spatial, temporal);
             s
         });
-        sel.select(info)
+        sel.select(ssrc, info)
     }
 
     /// Sets the scalable source's layers to reach (at the points the stream allows).
@@ -632,7 +632,7 @@ mod tests {
             spatial_layers: Some(3),
             ..LayerInfo::default()
         };
-        let _ = without.select_layer(&info);
+        let _ = without.select_layer(1, &info);
         without.set_svc_target(2, u8::MAX);
         assert_eq!(without.svc.as_ref().map(|s| s.target().0), Some(0));
     }

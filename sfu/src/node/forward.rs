@@ -252,7 +252,7 @@ impl Node {
                 want_keyframe = true;
             }
             if let Some(info) = &layer_info {
-                let selection = t.select_layer(info);
+                let selection = t.select_layer(src.ssrc, info);
                 if t.svc_needs_keyframe() {
                     want_keyframe = true;
                 }
