@@ -294,15 +294,11 @@ impl Node {
         let mut states: Vec<TrackState> = tracks.iter().map(|t| t.layer).collect();
         // The estimate (where adaptation is on, or the viewer set caps), within the viewer's
         // own bitrate cap: a limit the tolerance before going down does not cross.
-        let budget = allocator::Budget {
-            estimate_bps: v
-                .adapt
-                .estimate_bps()
-                .filter(|_| self.config.adaptive || !prefs.is_automatic())
-                .or(prefs.max_bitrate)
-                .unwrap_or(UNLIMITED_BPS),
-            limit_bps: prefs.max_bitrate,
-        };
+        let budget = v
+            .adapt
+            .budget()
+            .filter(|_| self.config.adaptive || !prefs.is_automatic())
+            .unwrap_or_else(|| UNLIMITED_BPS.into());
         let estimate = budget.bps();
         let a = allocator::allocate(now, budget, &inputs, &mut states, &AllocConfig::default());
         // Only a track with a choice switches: a single stream without temporal layers is

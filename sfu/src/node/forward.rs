@@ -613,7 +613,7 @@ impl Node {
             };
             // Its size on the wire: the source packet, plus the RTX header's original number.
             let size = src.len() + 2;
-            let budget = v.adapt.budget_bps();
+            let budget = v.adapt.budget().map(|b| b.bps());
             if !v.adapt.resend.admit(now, size, budget) {
                 self.out.recycle(src);
                 self.out.metrics.retransmissions_over_budget += 1;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ferry_proto::state::ViewerAdaptState;
 
-use super::allocator::Allocation;
+use super::allocator::{Allocation, Budget};
 use super::prefs::Preferences;
 use super::resend::ResendBudget;
 use crate::bwe::{BandwidthEstimator, BweConfig, Congestion, PacketFeedback, SentPacket};
@@ -128,12 +128,14 @@ impl ViewerAdapt {
         self.bwe.as_ref().map(BandwidthEstimator::estimate_bps)
     }
 
-    /// What the allocator shares out: the estimate, within the viewer's own cap on the rate.
-    pub fn budget_bps(&self) -> Option<u64> {
-        match (self.estimate_bps(), self.prefs.max_bitrate) {
-            (Some(e), Some(m)) => Some(e.min(m)),
-            (e, m) => e.or(m),
-        }
+    /// What the allocator shares out: the estimate (the viewer's own cap on the rate where
+    /// there is none yet) within that cap; `None` without either.
+    pub fn budget(&self) -> Option<Budget> {
+        let limit_bps = self.prefs.max_bitrate;
+        Some(Budget {
+            estimate_bps: self.estimate_bps().or(limit_bps)?,
+            limit_bps,
+        })
     }
 
     /// The acknowledged bitrate and the loss fraction (0–1) its feedback reports.
