@@ -36,6 +36,12 @@ fn post_as(
     Ok((http(&to, "POST", &all, body.as_bytes())?, to))
 }
 
+/// Where a redirect sent the request: the node's URL without its query (the gateway's
+/// redirect carries an access token minted for it, issued at the current second).
+fn node_url(url: &str) -> &str {
+    url.split('?').next().unwrap_or(url)
+}
+
 fn refused(r: &Response, status: u16, code: &str) -> Result<()> {
     ensure!(
         r.status == status && r.header("ferry-error") == Some(code),
@@ -112,7 +118,7 @@ async fn tickets_resume_once_and_every_refusal_is_specific() -> Result<()> {
     let expires: u64 = header(&first, "ferry-ticket-expires")?.parse()?;
     let (again, again_at) = post(&gw("/whip/tk"), &[key], OFFER)?;
     ensure!(
-        again.status == 201 && again_at == at,
+        again.status == 201 && node_url(&again_at) == node_url(&at),
         "{} at {again_at}",
         again.status
     );
@@ -144,8 +150,8 @@ async fn tickets_resume_once_and_every_refusal_is_specific() -> Result<()> {
     let (resumed, resumed_at) = post(&gw("/whip/tk"), &[("Ferry-Ticket", &t1)], OFFER)?;
     ensure!(resumed.status == 201, "{} {}", resumed.status, resumed.body);
     ensure!(
-        resumed_at == at,
-        "routed to the session's node: {resumed_at}"
+        node_url(&resumed_at) == node_url(&at),
+        "routed to the session's node ({at}): {resumed_at}"
     );
     ensure!(
         header(&resumed, "ferry-session")? == session,
