@@ -43,9 +43,7 @@ pub fn fuzz_dependency_descriptor(data: &[u8]) {
             sel.set_target(chunk.first().map_or(2, |b| b & 3), chunk.len() as u8 & 3);
         }
         if let Ok(info) = t.layer_info(chunk, k % 2 == 0) {
-            // Two source streams, as when a publisher's encoder restarts.
-            let ssrc = u32::from(chunk.last().is_some_and(|b| b & 0x80 != 0));
-            let _ = sel.select(ssrc, &info);
+            let _ = sel.select(source_of(chunk), &info);
             let _ = (
                 sel.current(),
                 sel.needs_keyframe(),
@@ -55,6 +53,12 @@ pub fn fuzz_dependency_descriptor(data: &[u8]) {
     }
     let snap = t.snapshot();
     assert!(Av1DdTracker::restore(&snap).is_ok());
+}
+
+/// The source stream a fuzzed packet came on: two of them (0 and 1, from the chunk's last
+/// byte), as when a publisher's encoder restarts on a new SSRC.
+fn source_of(chunk: &[u8]) -> u32 {
+    u32::from(chunk.last().is_some_and(|b| b & 0x80 != 0))
 }
 
 /// Fuzz body (`fuzz/fuzz_targets/vp9.rs`): parses arbitrary bytes, and checks that whatever
@@ -80,8 +84,7 @@ pub fn fuzz_vp9(data: &[u8]) {
                 sel.set_target(chunk.first().map_or(2, |b| b & 3), chunk.len() as u8 & 3);
             }
             if let Some(info) = vp9_layer_info(chunk, k % 3 == 0) {
-                let ssrc = u32::from(chunk.last().is_some_and(|b| b & 0x80 != 0));
-                let _ = sel.select(ssrc, &info);
+                let _ = sel.select(source_of(chunk), &info);
                 let _ = (sel.current(), sel.needs_keyframe());
             }
         }

@@ -558,8 +558,6 @@ pub struct LayerSelector {
     dd_target: Option<u8>,
     chains_intact: u32,
     dd_view: Option<(DecodeTargets, u32)>,
-    /// The stream (SSRC) of the packet being decided: frame identities are its own.
-    ssrc: u32,
     cache: DecisionCache,
 }
 
@@ -626,7 +624,6 @@ impl LayerSelector {
     /// Decides one packet, which came on the source stream `ssrc`. Packets of a frame already
     /// decided follow that decision, so a target change never cuts a frame in two.
     pub fn select(&mut self, ssrc: u32, info: &LayerInfo) -> Selection {
-        self.ssrc = ssrc;
         let known = info.frame.and_then(|id| self.cache.get(ssrc, id));
         let forward = match known {
             Some(d) => d,
@@ -634,8 +631,8 @@ impl LayerSelector {
             None if info.frame.is_none() && !info.start_of_frame => self.last_decision,
             None => {
                 let d = match &info.dd {
-                    Some(dd) => self.decide_dd(info, dd),
-                    None => self.decide(info),
+                    Some(dd) => self.decide_dd(ssrc, info, dd),
+                    None => self.decide(ssrc, info),
                 };
                 if let Some(id) = info.frame {
                     self.cache.put(ssrc, id, d);
@@ -682,25 +679,26 @@ impl LayerSelector {
             dd_target: s.dd_target,
             chains_intact: s.dd_chains_intact,
             dd_view: None,
-            ssrc: 0,
             cache: DecisionCache::new(),
         }
     }
 
-    fn refs_state(&self, i: &LayerInfo) -> (bool, bool) {
+    /// Whether a reference of `i` (a frame of the stream `ssrc`) was dropped, and whether all
+    /// were forwarded.
+    fn refs_state(&self, ssrc: u32, i: &LayerInfo) -> (bool, bool) {
         let dropped = i
             .refs()
             .iter()
-            .any(|&r| self.cache.get(self.ssrc, r) == Some(false));
+            .any(|&r| self.cache.get(ssrc, r) == Some(false));
         let forwarded = i
             .refs()
             .iter()
-            .all(|&r| self.cache.get(self.ssrc, r) == Some(true));
+            .all(|&r| self.cache.get(ssrc, r) == Some(true));
         (dropped, forwarded)
     }
 
     /// VP8/VP9: the first packet seen of a new (layer) frame.
-    fn decide(&mut self, i: &LayerInfo) -> bool {
+    fn decide(&mut self, ssrc: u32, i: &LayerInfo) -> bool {
         self.dd_view = None;
         let new_picture = i.picture.is_none() || i.picture != self.last_picture;
         self.last_picture = i.picture;
@@ -717,7 +715,7 @@ impl LayerSelector {
             self.max_temporal_seen = 0;
         }
         self.max_temporal_seen = self.max_temporal_seen.max(i.temporal);
-        let (dropped_ref, refs_forwarded) = self.refs_state(i);
+        let (dropped_ref, refs_forwarded) = self.refs_state(ssrc, i);
 
         if key_picture && i.spatial <= ts {
             // A key picture restarts every layer: the upper layer frames of the picture
@@ -781,7 +779,7 @@ impl LayerSelector {
     }
 
     /// With a dependency descriptor: the first packet seen of a new frame.
-    fn decide_dd(&mut self, i: &LayerInfo, d: &DdFrame) -> bool {
+    fn decide_dd(&mut self, ssrc: u32, i: &LayerInfo, d: &DdFrame) -> bool {
         if self.dd_structure != Some(d.structure) {
             // New structure: decode target indexes and chains start over at its keyframe.
             self.dd_structure = Some(d.structure);
@@ -798,12 +796,12 @@ impl LayerSelector {
                 // Unknown (not yet arrived, or too old to remember) counts as intact: a lost
                 // packet is recovered upstream; only our own drops break a chain.
                 let prev = TAG_AV1 | u32::from(d.frame_number.wrapping_sub(u16::from(diff)));
-                if self.cache.get(self.ssrc, prev) == Some(false) {
+                if self.cache.get(ssrc, prev) == Some(false) {
                     self.chains_intact &= !bit;
                 }
             }
         }
-        let (dropped_ref, refs_forwarded) = self.refs_state(i);
+        let (dropped_ref, refs_forwarded) = self.refs_state(ssrc, i);
         let chains = self.chains_intact;
         let chain_ok = |dt: usize| {
             d.targets
