@@ -222,10 +222,11 @@ impl StreamEntry {
     }
 
     /// The layers of a scalable stream's packet `pkt` of track `line`: from the dependency
-    /// descriptor (extension id `dd_ext`) where the packet carries one — AV1 always, and VP8,
+    /// descriptor (extension id `dd_ext`) where the packet carries one — AV1 always; VP8,
     /// whose payload descriptor Chromium leaves bare (no picture id, no temporal layer) once the
-    /// descriptor is negotiated — else VP9 from its payload descriptor and VP8 when its payload
-    /// descriptor carries temporal layers; `None` for a stream without layers. `Err` when the
+    /// descriptor is negotiated; H.264, whose payload says nothing of layers (an `L1T3` encoding's
+    /// temporal layers are only there) — else VP9 from its payload descriptor and VP8 when its
+    /// payload descriptor carries temporal layers; `None` for a stream without layers. `Err` when the
     /// packet carries a descriptor this node cannot read yet, for want of the structure (a
     /// relay that started between two keyframes): its layers are unknown until a keyframe —
     /// unless a keyframe (`keyframe`: the packet starts one) came without one already.
@@ -242,9 +243,12 @@ impl StreamEntry {
         let Ok(h) = crate::rtp::RtpHeader::parse(pkt) else {
             return Ok(None);
         };
-        // Only AV1 and VP8 read their layers from the descriptor (one lookup per packet).
+        // AV1, VP8 and H.264 read their layers from the descriptor (one lookup per packet);
+        // VP9's payload descriptor says all of it.
         let dd = match codec {
-            Codec::Av1 | Codec::Vp8 => dd_ext.and_then(|id| h.find_extension(pkt, id)),
+            Codec::Av1 | Codec::Vp8 | Codec::H264 => {
+                dd_ext.and_then(|id| h.find_extension(pkt, id))
+            }
             _ => None,
         };
         Ok(match (codec, dd) {

@@ -335,11 +335,20 @@ async fn a_shaped_viewer_plays_a_lower_svc_layer_and_climbs_back_av1() -> Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frame_rate_cap_drops_vp8_temporal_layers() -> Result<()> {
     let _area = ferry_tests::area(module_path!());
-    temporal_layers(true).await?;
-    temporal_layers(false).await
+    temporal_layers("vp8", true).await?;
+    temporal_layers("vp8", false).await
 }
 
-async fn temporal_layers(dd: bool) -> Result<()> {
+/// The same with an H.264 `L1T3` encoding: H.264's payload says nothing of temporal layers,
+/// so the node reads them from the dependency descriptor (negotiated here, as the SDK does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_rate_cap_drops_h264_temporal_layers_read_from_the_dependency_descriptor()
+-> Result<()> {
+    let _area = ferry_tests::area(module_path!());
+    temporal_layers("h264", true).await
+}
+
+async fn temporal_layers(codec: &str, dd: bool) -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let node = FerryNode::spawn(&[])?;
     let collector = Collector::start()?;
@@ -350,7 +359,7 @@ async fn temporal_layers(dd: bool) -> Result<()> {
         "publish.html",
         &[
             ("whip", &whip),
-            ("codec", "vp8"),
+            ("codec", codec),
             ("audio", "0"),
             ("id", "A"),
             ("token", token),
@@ -416,7 +425,7 @@ async fn temporal_layers(dd: bool) -> Result<()> {
             let decoded = delta("B", "/inbound/video/framesDecoded");
             let freezes = delta("B", "/inbound/video/freezeCount");
             eprintln!(
-                "vp8 L1T3 (dependency descriptor: {dd}), caps {cap}: B decoded {decoded} of {encoded} frames encoded ({:.2}), \
+                "{codec} L1T3 (dependency descriptor: {dd}), caps {cap}: B decoded {decoded} of {encoded} frames encoded ({:.2}), \
                  {freezes} freezes; A encodes {}",
                 decoded / encoded.max(1.0),
                 end["A"]["outbound"]["video"]["scalabilityMode"]
