@@ -197,6 +197,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             nack_cache: 1000,
             max_sessions: 2000,
             relay_fanout: ferry_sfu::node::RELAY_FANOUT,
+            adaptive: true,
             process_metrics: Some(rooms.metrics(&transcoders)),
             scheduler: Some({
                 let mut l = crate::scheduler::link(&gateway, &token, name);

@@ -107,6 +107,11 @@ struct NodeArgs {
     /// one of them (a relay tree of depth 2). 0: no limit.
     #[arg(long, default_value_t = ferry_sfu::node::RELAY_FANOUT)]
     relay_fanout: usize,
+    /// Per-viewer adaptation: each viewer gets the layers its link carries (estimated from its
+    /// transport-wide CC feedback). `false`: every viewer gets each track's top layer whatever
+    /// its link (the node before adaptation; a benchmark's baseline).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    adaptive: bool,
     /// Scheduler to report to (heartbeats with load and sessions).
     #[arg(long)]
     scheduler: Option<String>,
@@ -336,6 +341,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         nack_cache: args.nack_cache,
         max_sessions: args.max_sessions,
         relay_fanout: args.relay_fanout,
+        adaptive: args.adaptive,
         process_metrics: Some(rooms.metrics(&transcoders)),
         scheduler: args.scheduler.as_ref().map(|url| {
             let mut l = scheduler::link(url, &token, &args.id);

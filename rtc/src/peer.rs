@@ -329,6 +329,7 @@ impl Peer {
                 stream,
                 cname,
                 lines,
+                transport_cc: config.transport_cc,
             },
             config,
             cert,

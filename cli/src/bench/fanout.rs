@@ -146,6 +146,18 @@ pub(crate) async fn start_peer(
     clocks: &Clocks,
     url: String,
 ) -> Result<PeerHandle> {
+    start_peer_with(role, seed, bitrate, clocks, url, |_| {}).await
+}
+
+/// [`start_peer`] with `configure` applied to the peer's config last.
+pub(crate) async fn start_peer_with(
+    role: PeerRole,
+    seed: u64,
+    bitrate: u32,
+    clocks: &Clocks,
+    url: String,
+    configure: impl FnOnce(&mut PeerConfig),
+) -> Result<PeerHandle> {
     let socket = ferry_sfu::udp::bind(([127, 0, 0, 1], 0).into())?;
     let local = socket.local_addr()?;
     let now = Instant::now();
@@ -153,6 +165,7 @@ pub(crate) async fn start_peer(
     cfg.wall = clocks.wall;
     cfg.latency_epoch = clocks.epoch;
     cfg.video_bitrate_bps = bitrate;
+    configure(&mut cfg);
     let mut secret = [0x11u8; 32];
     secret[..8].copy_from_slice(&seed.to_le_bytes());
     let cert = ferry_sfu::cert::generate(secret)?;

@@ -10,7 +10,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::fanout::{PeerCmd, PeerHandle, Side, all_playing, all_stats, side, start_peer};
+use super::fanout::{
+    PeerCmd, PeerHandle, Side, all_playing, all_stats, side, start_peer, start_peer_with,
+};
 use super::process::{
     ChildProc, Clocks, clock_ticks, cpu_count, cpu_seconds, pin_process, rss_bytes, spawn_on,
     wait_for,
@@ -68,6 +70,19 @@ pub struct ForwardArgs {
     /// Subscribers that keep reading in `--scaling` runs (at least one per stream).
     #[arg(long, default_value_t = 8)]
     probes: usize,
+    /// The node's per-viewer adaptation (`ferry node --adaptive`), one run of Ferry per value:
+    /// `true,false` measures beside today's node the node before adaptation as the baseline
+    /// (its viewers offer no transport-wide CC, so it stamps no sequence numbers, estimates
+    /// nothing and allocates nothing). Each further value is compared with the first.
+    #[arg(long, value_delimiter = ',', default_value = "true")]
+    adaptive: Vec<bool>,
+}
+
+impl ForwardArgs {
+    /// The first `--adaptive` value: the mode of the runs that are compared with the raw relay.
+    fn first_adaptive(&self) -> bool {
+        self.adaptive.first().copied().unwrap_or(true)
+    }
 }
 
 /// Frame rate of the synthetic publisher (the test peer's default).
@@ -188,6 +203,7 @@ fn streams_per_core(n: usize, workers: usize) -> Vec<String> {
 async fn measure_ferry(
     n: usize,
     workers: usize,
+    adaptive: bool,
     args: &ForwardArgs,
     ticks: f64,
 ) -> Result<FerryRun> {
@@ -195,9 +211,12 @@ async fn measure_ferry(
     // `access_token` (they have no header to put it in).
     let token = crate::access::random_secret();
     let workers_arg = workers.to_string();
+    let adaptive_arg = adaptive.to_string();
     let cpus = cpu_count();
     let node_args = [
         "node",
+        "--adaptive",
+        &adaptive_arg,
         "--http",
         "127.0.0.1:0",
         "--udp",
@@ -268,7 +287,7 @@ async fn measure_ferry(
             park_playing(&viewers, probes, &mut parked).await?;
         }
         viewers.push(
-            start_peer(
+            start_peer_with(
                 PeerRole::Viewer,
                 100 + i as u64,
                 args.bitrate,
@@ -277,6 +296,7 @@ async fn measure_ferry(
                     &format!("{http}/whep/{}", streams[i % streams.len()]),
                     &token,
                 ),
+                |cfg| cfg.transport_cc = adaptive,
             )
             .await?,
         );
@@ -655,6 +675,7 @@ pub(crate) async fn forward(args: ForwardArgs) -> Result<()> {
     }
     let mut rows = Vec::new();
     let mut worker_rows = Vec::new();
+    let mut adaptive_rows = Vec::new();
     println!(
         "{:>5} | {:>10} {:>6} {:>10} | {:>10} {:>6} {:>10} | {:>6} | {:>10} {:>6} | {:>8} {:>8} | {:>8} {:>8} | {:>8} {:>8} | {:>7}",
         "subs",
@@ -677,7 +698,8 @@ pub(crate) async fn forward(args: ForwardArgs) -> Result<()> {
     );
     for &n in &args.subscribers {
         let first = args.workers.first().copied().unwrap_or(1);
-        let ferry = measure_ferry(n, first, &args, ticks)
+        let mode = args.first_adaptive();
+        let ferry = measure_ferry(n, first, mode, &args, ticks)
             .await
             .with_context(|| format!("ferry run, {n} subscribers"))?;
         let raw = measure_raw(
@@ -742,8 +764,31 @@ pub(crate) async fn forward(args: ForwardArgs) -> Result<()> {
             f.missing
         );
         rows.push(row);
+        for &a in args.adaptive.iter().skip(1) {
+            let r = measure_ferry(n, first, a, &args, ticks)
+                .await
+                .with_context(|| format!("ferry run, {n} subscribers, --adaptive {a}"))?;
+            println!(
+                "{:>5} | --adaptive {a}: {:.0} pps on {:.2} cores = {:.0} pps/core (--adaptive {mode}: {:.2}x of it); p50 {} µs p99 {} µs; missing {}",
+                n,
+                r.side.out_pps,
+                r.side.cpu_cores,
+                r.side.pps_per_core,
+                ferry.side.pps_per_core / r.side.pps_per_core.max(1.0),
+                r.side.latency_p50_us.unwrap_or(0),
+                r.side.latency_p99_us.unwrap_or(0),
+                r.side.missing
+            );
+            adaptive_rows.push(serde_json::json!({
+                "subscribers": n,
+                "workers": first,
+                "adaptive": a,
+                "ferry": r.side,
+                "first_over_this": ferry.side.pps_per_core / r.side.pps_per_core.max(1.0),
+            }));
+        }
         for &w in args.workers.iter().skip(1) {
-            let r = measure_ferry(n, w, &args, ticks)
+            let r = measure_ferry(n, w, mode, &args, ticks)
                 .await
                 .with_context(|| format!("ferry run, {n} subscribers, {w} workers"))?;
             let per_core = r.side.pps_per_core / ferry.side.pps_per_core.max(1.0);
@@ -775,8 +820,13 @@ pub(crate) async fn forward(args: ForwardArgs) -> Result<()> {
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let json =
-        serde_json::json!({ "rows": rows, "workers": worker_rows, "saturation": saturation });
+    let json = serde_json::json!({
+        "adaptive": args.first_adaptive(),
+        "rows": rows,
+        "workers": worker_rows,
+        "adaptive_rows": adaptive_rows,
+        "saturation": saturation,
+    });
     std::fs::write(&args.out, serde_json::to_string_pretty(&json)?)?;
     println!("wrote {}", args.out.display());
     Ok(())
@@ -874,6 +924,21 @@ struct Saturation {
     /// Ferry's sustained packets out per core over the raw relay's.
     ferry_over_raw: Option<f64>,
     overload: Option<OverloadRun>,
+    /// The `--adaptive` mode of the Ferry search above.
+    adaptive: bool,
+    /// The other `--adaptive` modes' searches.
+    adaptive_modes: Vec<AdaptiveMode>,
+}
+
+/// A saturation search of Ferry in another `--adaptive` mode.
+#[derive(Debug, Clone, Serialize)]
+struct AdaptiveMode {
+    adaptive: bool,
+    steps: Vec<SatStep>,
+    /// Its highest sustained step.
+    sustained: Option<SatStep>,
+    /// Sustained packets out per core of the first mode over this one's.
+    first_over_this: Option<f64>,
 }
 
 /// Raises the subscriber count ×1.5 a step until a step is not sustained (or the bound);
@@ -941,10 +1006,19 @@ async fn scaling(args: &ForwardArgs, ticks: f64) -> Result<()> {
         args.workers, args.probes
     );
     let mut runs = Vec::new();
-    for &w in &args.workers {
-        let who = format!("w{w}");
+    let modes: Vec<(usize, bool)> = args
+        .workers
+        .iter()
+        .flat_map(|&w| args.adaptive.iter().map(move |&a| (w, a)))
+        .collect();
+    for &(w, a) in &modes {
+        let who = if args.adaptive.len() > 1 {
+            format!("w{w}{}", if a { "" } else { "-fixed" })
+        } else {
+            format!("w{w}")
+        };
         let run = |n: usize| async move {
-            let r = measure_ferry(n, w, args, ticks).await?;
+            let r = measure_ferry(n, w, a, args, ticks).await?;
             println!(
                 "{:>6} {n:>6} subs | p50 {} µs max {} µs | probes lost {:.3} % | shed {:.0} packets | handed to another core {:.0} datagrams/s",
                 "",
@@ -965,32 +1039,34 @@ async fn scaling(args: &ForwardArgs, ticks: f64) -> Result<()> {
             .cloned();
         match &best {
             Some(b) => println!(
-                "--workers {w}: sustained {} subscribers, {:.0} pps out on {:.2} cores ({} pinned to {w} CPUs), generator {:.2} cores",
+                "--workers {w} --adaptive {a}: sustained {} subscribers, {:.0} pps out on {:.2} cores ({} pinned to {w} CPUs), generator {:.2} cores",
                 b.subscribers,
                 b.out_pps,
                 b.cpu_cores,
                 if args.pin && cpus > w { "node" } else { "not" },
                 b.generator_cores.unwrap_or(0.0)
             ),
-            None => println!("--workers {w}: no step sustained"),
+            None => println!("--workers {w} --adaptive {a}: no step sustained"),
         }
-        runs.push((w, args.pin && cpus > w, steps, best));
+        runs.push((w, a, args.pin && cpus > w, steps, best));
     }
-    let first = runs.first().and_then(|r| r.3.as_ref()).map(|b| b.out_pps);
+    let first = runs.first().and_then(|r| r.4.as_ref()).map(|b| b.out_pps);
     let mut json = Vec::new();
-    for (w, pinned, steps, best) in &runs {
+    for (w, a, pinned, steps, best) in &runs {
         let over_first = best
             .as_ref()
             .zip(first)
             .map(|(b, f)| b.out_pps / f.max(1.0));
         if let Some(r) = over_first {
             println!(
-                "--workers {w}: {r:.2}x the sustained packets out of --workers {}",
-                args.workers[0]
+                "--workers {w} --adaptive {a}: {r:.2}x the sustained packets out of --workers {} --adaptive {}",
+                args.workers[0],
+                args.first_adaptive()
             );
         }
         json.push(serde_json::json!({
             "workers": w,
+            "adaptive": a,
             "node_pinned": pinned,
             "steps": steps,
             "sustained": best,
@@ -1014,15 +1090,26 @@ async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
         args.pin && cpu_count() >= 2
     );
     let publisher = std::cell::Cell::new((0.0, 0.0));
+    let mode = args.first_adaptive();
     let ferry_steps = search(start, args.max_subscribers, "ferry", |n| {
         let publisher = &publisher;
         async move {
-            let r = measure_ferry(n, 1, args, ticks).await?;
+            let r = measure_ferry(n, 1, mode, args, ticks).await?;
             publisher.set((r.publisher_pps, r.packet_bytes));
             Ok(r.step(n))
         }
     })
     .await?;
+    // The other `--adaptive` modes, each searched the same way and compared at saturation.
+    let mut modes = Vec::new();
+    for &a in args.adaptive.iter().skip(1) {
+        let who = format!("ferry --adaptive {a}");
+        let steps = search(start, args.max_subscribers, &who, |n| async move {
+            Ok(measure_ferry(n, 1, a, args, ticks).await?.step(n))
+        })
+        .await?;
+        modes.push((a, steps));
+    }
     let (pps, size) = publisher.get();
     let raw_steps = search(start, args.max_subscribers, "raw", |n| async move {
         let (side, loss) = measure_raw(n, pps, size as usize, args, ticks).await?;
@@ -1041,7 +1128,7 @@ async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
     let overload = match &ferry {
         Some(f) => {
             let n = f.subscribers * 2;
-            let r = measure_ferry(n, 1, args, ticks).await?;
+            let r = measure_ferry(n, 1, mode, args, ticks).await?;
             let o = OverloadRun {
                 subscribers: n,
                 demand_pps: r.publisher_pps * n as f64,
@@ -1073,6 +1160,27 @@ async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
     if let Some(r) = ferry_over_raw {
         println!("at saturation: ferry / raw = {r:.2} (packets out per core)");
     }
+    let adaptive_modes = modes
+        .into_iter()
+        .map(|(a, steps)| {
+            let sustained = best(&steps);
+            let first_over_this = ferry
+                .as_ref()
+                .zip(sustained.as_ref())
+                .map(|(f, m)| f.pps_per_core / m.pps_per_core.max(1.0));
+            if let Some(r) = first_over_this {
+                println!(
+                    "at saturation: ferry --adaptive {mode} / ferry --adaptive {a} = {r:.2} (packets out per core)"
+                );
+            }
+            AdaptiveMode {
+                adaptive: a,
+                steps,
+                sustained,
+                first_over_this,
+            }
+        })
+        .collect();
     Ok(Saturation {
         pinned: args.pin && cpu_count() >= 2,
         ferry_steps,
@@ -1081,6 +1189,8 @@ async fn saturate(args: &ForwardArgs, ticks: f64) -> Result<Saturation> {
         raw,
         ferry_over_raw,
         overload,
+        adaptive: mode,
+        adaptive_modes,
     })
 }
 

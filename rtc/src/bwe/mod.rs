@@ -315,7 +315,7 @@ impl BandwidthEstimator {
         acked.clear();
         let (mut received, mut lost) = (0u64, 0u64);
         for p in packets {
-            let Some(rec) = self.history.get_mut(p.seq) else {
+            let Some(rec) = self.history.get(p.seq) else {
                 continue;
             };
             match (p.arrival_us, rec.fate) {
@@ -330,7 +330,7 @@ impl BandwidthEstimator {
                             received += 1;
                         }
                     }
-                    rec.fate = Fate::Received;
+                    self.history.set_fate(p.seq, Fate::Received);
                     acked.push(Acked {
                         seq: p.seq,
                         sent: rec.sent,
@@ -340,7 +340,7 @@ impl BandwidthEstimator {
                     });
                 }
                 (None, Fate::Pending) => {
-                    rec.fate = Fate::Lost;
+                    self.history.set_fate(p.seq, Fate::Lost);
                     if rec.probe.is_none() {
                         lost += 1;
                     }

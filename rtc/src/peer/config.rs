@@ -61,6 +61,10 @@ pub struct PeerConfig {
     /// `video_bitrate_bps`. Ignored with [`MediaSource::External`] media and without video; a
     /// config with no layers is no simulcast.
     pub simulcast: Option<SimulcastConfig>,
+    /// A viewer's offer has transport-wide CC and it sends the feedback, as browsers do; off,
+    /// its offer has neither (a REMB-only client, or a benchmark's baseline of a node that stamps
+    /// nothing and estimates nothing for it).
+    pub transport_cc: bool,
 }
 
 impl PeerConfig {
@@ -86,6 +90,7 @@ impl PeerConfig {
             keyframe_interval: Self::KEYFRAME_INTERVAL,
             latency_epoch: now,
             simulcast: None,
+            transport_cc: true,
         }
     }
 }

@@ -52,6 +52,8 @@ pub(super) struct OfferPlan {
     pub stream: String,
     pub cname: String,
     pub lines: Vec<OfferLine>,
+    /// Offer transport-wide CC on the lines we receive on ([`super::PeerConfig::transport_cc`]).
+    pub transport_cc: bool,
 }
 
 impl OfferPlan {
@@ -211,9 +213,10 @@ impl OfferPlan {
             let _ = write!(s, "a=extmap:1 {EXT_AUDIO_LEVEL}\r\n");
         }
         let _ = write!(s, "a=extmap:2 {EXT_ABS_SEND_TIME}\r\n");
-        // A viewer sends transport-wide CC feedback, as browsers do; a publisher does not stamp
-        // the sequence numbers that feedback would need.
-        let twcc = !l.send;
+        // A viewer sends transport-wide CC feedback, as browsers do (unless configured not to,
+        // as a REMB-only client); a publisher does not stamp the sequence numbers that feedback
+        // would need.
+        let twcc = !l.send && self.transport_cc;
         if twcc {
             let _ = write!(s, "a=extmap:{EXT_TRANSPORT_CC_ID} {EXT_TRANSPORT_CC}\r\n");
         }
@@ -617,6 +620,7 @@ pub(super) mod tests {
             stream: "s".into(),
             cname: "c".into(),
             lines,
+            transport_cc: true,
         }
     }
 

@@ -86,6 +86,9 @@ pub struct NodeOptions {
     /// Nodes a stream published here is relayed to directly before further ones are sent one
     /// level down (0: no limit; [`crate::node::RELAY_FANOUT`]).
     pub relay_fanout: usize,
+    /// Per-viewer adaptation ([`crate::node::NodeConfig::adaptive`]; off: every viewer gets each
+    /// track's top layer, a benchmark's baseline).
+    pub adaptive: bool,
     /// Extra text for `/metrics` from the embedding process.
     pub process_metrics: Option<crate::driver::http::ProcessMetrics>,
     /// The scheduler to report to, if any.
@@ -166,6 +169,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<RunningNode> {
     config.nack_cache = opts.nack_cache;
     config.max_sessions = opts.max_sessions;
     config.relay_fanout = opts.relay_fanout;
+    config.adaptive = opts.adaptive;
     let mut runtime = None;
     let migrations = ferry_migrator::Config::default();
     let mut migration = None;
