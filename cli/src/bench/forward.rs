@@ -768,23 +768,19 @@ pub(crate) async fn forward(args: ForwardArgs) -> Result<()> {
             let r = measure_ferry(n, first, a, &args, ticks)
                 .await
                 .with_context(|| format!("ferry run, {n} subscribers, --adaptive {a}"))?;
-            println!(
-                "{:>5} | --adaptive {a}: {:.0} pps on {:.2} cores = {:.0} pps/core (--adaptive {mode}: {:.2}x of it); p50 {} µs p99 {} µs; missing {}",
+            let first_over_this = ferry.side.pps_per_core / r.side.pps_per_core.max(1.0);
+            print_further_run(
                 n,
-                r.side.out_pps,
-                r.side.cpu_cores,
-                r.side.pps_per_core,
-                ferry.side.pps_per_core / r.side.pps_per_core.max(1.0),
-                r.side.latency_p50_us.unwrap_or(0),
-                r.side.latency_p99_us.unwrap_or(0),
-                r.side.missing
+                &format!("--adaptive {a}"),
+                &r.side,
+                &format!("--adaptive {mode}: {first_over_this:.2}x of it"),
             );
             adaptive_rows.push(serde_json::json!({
                 "subscribers": n,
                 "workers": first,
                 "adaptive": a,
                 "ferry": r.side,
-                "first_over_this": ferry.side.pps_per_core / r.side.pps_per_core.max(1.0),
+                "first_over_this": first_over_this,
             }));
         }
         for &w in args.workers.iter().skip(1) {
@@ -792,15 +788,11 @@ pub(crate) async fn forward(args: ForwardArgs) -> Result<()> {
                 .await
                 .with_context(|| format!("ferry run, {n} subscribers, {w} workers"))?;
             let per_core = r.side.pps_per_core / ferry.side.pps_per_core.max(1.0);
-            println!(
-                "{:>5} | --workers {w}: {:.0} pps on {:.2} cores = {:.0} pps/core ({per_core:.2}x of --workers {first}); p50 {} µs p99 {} µs; missing {}",
+            print_further_run(
                 n,
-                r.side.out_pps,
-                r.side.cpu_cores,
-                r.side.pps_per_core,
-                r.side.latency_p50_us.unwrap_or(0),
-                r.side.latency_p99_us.unwrap_or(0),
-                r.side.missing
+                &format!("--workers {w}"),
+                &r.side,
+                &format!("{per_core:.2}x of --workers {first}"),
             );
             worker_rows.push(serde_json::json!({
                 "subscribers": n,
@@ -830,6 +822,20 @@ pub(crate) async fn forward(args: ForwardArgs) -> Result<()> {
     std::fs::write(&args.out, serde_json::to_string_pretty(&json)?)?;
     println!("wrote {}", args.out.display());
     Ok(())
+}
+
+/// The line of a further Ferry run at `n` subscribers beside the row's first (another
+/// `--adaptive` mode or `--workers` count), `compared` saying how it compares.
+fn print_further_run(n: usize, what: &str, side: &Side, compared: &str) {
+    println!(
+        "{n:>5} | {what}: {:.0} pps on {:.2} cores = {:.0} pps/core ({compared}); p50 {} µs p99 {} µs; missing {}",
+        side.out_pps,
+        side.cpu_cores,
+        side.pps_per_core,
+        side.latency_p50_us.unwrap_or(0),
+        side.latency_p99_us.unwrap_or(0),
+        side.missing
+    );
 }
 
 /// One step of the saturation search.
