@@ -7,6 +7,9 @@
 //! grown, which the node's forwarding path relies on. Sequence numbers that arrive out of order
 //! land in their slot, a gap leaves empty slots, one further ahead than the ring holds starts it
 //! over; bounded both by count and by age, so a viewer that never sends feedback cannot grow it.
+//! Once feedback comes, packets sent well before the newest one it reported are forgotten too
+//! ([`KEEP_BEHIND_REPORT`]), and the ring gives back memory it no longer needs: with hundreds of
+//! viewers the ring's next slot is then memory the node touched a moment ago, not seconds ago.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -22,6 +25,14 @@ pub(crate) const MAX_AGE: Duration = Duration::from_secs(5);
 /// hundreds of viewers a cache miss per forwarded packet (`ferry bench forward --adaptive`).
 /// So a packet is kept up to this many packets past [`MAX_AGE`].
 const AGE_CHECK_EVERY: u64 = 64;
+/// Packets sent more than this before the newest packet a feedback message reported are
+/// forgotten: a report for them would have to trail that one by more than this (feedback
+/// messages come every 50–100 ms; a packet reported lost and then received trails by its
+/// reordering). A report that late is ignored, as one older than [`MAX_AGE`] is.
+pub(crate) const KEEP_BEHIND_REPORT: Duration = Duration::from_millis(250);
+/// The ring gives memory back when it uses less than a quarter of what it holds, down to this
+/// many slots.
+const MIN_CAPACITY: usize = 256;
 
 /// What the feedback said about a packet so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +110,8 @@ pub(crate) struct SentHistory {
     base: u64,
     /// Send times count from here (the first packet's).
     epoch: Option<Instant>,
+    /// The send time (`Slot::sent_ns`) of the newest packet feedback reported.
+    newest_reported_ns: Option<u64>,
 }
 
 impl SentHistory {
@@ -141,29 +154,63 @@ impl SentHistory {
         self.prune(seq, record.sent);
     }
 
-    /// The packet with this sequence number, if still held.
-    pub fn get(&self, seq: u64) -> Option<SentRecord> {
-        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
-        let s = self.packets.get(i)?;
+    /// Records what a feedback message said of a packet (`received`, or reported lost) and
+    /// returns the packet as it was before, if still held. Received is final (a receiver cannot
+    /// un-receive a packet, so a later "lost" for it is a stale, overlapping report); lost may
+    /// still turn into received (reordering).
+    pub fn report(&mut self, seq: u64, received: bool) -> Option<SentRecord> {
+        let i = self.index(seq)?;
+        let s = *self.packets.get(i)?;
+        let before = self.record(&s)?;
+        let fate = match (received, before.fate) {
+            (true, Fate::Pending | Fate::Lost) => Some(Fate::Received),
+            (false, Fate::Pending) => Some(Fate::Lost),
+            _ => None,
+        };
+        if let (Some(fate), Some(slot)) = (fate, self.packets.get_mut(i)) {
+            slot.flags = (s.flags & HAS_PROBE) | fate_code(fate);
+        }
+        if self.newest_reported_ns.is_none_or(|n| s.sent_ns > n) {
+            self.newest_reported_ns = Some(s.sent_ns);
+        }
+        Some(before)
+    }
+
+    /// After a feedback message: forgets the packets sent more than [`KEEP_BEHIND_REPORT`]
+    /// before the newest one reported, and gives back memory the ring no longer needs (an
+    /// allocation at most once per halving of its use, never per packet).
+    pub fn after_feedback(&mut self) {
+        let Some(newest) = self.newest_reported_ns else {
+            return;
+        };
+        let keep = u64::try_from(KEEP_BEHIND_REPORT.as_nanos()).unwrap_or(u64::MAX);
+        let from = newest.saturating_sub(keep);
+        while let Some(first) = self.packets.front() {
+            if !first.is_empty() && first.sent_ns >= from {
+                break;
+            }
+            self.packets.pop_front();
+            self.base = self.base.saturating_add(1);
+        }
+        let cap = self.packets.capacity();
+        if cap > MIN_CAPACITY && self.packets.len() < cap / 4 {
+            self.packets
+                .shrink_to((self.packets.len() * 2).max(MIN_CAPACITY));
+        }
+    }
+
+    /// The ring index of `seq`, if it is not below the ring.
+    fn index(&self, seq: u64) -> Option<usize> {
+        usize::try_from(seq.checked_sub(self.base)?).ok()
+    }
+
+    fn record(&self, s: &Slot) -> Option<SentRecord> {
         Some(SentRecord {
             fate: s.fate()?,
             sent: self.sent_at(s)?,
             size: usize::from(s.size),
             probe: (s.flags & HAS_PROBE != 0).then_some(s.probe),
         })
-    }
-
-    /// Records what feedback said of a packet still held (nothing otherwise).
-    pub fn set_fate(&mut self, seq: u64, fate: Fate) {
-        let Some(i) = seq
-            .checked_sub(self.base)
-            .and_then(|i| usize::try_from(i).ok())
-        else {
-            return;
-        };
-        if let Some(s) = self.packets.get_mut(i).filter(|s| !s.is_empty()) {
-            s.flags = (s.flags & HAS_PROBE) | fate_code(fate);
-        }
     }
 
     /// When the packet in slot `s` was sent (`None` before the first packet).
@@ -196,5 +243,61 @@ impl SentHistory {
             self.packets.pop_front();
             self.base = self.base.saturating_add(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(at: Instant) -> SentRecord {
+        SentRecord {
+            sent: at,
+            size: 1200,
+            probe: None,
+            fate: Fate::Pending,
+        }
+    }
+
+    #[test]
+    fn a_report_moves_a_packets_fate_and_returns_it_as_it_was() {
+        let t0 = Instant::now();
+        let mut h = SentHistory::default();
+        for seq in 0..3 {
+            h.insert(seq, sent(t0));
+        }
+        assert_eq!(h.report(0, false).map(|r| r.fate), Some(Fate::Pending));
+        // Lost, then received (reordered): received is final.
+        assert_eq!(h.report(0, true).map(|r| r.fate), Some(Fate::Lost));
+        assert_eq!(h.report(0, false).map(|r| r.fate), Some(Fate::Received));
+        assert_eq!(h.report(0, true).map(|r| r.fate), Some(Fate::Received));
+        assert_eq!(h.report(1, true).map(|r| r.fate), Some(Fate::Pending));
+        assert!(h.report(7, true).is_none());
+    }
+
+    #[test]
+    fn packets_well_behind_the_newest_reported_one_are_forgotten_and_the_ring_shrinks() {
+        let t0 = Instant::now();
+        let mut h = SentHistory::default();
+        // 2 s at 1 packet a millisecond, no feedback yet: held up to the age bound.
+        for seq in 0..2000u64 {
+            h.insert(seq, sent(t0 + Duration::from_millis(seq)));
+        }
+        assert_eq!(h.len(), 2000);
+        let grown = h.packets.capacity();
+        // Feedback reports packet 1999 (sent at 1999 ms): what was sent before 1749 ms goes.
+        h.report(1999, true);
+        h.after_feedback();
+        assert_eq!(h.len(), 251);
+        assert!(h.report(1748, true).is_none());
+        assert!(h.report(1749, true).is_some());
+        assert!(
+            h.packets.capacity() < grown / 2,
+            "{} of {grown}",
+            h.packets.capacity()
+        );
+        // New packets still land after the forgotten ones.
+        h.insert(2000, sent(t0 + Duration::from_millis(2000)));
+        assert_eq!(h.report(2000, true).map(|r| r.fate), Some(Fate::Pending));
     }
 }

@@ -315,7 +315,7 @@ impl BandwidthEstimator {
         acked.clear();
         let (mut received, mut lost) = (0u64, 0u64);
         for p in packets {
-            let Some(rec) = self.history.get(p.seq) else {
+            let Some(rec) = self.history.report(p.seq, p.arrival_us.is_some()) else {
                 continue;
             };
             match (p.arrival_us, rec.fate) {
@@ -330,7 +330,6 @@ impl BandwidthEstimator {
                             received += 1;
                         }
                     }
-                    self.history.set_fate(p.seq, Fate::Received);
                     acked.push(Acked {
                         seq: p.seq,
                         sent: rec.sent,
@@ -339,15 +338,11 @@ impl BandwidthEstimator {
                         probe: rec.probe,
                     });
                 }
-                (None, Fate::Pending) => {
-                    self.history.set_fate(p.seq, Fate::Lost);
-                    if rec.probe.is_none() {
-                        lost += 1;
-                    }
-                }
+                (None, Fate::Pending) if rec.probe.is_none() => lost += 1,
                 _ => {}
             }
         }
+        self.history.after_feedback();
         self.loss.count(now, received, lost);
         acked.sort_unstable_by_key(|a| (a.arrival, a.seq));
         for a in &acked {

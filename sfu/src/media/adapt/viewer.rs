@@ -82,6 +82,8 @@ pub struct ViewerAdapt {
     pub resend: ResendBudget,
     /// Smoothed round-trip time from its receiver reports. Not migrated: measured afresh.
     rtt: Option<Duration>,
+    /// The last feedback message's packets, kept for the next one (no allocation per message).
+    feedback: Vec<PacketFeedback>,
 }
 
 impl Default for ViewerAdapt {
@@ -109,6 +111,7 @@ impl ViewerAdapt {
             prefs: Preferences::default(),
             resend: ResendBudget::default(),
             rtt: None,
+            feedback: Vec::new(),
         }
     }
 
@@ -177,14 +180,13 @@ impl ViewerAdapt {
         self.reference = Some((raw, offset));
         // Sequence numbers extend against the highest sent: feedback is about the past.
         let highest = self.next_seq.saturating_sub(1);
-        let packets: Vec<PacketFeedback> = fb
-            .packets()
-            .map(|(seq, arrival)| PacketFeedback {
+        self.feedback.clear();
+        self.feedback
+            .extend(fb.packets().map(|(seq, arrival)| PacketFeedback {
                 seq: extend_back(highest, seq),
                 arrival_us: arrival.map(|a| a + offset),
-            })
-            .collect();
-        bwe.handle_feedback(now, &packets);
+            }));
+        bwe.handle_feedback(now, &self.feedback);
         Ok(())
     }
 
