@@ -416,7 +416,14 @@ impl Peer {
         }
         let mut plan = self.plan.clone();
         plan.lines = offer::lines_for_offer(offer, self.config.rtx)?;
-        let a = offer::read_offer(&plan, offer)?;
+        let mut a = offer::read_offer(&plan, offer)?;
+        if !self.config.transport_cc {
+            // A REMB-only answerer: it accepts no transport-wide CC, so it is sent no stamp.
+            for line in &mut a.lines {
+                line.ext_transport_cc = None;
+                line.twcc = false;
+            }
+        }
         self.plan = plan;
         let fp = cert::format_fingerprint(&self.fingerprint());
         let sdp = self

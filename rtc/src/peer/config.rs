@@ -61,9 +61,9 @@ pub struct PeerConfig {
     /// `video_bitrate_bps`. Ignored with [`MediaSource::External`] media and without video; a
     /// config with no layers is no simulcast.
     pub simulcast: Option<SimulcastConfig>,
-    /// A viewer's offer has transport-wide CC and it sends the feedback, as browsers do; off,
-    /// its offer has neither (a REMB-only client, or a benchmark's baseline of a node that stamps
-    /// nothing and estimates nothing for it).
+    /// A viewer's offer (or its answer to an offer) has transport-wide CC and it sends the
+    /// feedback, as browsers do; off, it has neither (a REMB-only client, or a benchmark's
+    /// baseline of a node that stamps nothing and estimates nothing for it).
     pub transport_cc: bool,
 }
 

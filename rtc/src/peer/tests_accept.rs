@@ -121,3 +121,31 @@ fn only_a_viewer_answers_offers() {
     let _ = v.create_offer();
     assert!(v.accept_offer(t0, "v=0\r\n").is_err());
 }
+
+#[test]
+fn a_viewer_without_transport_cc_answers_an_offer_that_has_it_with_neither_extension_nor_feedback()
+{
+    let t0 = Instant::now();
+    let abs = "a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time\r\n";
+    let offer = JANUS_OFFER.replace(
+        abs,
+        &format!(
+            "{abs}a=extmap:5 {}\r\n",
+            crate::sdp::extmap::EXT_TRANSPORT_CC
+        ),
+    );
+    let answered = |transport_cc: bool| {
+        let mut cfg = PeerConfig::new(PeerRole::Viewer, 5, "10.203.0.1:40000".parse().unwrap(), t0);
+        cfg.transport_cc = transport_cc;
+        let mut peer = Peer::new(cfg, Arc::new(cert::generate([5; 32]).unwrap()), t0);
+        peer.accept_offer(t0, &offer).unwrap()
+    };
+    let with = answered(true);
+    assert!(with.contains(
+        "a=extmap:5 http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01\r\n"
+    ));
+    assert!(with.contains(" transport-cc\r\n"));
+    let without = answered(false);
+    assert!(!without.contains("transport-wide-cc"), "{without}");
+    assert!(!without.contains("transport-cc"), "{without}");
+}
