@@ -140,6 +140,9 @@ pub struct SimNet {
     tail: HashMap<(SocketAddr, SocketAddr), Instant>,
     order: u64,
     stats: NetStats,
+    /// Paths whose datagrams are kept as sent ([`SimNet::capture`]).
+    captured_paths: HashSet<(SocketAddr, SocketAddr)>,
+    captured: Vec<(SocketAddr, SocketAddr, Vec<u8>)>,
 }
 
 impl SimNet {
@@ -156,7 +159,20 @@ impl SimNet {
             tail: HashMap::new(),
             order: 0,
             stats: NetStats::default(),
+            captured_paths: HashSet::new(),
+            captured: Vec::new(),
         }
+    }
+
+    /// Keeps a copy of every datagram sent `from → to` from now on, as it was put on the wire
+    /// (before loss): a packet capture of that path.
+    pub fn capture(&mut self, from: SocketAddr, to: SocketAddr) {
+        self.captured_paths.insert((from, to));
+    }
+
+    /// What [`SimNet::capture`] kept: (from, to, datagram), in send order.
+    pub fn captured(&self) -> &[(SocketAddr, SocketAddr, Vec<u8>)] {
+        &self.captured
     }
 
     /// Overrides the link `from → to` (one direction only). It may change at any time (a
@@ -257,6 +273,9 @@ impl SimNet {
     /// Sends a datagram at `now`.
     pub fn send(&mut self, now: Instant, from: SocketAddr, to: SocketAddr, data: Vec<u8>) {
         self.stats.sent += 1;
+        if self.captured_paths.contains(&(from, to)) {
+            self.captured.push((from, to, data.clone()));
+        }
         if self.is_down(from) || self.is_down(to) {
             self.stats.dropped += 1;
             return;

@@ -10,5 +10,6 @@
 
 pub mod edge;
 pub mod relay;
+pub mod relay_seal;
 pub mod shards;
 pub mod tunnel;

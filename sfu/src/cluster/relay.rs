@@ -1,7 +1,8 @@
 //! Cascade relay between nodes (DESIGN §2): a stream published on node A
-//! is relayed to node B while B has viewers of it. Inside the cluster media
-//! is plain RTP (no SRTP) in an authenticated envelope (HMAC-SHA-256 with
-//! the cluster key, truncated to 16 bytes) on the nodes' media sockets.
+//! is relayed to node B while B has viewers of it. Inside the cluster a relayed
+//! RTP packet travels encrypted and authenticated on the nodes' media sockets
+//! (AES-128-GCM keyed from the cluster key, with replay protection:
+//! [`relay_seal`](super::relay_seal)); control messages are authenticated the same way.
 //!
 //! Relay media carries the origin's extended sequence number and timestamp,
 //! so every node numbers a stream's packets the same way: a munger moved
@@ -17,6 +18,7 @@ use ferry_proto::state::MediaLineState;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+use super::relay_seal::{ENVELOPE, RelayOpener, RelaySealer, SEAL_TAG, SealError, SealKeys};
 use crate::media::line::MediaLine;
 use crate::media::munger::SourcePacket;
 use crate::nack::{Arrival, NackConfig, NackGenerator, PacketCache};
@@ -25,8 +27,9 @@ use crate::nack::{Arrival, NackConfig, NackGenerator, PacketCache};
 pub const MEDIA: u8 = 0xF0;
 /// First byte of relay control datagrams.
 pub const CONTROL: u8 = 0xF1;
-const VERSION: u8 = 1;
-/// Bytes of the truncated HMAC tag of relay datagrams and tickets.
+/// 2: sealed by [`RelaySealer`] (1 was an HMAC tag over plain RTP).
+const VERSION: u8 = 2;
+/// Bytes of the truncated HMAC tag of tickets and tunnel datagrams.
 pub const TAG_LEN: usize = 16;
 /// Media header: kind, version, flags, track, relay id, ext seq, ext ts, VP8 pic, VP8 tl0.
 const MEDIA_HEADER: usize = 1 + 1 + 1 + 1 + 4 + 8 + 8 + 2 + 1;
@@ -49,14 +52,28 @@ pub enum RelayError {
     /// The authentication tag does not match the cluster key.
     #[error("relay datagram failed authentication")]
     BadTag,
+    /// A sealed datagram seen before (or older than the receiver's window): a replay.
+    #[error("relay datagram replayed")]
+    Replayed,
     /// Relaying is not configured on this node.
     #[error("relay disabled")]
     Disabled,
 }
 
-/// The cluster key that authenticates relay traffic.
+impl From<SealError> for RelayError {
+    fn from(e: SealError) -> Self {
+        match e {
+            SealError::Malformed => Self::Malformed,
+            SealError::BadTag => Self::BadTag,
+            SealError::Replayed => Self::Replayed,
+        }
+    }
+}
+
+/// The cluster key: it seals relay traffic ([`SealKeys`]) and authenticates tickets and the
+/// edge tunnel.
 #[derive(Clone)]
-pub struct ClusterKey(Hmac<Sha256>);
+pub struct ClusterKey(Hmac<Sha256>, SealKeys);
 
 impl std::fmt::Debug for ClusterKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -68,7 +85,15 @@ impl ClusterKey {
     /// A key from 32 secret bytes.
     pub fn new(secret: &[u8; 32]) -> Self {
         // HMAC takes keys of any length, so this cannot fail.
-        Self(<Hmac<Sha256> as KeyInit>::new_from_slice(secret).unwrap_or_else(|_| unreachable!()))
+        Self(
+            <Hmac<Sha256> as KeyInit>::new_from_slice(secret).unwrap_or_else(|_| unreachable!()),
+            SealKeys::new(secret),
+        )
+    }
+
+    /// The keys that seal relay datagrams.
+    pub fn seal_keys(&self) -> SealKeys {
+        self.1.clone()
     }
 
     fn tag(&self, data: &[u8]) -> [u8; TAG_LEN] {
@@ -112,8 +137,9 @@ pub struct MediaHeader {
     pub src: SourcePacket,
 }
 
-/// Writes a relay media datagram (header, RTP packet, tag) into `out`.
-pub fn write_media(key: &ClusterKey, h: &MediaHeader, rtp: &[u8], out: &mut Vec<u8>) {
+/// Writes a relay media datagram (clear header, envelope, encrypted RTP packet, tag) into
+/// `out`.
+pub fn write_media(seal: &mut RelaySealer, h: &MediaHeader, rtp: &[u8], out: &mut Vec<u8>) {
     out.clear();
     let mut flags = 0;
     if h.src.keyframe_start {
@@ -136,20 +162,27 @@ pub fn write_media(key: &ClusterKey, h: &MediaHeader, rtp: &[u8], out: &mut Vec<
     out.extend_from_slice(&pic.to_be_bytes());
     out.push(tl0);
     out.extend_from_slice(rtp);
-    key.seal(out);
+    seal.seal(out, MEDIA_HEADER, true);
 }
 
-/// Reads an authenticated relay media datagram: the header and the RTP
-/// packet. `ssrc` and `clock_rate` of the returned source are filled by the
-/// caller from the packet and the track.
+/// Reads a sealed relay media datagram, decrypting it in place: the header and the RTP
+/// packet. `clock_rate` of the returned source is filled by the caller from the track.
 pub fn read_media<'a>(
-    key: &ClusterKey,
-    data: &'a [u8],
+    open: &mut RelayOpener,
+    data: &'a mut [u8],
 ) -> Result<(MediaHeader, &'a [u8]), RelayError> {
-    let body = key.open(data)?;
-    if body.len() < MEDIA_HEADER + 12 || body[0] != MEDIA || body[1] != VERSION {
+    if data.len() < MEDIA_HEADER + ENVELOPE + 12 + SEAL_TAG
+        || data[0] != MEDIA
+        || data[1] != VERSION
+    {
         return Err(RelayError::Malformed);
     }
+    let mut head = [0u8; MEDIA_HEADER];
+    head.copy_from_slice(&data[..MEDIA_HEADER]);
+    let body = &head;
+    let rtp = open
+        .open(data, MEDIA_HEADER, true)
+        .map_err(RelayError::from)?;
     let flags = body[2];
     let u64_at = |i: usize| {
         let mut b = [0u8; 8];
@@ -161,7 +194,9 @@ pub fn read_media<'a>(
     let ext_ts = u64_at(16);
     let pic = u16::from_be_bytes([body[24], body[25]]);
     let tl0 = body[26];
-    let rtp = &body[MEDIA_HEADER..];
+    if rtp.len() < 12 {
+        return Err(RelayError::Malformed);
+    }
     let ssrc = u32::from_be_bytes([rtp[8], rtp[9], rtp[10], rtp[11]]);
     Ok((
         MediaHeader {
@@ -337,28 +372,30 @@ pub struct RelaySr {
     pub ssrc: u32,
 }
 
-/// Encodes a control message (kind byte, version, protobuf, tag).
-pub fn write_control(key: &ClusterKey, c: &Control) -> Vec<u8> {
+/// Encodes a control message (kind byte, version, envelope, protobuf in clear, tag).
+pub fn write_control(seal: &mut RelaySealer, c: &Control) -> Vec<u8> {
     let mut out = vec![CONTROL, VERSION];
     prost::Message::encode(c, &mut out).unwrap_or_default();
-    key.seal(&mut out);
+    seal.seal(&mut out, 2, false);
     out
 }
 
 /// Decodes an authenticated control message.
-pub fn read_control(key: &ClusterKey, data: &[u8]) -> Result<Control, RelayError> {
-    let body = key.open(data)?;
-    if body.len() < 2 || body[0] != CONTROL || body[1] != VERSION {
+pub fn read_control(open: &mut RelayOpener, data: &mut [u8]) -> Result<Control, RelayError> {
+    if data.len() < 2 || data[0] != CONTROL || data[1] != VERSION {
         return Err(RelayError::Malformed);
     }
-    <Control as prost::Message>::decode(&body[2..]).map_err(|_| RelayError::Malformed)
+    let body = open.open(data, 2, false).map_err(RelayError::from)?;
+    <Control as prost::Message>::decode(body).map_err(|_| RelayError::Malformed)
 }
 
 /// The relay id of a relay media datagram, from its header alone (not authenticated: for
 /// routing to the shard that checks it).
 pub fn peek_media_relay_id(data: &[u8]) -> Option<u32> {
     match data {
-        [MEDIA, VERSION, _, _, a, b, c, d, ..] if data.len() >= MEDIA_HEADER + 12 + TAG_LEN => {
+        [MEDIA, VERSION, _, _, a, b, c, d, ..]
+            if data.len() >= MEDIA_HEADER + ENVELOPE + 12 + SEAL_TAG =>
+        {
             Some(u32::from_be_bytes([*a, *b, *c, *d]))
         }
         _ => None,
@@ -368,10 +405,10 @@ pub fn peek_media_relay_id(data: &[u8]) -> Option<u32> {
 /// The relay id a relay control datagram is about (a subscription names the stream), without
 /// checking its tag (for routing to the shard that checks it).
 pub fn peek_control_relay_id(data: &[u8]) -> Option<u32> {
-    if data.len() < 2 + TAG_LEN || data[0] != CONTROL || data[1] != VERSION {
+    if data.len() < 2 + ENVELOPE + SEAL_TAG || data[0] != CONTROL || data[1] != VERSION {
         return None;
     }
-    let c = <Control as prost::Message>::decode(&data[2..data.len() - TAG_LEN]).ok()?;
+    let c = <Control as prost::Message>::decode(&data[2 + ENVELOPE..data.len() - SEAL_TAG]).ok()?;
     Some(match c.body? {
         control::Body::Subscribe(s) | control::Body::Unsubscribe(s) => {
             relay_id(&StreamId::new(s.stream).ok()?)
@@ -682,6 +719,8 @@ mod tests {
     #[test]
     fn media_and_control_round_trip_and_tags_are_checked() {
         let key = ClusterKey::new(&[7; 32]);
+        let mut seal = RelaySealer::new(&key.seal_keys(), 1);
+        let mut open = RelayOpener::new(key.seal_keys());
         let rtp = [0x80, 96, 0, 1, 0, 0, 0, 9, 0xca, 0xfe, 0xba, 0xbe, 1, 2, 3];
         let h = MediaHeader {
             relay_id: 42,
@@ -697,15 +736,30 @@ mod tests {
             },
         };
         let mut buf = Vec::new();
-        write_media(&key, &h, &rtp, &mut buf);
-        let (back, body) = read_media(&key, &buf).unwrap();
+        write_media(&mut seal, &h, &rtp, &mut buf);
+        assert_eq!(peek_media_relay_id(&buf), Some(42));
+        // The RTP packet is not on the wire in clear.
+        assert!(!buf.windows(4).any(|w| w == [0xca, 0xfe, 0xba, 0xbe]));
+        let wire = buf.clone();
+        let (back, body) = read_media(&mut open, &mut buf).unwrap();
         assert_eq!(back, h);
         assert_eq!(body, rtp);
-        let other = ClusterKey::new(&[8; 32]);
-        assert_eq!(read_media(&other, &buf), Err(RelayError::BadTag));
+        assert_eq!(
+            read_media(&mut open, &mut wire.clone()),
+            Err(RelayError::Replayed)
+        );
+        let mut other = RelayOpener::new(ClusterKey::new(&[8; 32]).seal_keys());
+        write_media(&mut seal, &h, &rtp, &mut buf);
+        assert_eq!(
+            read_media(&mut other, &mut buf.clone()),
+            Err(RelayError::BadTag)
+        );
         buf[10] ^= 1;
-        assert_eq!(read_media(&key, &buf), Err(RelayError::BadTag));
-        assert_eq!(read_media(&key, &[MEDIA]), Err(RelayError::Malformed));
+        assert_eq!(read_media(&mut open, &mut buf), Err(RelayError::BadTag));
+        assert_eq!(
+            read_media(&mut open, &mut [MEDIA]),
+            Err(RelayError::Malformed)
+        );
 
         let c = Control {
             body: Some(control::Body::Subscribe(Subscribe {
@@ -714,9 +768,16 @@ mod tests {
                 load: 7,
             })),
         };
-        let wire = write_control(&key, &c);
-        assert_eq!(read_control(&key, &wire), Ok(c));
-        assert_eq!(read_control(&other, &wire), Err(RelayError::BadTag));
+        let wire = write_control(&mut seal, &c);
+        assert_eq!(read_control(&mut open, &mut wire.clone()), Ok(c));
+        assert_eq!(
+            read_control(&mut open, &mut wire.clone()),
+            Err(RelayError::Replayed)
+        );
+        assert_eq!(
+            read_control(&mut other, &mut wire.clone()),
+            Err(RelayError::BadTag)
+        );
         // A redirect is routed to the core of the stream it names.
         let r = Control {
             body: Some(control::Body::Redirect(Redirect {
@@ -724,8 +785,8 @@ mod tests {
                 via: "10.0.0.2:5000".into(),
             })),
         };
-        let wire = write_control(&key, &r);
-        assert_eq!(read_control(&key, &wire), Ok(r));
+        let wire = write_control(&mut seal, &r);
+        assert_eq!(read_control(&mut open, &mut wire.clone()), Ok(r));
         let cam = StreamId::new("cam").unwrap();
         assert_eq!(peek_control_relay_id(&wire), Some(relay_id(&cam)));
     }

@@ -171,11 +171,12 @@ mod tests {
     #[test]
     fn relay_datagrams_go_to_their_streams_shard() {
         let key = ClusterKey::new(&[7; 32]);
+        let mut seal = crate::cluster::relay_seal::RelaySealer::new(&key.seal_keys(), 1);
         let r = Router::new(3);
         let s = stream("lobby");
         let from: SocketAddr = "10.0.0.2:4000".parse().unwrap();
         let sub = relay::write_control(
-            &key,
+            &mut seal,
             &relay::Control {
                 body: Some(relay::control::Body::Subscribe(relay::Subscribe {
                     stream: s.to_string(),
@@ -186,7 +187,7 @@ mod tests {
         );
         assert_eq!(r.route(from, &sub), Some(shard_of(&s, 3)));
         let nack = relay::write_control(
-            &key,
+            &mut seal,
             &relay::Control {
                 body: Some(relay::control::Body::Nack(relay::RelayNack {
                     relay_id: relay::relay_id(&s),
@@ -195,9 +196,21 @@ mod tests {
             },
         );
         assert_eq!(r.route(from, &nack), Some(shard_of(&s, 3)));
-        let mut media = vec![relay::MEDIA, 1, 0, 0];
-        media.extend_from_slice(&relay::relay_id(&s).to_be_bytes());
-        media.extend_from_slice(&[0; 60]);
+        let h = relay::MediaHeader {
+            relay_id: relay::relay_id(&s),
+            track: 0,
+            src: crate::media::munger::SourcePacket {
+                ssrc: 1,
+                ext_seq: 1,
+                ext_ts: 1,
+                keyframe_start: false,
+                clock_rate: 0,
+                vp8: None,
+                dd_frame: None,
+            },
+        };
+        let mut media = Vec::new();
+        relay::write_media(&mut seal, &h, &[0x80; 20], &mut media);
         assert_eq!(r.route(from, &media), Some(shard_of(&s, 3)));
         // Garbage that only looks like relay traffic stays where it arrived.
         assert_eq!(r.route(from, &[relay::MEDIA, 1]), None);

@@ -115,6 +115,9 @@ metrics! {
     relay_received,
     /// Relay datagrams refused (unauthenticated, unknown stream, wrong origin).
     relay_refused,
+    /// Relay datagrams refused as replays: authentic, but seen before (counted in
+    /// relay_refused too).
+    relay_replayed,
     /// Media packets a stream's old origin relayed before its publisher moved here, taken after
     /// the move (counted in relay_received too).
     relay_drained,

@@ -21,6 +21,7 @@ use ferry_proto::{NodeId, SessionId, StreamId};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
+use crate::cluster::relay_seal::{RelayOpener, RelaySealer};
 use crate::dtls::{self, DtlsRole};
 use crate::ice::{IceCredentials, IceEvent};
 use crate::media::ingest::KeyframeThrottle;
@@ -412,6 +413,23 @@ pub struct Node {
     recordings: recording::Recordings,
     /// Viewers waiting for their stream's relay.
     waiting: relay_wait::Waiting,
+    /// Seals the relay datagrams this core sends (with the cluster key).
+    relay_sealer: Option<RelaySealer>,
+    /// Checks the relay datagrams this core receives.
+    relay_opener: Option<RelayOpener>,
+}
+
+/// The relay sender id of the core seeded with `seed` ([`RelaySealer`]): each core's seed is
+/// its own, so is its id.
+fn relay_sender_id(seed: &[u8; 32]) -> u64 {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update(b"ferry relay sender\0");
+    h.update(seed);
+    let d = h.finalize();
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&d[..8]);
+    u64::from_be_bytes(id)
 }
 
 fn random_token(rng: &mut ChaCha20Rng, len: usize) -> String {
@@ -431,7 +449,17 @@ impl Node {
             remb_min_bps: config.remb_min_bps,
             remb_max_bps: config.remb_max_bps,
         };
+        let relay_sealer = config
+            .cluster_key
+            .as_ref()
+            .map(|k| RelaySealer::new(&k.seal_keys(), relay_sender_id(&config.seed)));
+        let relay_opener = config
+            .cluster_key
+            .as_ref()
+            .map(|k| RelayOpener::new(k.seal_keys()));
         Self {
+            relay_sealer,
+            relay_opener,
             admission: Arc::new(admission::Admission::new(config.max_sessions, 1)),
             core: 0,
             overload: overload::Overload::new(config.overload),

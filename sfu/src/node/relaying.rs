@@ -12,6 +12,7 @@ use crate::cluster::relay::{
     self, Control, MediaHeader, Offer, Redirect, RelayIn, RelayNack, RelayOut, RelaySr, RelayTrack,
     Subscribe, control::Body,
 };
+use crate::cluster::relay_seal::RelaySealer;
 use crate::media::line::MediaLine;
 use crate::media::munger::SourcePacket;
 use crate::node::session::Role;
@@ -19,10 +20,10 @@ use crate::rtp::RtpHeader;
 
 impl Node {
     fn send_control(&mut self, to: SocketAddr, body: Body) {
-        let Some(key) = self.config.cluster_key.as_ref() else {
+        let Some(seal) = self.relay_sealer.as_mut() else {
             return;
         };
-        let data = relay::write_control(key, &Control { body: Some(body) });
+        let data = relay::write_control(seal, &Control { body: Some(body) });
         self.out.send(to, data);
     }
 
@@ -252,7 +253,7 @@ impl Node {
         if entry.relay_out.is_empty() {
             return;
         }
-        let Some(key) = self.config.cluster_key.as_ref() else {
+        let Some(seal) = self.relay_sealer.as_mut() else {
             return;
         };
         let h = MediaHeader {
@@ -268,7 +269,7 @@ impl Node {
             .filter(|a| Some(*a) != except)
         {
             let mut buf = self.out.buffer();
-            relay::write_media(key, &h, rtp, &mut buf);
+            relay::write_media(seal, &h, rtp, &mut buf);
             self.out.metrics.relay_sent += 1;
             if except.is_some() {
                 self.out.metrics.relay_forwarded += 1;
@@ -277,15 +278,18 @@ impl Node {
         }
     }
 
-    pub(super) fn handle_relay_media(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
-        let Some(key) = self.config.cluster_key.as_ref() else {
+    pub(super) fn handle_relay_media(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
+        let Some(open) = self.relay_opener.as_mut() else {
             self.out.metrics.relay_refused += 1;
             return;
         };
-        let (h, rtp) = match relay::read_media(key, data) {
+        let (h, rtp) = match relay::read_media(open, data) {
             Ok(x) => x,
-            Err(_) => {
+            Err(e) => {
                 self.out.metrics.relay_refused += 1;
+                if e == relay::RelayError::Replayed {
+                    self.out.metrics.relay_replayed += 1;
+                }
                 return;
             }
         };
@@ -348,14 +352,24 @@ impl Node {
         self.note_relay_deadline(now);
     }
 
-    pub(super) fn handle_relay_control(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
-        let Some(key) = self.config.cluster_key.as_ref() else {
+    pub(super) fn handle_relay_control(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
+        let Some(open) = self.relay_opener.as_mut() else {
             self.out.metrics.relay_refused += 1;
             return;
         };
-        let Ok(Control { body: Some(body) }) = relay::read_control(key, data) else {
-            self.out.metrics.relay_refused += 1;
-            return;
+        let body = match relay::read_control(open, data) {
+            Ok(Control { body: Some(body) }) => body,
+            Ok(Control { body: None }) => {
+                self.out.metrics.relay_refused += 1;
+                return;
+            }
+            Err(e) => {
+                self.out.metrics.relay_refused += 1;
+                if e == relay::RelayError::Replayed {
+                    self.out.metrics.relay_replayed += 1;
+                }
+                return;
+            }
         };
         tracing::trace!(%from, ?body, "relay control");
         match body {
@@ -633,10 +647,10 @@ impl Node {
             self.relay_nack_from_below(from, n);
             return;
         };
-        let Some(key) = self.config.cluster_key.clone() else {
+        let Some(pk) = self.streams.get(&stream).and_then(|e| e.publisher) else {
             return;
         };
-        let Some(pk) = self.streams.get(&stream).and_then(|e| e.publisher) else {
+        let Some(seal) = self.relay_sealer.as_mut() else {
             return;
         };
         let mut out = Vec::new();
@@ -658,7 +672,7 @@ impl Node {
                 ) else {
                     continue;
                 };
-                out.push(retransmission(&key, &n, src, pkt));
+                out.push(retransmission(seal, &n, src, pkt));
             }
         }
         self.send_retransmissions(from, out);
@@ -674,7 +688,7 @@ impl Node {
     /// A NACK from a node one level down: answered from what was relayed in (what is missing
     /// here too, this node NACKs itself, and relays on the retransmission when it comes).
     fn relay_nack_from_below(&mut self, from: SocketAddr, n: RelayNack) {
-        let Some(key) = self.config.cluster_key.clone() else {
+        let Some(seal) = self.relay_sealer.as_mut() else {
             return;
         };
         let Some(stream) = self.relay_ids.get(&n.relay_id) else {
@@ -700,7 +714,7 @@ impl Node {
             let Some(src) = super::forward::source_packet(line, n.ssrc, ext, ext_ts, pkt) else {
                 continue;
             };
-            out.push(retransmission(&key, &n, src, pkt));
+            out.push(retransmission(seal, &n, src, pkt));
         }
         self.send_retransmissions(from, out);
     }
@@ -925,15 +939,10 @@ impl Node {
 }
 
 /// The relay media datagram that answers relay NACK `n` with `pkt`.
-fn retransmission(
-    key: &relay::ClusterKey,
-    n: &RelayNack,
-    src: SourcePacket,
-    pkt: &[u8],
-) -> Vec<u8> {
+fn retransmission(seal: &mut RelaySealer, n: &RelayNack, src: SourcePacket, pkt: &[u8]) -> Vec<u8> {
     let mut buf = Vec::with_capacity(pkt.len() + 64);
     relay::write_media(
-        key,
+        seal,
         &MediaHeader {
             relay_id: n.relay_id,
             track: n.track as u8,

@@ -10,6 +10,7 @@ mod moves;
 mod overload;
 mod peer;
 mod recording_moves;
+mod relay_link;
 mod relay_tree;
 mod relay_wait;
 mod resume;
