@@ -179,29 +179,25 @@ pub fn read_media<'a>(
     }
     let mut head = [0u8; MEDIA_HEADER];
     head.copy_from_slice(&data[..MEDIA_HEADER]);
-    let body = &head;
     let rtp = open
         .open(data, MEDIA_HEADER, true)
         .map_err(RelayError::from)?;
-    let flags = body[2];
+    let flags = head[2];
     let u64_at = |i: usize| {
         let mut b = [0u8; 8];
-        b.copy_from_slice(&body[i..i + 8]);
+        b.copy_from_slice(&head[i..i + 8]);
         u64::from_be_bytes(b)
     };
-    let relay_id = u32::from_be_bytes([body[4], body[5], body[6], body[7]]);
+    let relay_id = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
     let ext_seq = u64_at(8);
     let ext_ts = u64_at(16);
-    let pic = u16::from_be_bytes([body[24], body[25]]);
-    let tl0 = body[26];
-    if rtp.len() < 12 {
-        return Err(RelayError::Malformed);
-    }
+    let pic = u16::from_be_bytes([head[24], head[25]]);
+    let tl0 = head[26];
     let ssrc = u32::from_be_bytes([rtp[8], rtp[9], rtp[10], rtp[11]]);
     Ok((
         MediaHeader {
             relay_id,
-            track: body[3],
+            track: head[3],
             src: SourcePacket {
                 ssrc,
                 ext_seq,
