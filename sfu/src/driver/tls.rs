@@ -6,8 +6,9 @@
 //! that are already open keep theirs and new ones get the new certificate, without a restart.
 //! [`ServerTls::watch`] reloads on `SIGHUP` and when either file changes (polled every second).
 //! [`ServerTls::listener`] wraps a bound `TcpListener` into an [`axum::serve::Listener`] that
-//! hands `axum::serve` finished TLS connections (handshakes run in their own tasks, so a slow
-//! client never holds up the others).
+//! hands [`serve`] finished TLS connections (handshakes run in their own tasks, so a slow
+//! client never holds up the others). [`serve`] bounds what a slow client can hold: its TLS
+//! handshake, its request head and its request body each have a deadline.
 //!
 //! [`client_tls`] is the other side: the TLS settings of this process's own HTTPS calls
 //! (heartbeats, migrations, probes), which trust the public web roots or, with `--tls-ca`, the
@@ -18,8 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use axum::extract::connect_info::Connected;
-use axum::serve::IncomingStream;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -31,6 +30,13 @@ use tokio_rustls::server::TlsStream;
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's head (request line and headers), counted
+/// from when the server starts reading it — on a kept-alive connection, from the end of the
+/// previous response: a client that trickles its headers, or opens connections and sends
+/// nothing (slowloris), holds each one this long at most.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's body once its head is in.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often [`ServerTls::watch`] looks at the files.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -275,29 +281,51 @@ impl axum::serve::Listener for TlsListener {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientAddr(pub SocketAddr);
 
-impl Connected<IncomingStream<'_, TcpListener>> for ClientAddr {
-    fn connect_info(stream: IncomingStream<'_, TcpListener>) -> Self {
-        ClientAddr(*stream.remote_addr())
-    }
-}
-
-impl Connected<IncomingStream<'_, TlsListener>> for ClientAddr {
-    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
-        ClientAddr(*stream.remote_addr())
-    }
-}
-
-/// Serves `app` on `tcp`: HTTPS with `tls`, else plain HTTP. Ends when the server does.
+/// Serves `app` on `tcp`: HTTPS with `tls`, else plain HTTP (HTTP/1.1, upgrades such as
+/// WebSockets included), with [`HEADER_READ_TIMEOUT`] and [`BODY_READ_TIMEOUT`]. Runs until
+/// the task is dropped.
 pub async fn serve(
     tcp: TcpListener,
     tls: Option<Arc<ServerTls>>,
     app: axum::Router,
 ) -> std::io::Result<()> {
-    // Handlers and middleware see the client's address (`ConnectInfo<ClientAddr>`).
-    let app = app.into_make_service_with_connect_info::<ClientAddr>();
+    let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+        BODY_READ_TIMEOUT,
+    ));
     match tls {
-        Some(tls) => axum::serve(tls.listener(tcp)?, app).await,
-        None => axum::serve(tcp, app).await,
+        Some(tls) => serve_connections(tls.listener(tcp)?, app).await,
+        None => serve_connections(tcp, app).await,
+    }
+}
+
+/// Each accepted connection in its own task. Handlers and middleware see the client's address
+/// (`ConnectInfo<ClientAddr>`).
+async fn serve_connections<L>(mut listener: L, app: axum::Router) -> std::io::Result<()>
+where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+{
+    use axum::extract::ConnectInfo;
+    use tower_service::Service as _;
+    loop {
+        let (io, peer) = listener.accept().await;
+        let app = app.clone();
+        let service =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(ClientAddr(peer)));
+                let mut app = app.clone();
+                app.call(req.map(axum::body::Body::new))
+            });
+        tokio::spawn(async move {
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
+            let conn = http
+                .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+                .with_upgrades();
+            if let Err(e) = conn.await {
+                tracing::trace!(%peer, error = %e, "HTTP connection ended");
+            }
+        });
     }
 }
 

@@ -404,3 +404,106 @@ fn rate_limit_flags_are_checked() -> Result<()> {
     }
     Ok(())
 }
+
+/// What one slow client got: seconds until the node closed its connection, and what it sent.
+fn slow_client(
+    addr: std::net::SocketAddr,
+    first: Vec<u8>,
+    trickle: Option<u8>,
+) -> std::thread::JoinHandle<Result<(f64, String)>> {
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let start = Instant::now();
+        let mut s = std::net::TcpStream::connect(addr)?;
+        s.write_all(&first)?;
+        s.set_read_timeout(Some(Duration::from_millis(500)))?;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while start.elapsed() < Duration::from_secs(40) {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    // One more byte of header every half second, as a slowloris client does.
+                    if let Some(b) = trickle
+                        && s.write_all(&[b]).is_err()
+                    {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        Ok((
+            start.elapsed().as_secs_f64(),
+            String::from_utf8_lossy(&got).into_owned(),
+        ))
+    })
+}
+
+#[test]
+fn slow_clients_are_cut_off_at_the_header_and_body_deadlines_while_others_are_served() -> Result<()>
+{
+    let _area = ferry_tests::area(module_path!());
+    let node = FerryNode::spawn(&[])?;
+    let addr: std::net::SocketAddr = node
+        .http
+        .trim_start_matches("http://")
+        .parse()
+        .context("the node's HTTP address")?;
+    // Sends nothing; trickles a header forever; sends its head and 10 of 100 body bytes.
+    // (The last with the cluster's token: its body is read, not refused unread.)
+    let idle = slow_client(addr, Vec::new(), None);
+    let trickle = slow_client(
+        addr,
+        b"POST /whep/cam HTTP/1.1\r\nHost: a\r\nX-Slow: ".to_vec(),
+        Some(b'a'),
+    );
+    let head = format!(
+        "POST /whep/cam HTTP/1.1\r\nHost: a\r\nAuthorization: {}\r\n\
+         Content-Type: application/sdp\r\nContent-Length: 100\r\n\r\nv=0\r\no=- 1",
+        node.bearer()
+    );
+    let body = slow_client(addr, head.into_bytes(), None);
+    // Meanwhile the node serves everybody else.
+    for _ in 0..5 {
+        ensure!(http(&format!("{}/healthz", node.http), "GET", &[], b"")?.status == 200);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let join = |h: std::thread::JoinHandle<Result<(f64, String)>>| {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("client thread panicked"))?
+    };
+    let (idle, trickle, body) = (join(idle)?, join(trickle)?, join(body)?);
+    eprintln!(
+        "closed after: idle {:.1} s, trickled header {:.1} s, slow body {:.1} s ({:?})",
+        idle.0,
+        trickle.0,
+        body.0,
+        body.1.lines().next()
+    );
+    // The header deadline is 10 s, the body's 10 s after the head.
+    for (what, (secs, _)) in [("idle", &idle), ("trickled header", &trickle)] {
+        ensure!(
+            (9.0..15.0).contains(secs),
+            "{what}: closed after {secs:.1} s"
+        );
+    }
+    ensure!(
+        (9.0..15.0).contains(&body.0),
+        "slow body: closed after {:.1} s",
+        body.0
+    );
+    ensure!(
+        body.1.starts_with("HTTP/1.1 4"),
+        "slow body: answered {:?}",
+        body.1.lines().next()
+    );
+    ensure!(http(&format!("{}/healthz", node.http), "GET", &[], b"")?.status == 200);
+    Ok(())
+}
