@@ -153,6 +153,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             tokens: token_keys,
             tls: args.tls.clone(),
             turn: args.turn.clone(),
+            http_limit: args.http_limit.clone(),
         },
         Some(demo),
     )

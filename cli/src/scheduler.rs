@@ -6,11 +6,14 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
+use axum::extract::Request;
+use axum::middleware::Next;
 use ferry_scheduler::cluster::ClusterConfig;
 use ferry_scheduler::node_client::HttpMigrations;
 use ferry_scheduler::service::Scheduler;
 use ferry_scheduler::store::{FileStore, MemoryStore, Store};
 use ferry_sfu::driver::heartbeat::SchedulerLink;
+use ferry_sfu::driver::http::limits::{HttpLimits, RateLimit};
 
 /// Options of `ferry scheduler`.
 #[derive(clap::Args, Debug)]
@@ -61,6 +64,10 @@ pub struct SchedulerArgs {
     /// viewers go to other nodes (relayed from it). 0: all on the publisher's node.
     #[arg(long, env = "FERRY_HOT_STREAM_VIEWERS", default_value_t = 0)]
     pub hot_stream_viewers: u64,
+    /// The HTTP listener's limits per client address, as a node's (requests with the API
+    /// token, the nodes' and the operator's, are not limited).
+    #[command(flatten)]
+    pub http_limit: crate::access::HttpLimitArgs,
 }
 
 impl SchedulerArgs {
@@ -151,6 +158,38 @@ pub fn link(urls: &str, token: &str, host: &str) -> SchedulerLink {
     l
 }
 
+/// `app` with every request but the API token's counted against its client address's
+/// `limit` (429 with Retry-After past it), and the refusals appended to `/metrics`
+/// (`ferry_http_rate_limited_total`).
+fn with_limits(app: Router, limit: RateLimit, token: &str) -> Router {
+    let api = ferry_proto::auth::Verifier::operator_only().with_operator_token(token);
+    let limits = HttpLimits::new(limit).trusting(move |bearer| api.is_operator_token(bearer));
+    let counted = limits.clone();
+    limits.apply(app).layer(axum::middleware::from_fn(
+        move |req: Request, next: Next| {
+            let limits = counted.clone();
+            async move {
+                let metrics = req.uri().path() == "/metrics";
+                let response = next.run(req).await;
+                if !metrics || !response.status().is_success() {
+                    return response;
+                }
+                let (parts, body) = response.into_parts();
+                match axum::body::to_bytes(body, usize::MAX).await {
+                    Ok(text) => {
+                        let mut text = text.to_vec();
+                        text.extend_from_slice(limits.metrics_text().as_bytes());
+                        axum::response::Response::from_parts(parts, axum::body::Body::from(text))
+                    }
+                    Err(_) => {
+                        axum::response::Response::from_parts(parts, axum::body::Body::empty())
+                    }
+                }
+            }
+        },
+    ))
+}
+
 pub async fn start_scheduler(
     args: SchedulerArgs,
     extra: Option<Router<Arc<Scheduler>>>,
@@ -212,6 +251,7 @@ pub async fn start_scheduler(
         // A made-up secret is this process's alone: the nodes could not check what it signs.
         keys.signer.filter(|_| !keys.generated),
     );
+    let app = with_limits(app, args.http_limit.limit(), scheduler.token());
     let url = format!(
         "{}://{addr}",
         ferry_sfu::driver::tls::scheme(server_tls.is_some())

@@ -21,6 +21,16 @@ fn expect(r: &Response, status: u16, reason: &str) -> Result<()> {
     Ok(())
 }
 
+/// `ferry_http_rate_limited_total` in a `/metrics` response.
+fn rate_limited_total(metrics: &Response) -> Result<u64> {
+    metrics
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("ferry_http_rate_limited_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .context("ferry_http_rate_limited_total")
+}
+
 fn wait_metric(node: &FerryNode, name: &str, at_least: u64) -> Result<u64> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -364,12 +374,7 @@ fn a_flood_from_one_address_gets_429_with_retry_after_and_probes_still_pass() ->
     // Probes and metrics are not limited, and count what was refused.
     ensure!(http(&url("/healthz"), "GET", &[], b"")?.status == 200);
     let m = http(&url("/metrics"), "GET", &[], b"")?;
-    let refused: u64 = m
-        .body
-        .lines()
-        .find_map(|l| l.strip_prefix("ferry_http_rate_limited_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .context("ferry_http_rate_limited_total")?;
+    let refused = rate_limited_total(&m)?;
     ensure!(refused == 30 - passed as u64, "refused {refused}");
     // The cluster's own token (the scheduler polling migrations) is not limited, even now.
     let bearer = node.bearer();
@@ -505,5 +510,56 @@ fn slow_clients_are_cut_off_at_the_header_and_body_deadlines_while_others_are_se
         body.1.lines().next()
     );
     ensure!(http(&format!("{}/healthz", node.http), "GET", &[], b"")?.status == 200);
+    Ok(())
+}
+
+#[test]
+fn the_schedulers_listener_limits_each_address_but_not_the_api_token() -> Result<()> {
+    let _area = ferry_tests::area(module_path!());
+    let api = "limits-test-api-token";
+    let scheduler = ferry_tests::cluster::start_scheduler(
+        &["--token", api, "--http-rate", "2", "--http-burst", "5"],
+        &[],
+    )?;
+    let base = scheduler.after("http")?;
+    let nodes = format!("{base}/v1/nodes");
+    let mut statuses = Vec::new();
+    let mut limited = None;
+    for _ in 0..20 {
+        let r = http(&nodes, "GET", &[], b"")?;
+        statuses.push(r.status);
+        if r.status == 429 && limited.is_none() {
+            limited = Some(r);
+        }
+    }
+    let passed = statuses.iter().filter(|&&s| s != 429).count();
+    eprintln!("scheduler: {passed} of 20 passed: {statuses:?}");
+    ensure!(
+        (5..=8).contains(&passed),
+        "{passed} of 20 passed: {statuses:?}"
+    );
+    let r = limited.context("no 429")?;
+    expect(&r, 429, "too many requests from 127.0.0.1")?;
+    ensure!(r.header("retry-after").is_some(), "no Retry-After");
+    // The API token (the nodes' heartbeats, the operator) is never limited.
+    let auth = format!("Bearer {api}");
+    for _ in 0..10 {
+        let r = http(&nodes, "GET", &[("Authorization", &auth)], b"")?;
+        ensure!(r.status == 200, "{} {}", r.status, r.body);
+    }
+    // Probes are not limited either, and the scheduler's metrics count the refusals.
+    let m = http(
+        &format!("{base}/metrics"),
+        "GET",
+        &[("Authorization", &auth)],
+        b"",
+    )?;
+    ensure!(m.status == 200, "{} {}", m.status, m.body);
+    let refused = rate_limited_total(&m)?;
+    ensure!(refused == 20 - passed as u64, "refused {refused}");
+    ensure!(
+        m.body.contains("ferry_scheduler_"),
+        "the scheduler's own metrics are kept"
+    );
     Ok(())
 }
